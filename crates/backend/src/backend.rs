@@ -1,0 +1,306 @@
+//! The [`Backend`] trait and the values it speaks in.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::path::VirtualPath;
+use crate::search;
+
+/// How many reads [`Backend::read_many`] keeps in flight by default.
+pub const DEFAULT_READ_CONCURRENCY: usize = 64;
+/// Most files [`Backend::list_files`] returns before it reports truncation.
+pub const DEFAULT_LIST_LIMIT: usize = 200_000;
+/// Most matches [`Backend::glob`] returns before it reports truncation.
+pub const DEFAULT_GLOB_LIMIT: usize = 10_000;
+
+/// An opaque version tag (an ETag, a generation, a revision counter). Two reads of an unchanged file
+/// give equal tags; any successful write gives a new one. Only meaningful to the backend that made it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Version(String);
+
+impl Version {
+    /// Wrap a backend-specific tag.
+    pub fn new(tag: impl Into<String>) -> Self {
+        Self(tag.into())
+    }
+
+    /// The tag as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// File or directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A regular file (or object).
+    File,
+    /// A directory (or common prefix).
+    Directory,
+}
+
+/// One listed file or directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Full virtual path.
+    pub path: VirtualPath,
+    /// File or directory.
+    pub kind: EntryKind,
+    /// Size in bytes (0 for directories).
+    pub size: u64,
+    /// Last modification, where the store knows it.
+    pub modified: Option<DateTime<Utc>>,
+    /// Version tag of a file, where the store has one.
+    pub version: Option<Version>,
+}
+
+impl Entry {
+    /// True for directories.
+    pub fn is_dir(&self) -> bool {
+        self.kind == EntryKind::Directory
+    }
+
+    /// A directory entry with no metadata.
+    pub fn directory(path: VirtualPath) -> Self {
+        Self {
+            path,
+            kind: EntryKind::Directory,
+            size: 0,
+            modified: None,
+            version: None,
+        }
+    }
+}
+
+/// A byte range of a read: `[start, end)`, with `end` open when `None`. Ranges past the end of the
+/// file are clamped: a range that starts at or after the end reads zero bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    /// First byte.
+    pub start: u64,
+    /// One past the last byte, or `None` for "to the end".
+    pub end: Option<u64>,
+}
+
+impl ByteRange {
+    /// The first `len` bytes.
+    pub fn prefix(len: u64) -> Self {
+        Self {
+            start: 0,
+            end: Some(len),
+        }
+    }
+
+    /// Everything from `start` on.
+    pub fn from_offset(start: u64) -> Self {
+        Self { start, end: None }
+    }
+
+    /// `[start, end)`.
+    pub fn bounded(start: u64, end: u64) -> Self {
+        Self {
+            start,
+            end: Some(end.max(start)),
+        }
+    }
+
+    /// The clamped `[start, end)` for a file of `size` bytes.
+    pub fn clamp(&self, size: u64) -> std::ops::Range<u64> {
+        let start = self.start.min(size);
+        let end = self.end.unwrap_or(size).min(size).max(start);
+        start..end
+    }
+}
+
+/// What a read returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOutput {
+    /// The bytes read (the requested range, or the whole file).
+    pub bytes: Bytes,
+    /// The file's whole size, whatever range was read.
+    pub size: u64,
+    /// The version tag of the file that was read, where the store has one.
+    pub version: Option<Version>,
+    /// Last modification, where the store knows it.
+    pub modified: Option<DateTime<Utc>>,
+}
+
+impl ReadOutput {
+    /// True when `bytes` is the whole file.
+    pub fn is_complete(&self) -> bool {
+        self.bytes.len() as u64 == self.size
+    }
+}
+
+/// How a write treats an existing file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Fail with [`ConflictKind::AlreadyExists`](crate::ConflictKind) if the file exists.
+    CreateNew,
+    /// Replace whatever is there.
+    Overwrite,
+    /// Replace the file only if its current version is this one; otherwise (changed or gone) fail
+    /// with [`ConflictKind::VersionMismatch`](crate::ConflictKind).
+    IfVersion(Version),
+}
+
+/// What a successful write returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// The new version tag, where the store has one.
+    pub version: Option<Version>,
+}
+
+/// Files under a directory, recursively.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileListing {
+    /// Files (never directories), sorted by path.
+    pub files: Vec<Entry>,
+    /// True when the listing stopped at its limit.
+    pub truncated: bool,
+}
+
+/// The result of [`Backend::glob`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GlobOutput {
+    /// Matching files, sorted by path.
+    pub matches: Vec<Entry>,
+    /// True when more files matched (or would have been walked) than were returned.
+    pub truncated: bool,
+}
+
+/// A literal-text search; see [`Backend::grep`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrepQuery {
+    /// The text to find (a literal, not a regex). Must not be empty.
+    pub literal: String,
+    /// Where to search: a directory (recursively) or one file.
+    pub base: VirtualPath,
+    /// Only files whose path below `base` matches this glob.
+    pub file_glob: Option<String>,
+    /// Stop after this many matching lines.
+    pub max_matches: usize,
+    /// Skip files larger than this many bytes.
+    pub max_file_bytes: u64,
+}
+
+impl GrepQuery {
+    /// A query with default limits (1,000 matches, files up to 10 MiB).
+    pub fn new(literal: impl Into<String>, base: VirtualPath) -> Self {
+        Self {
+            literal: literal.into(),
+            base,
+            file_glob: None,
+            max_matches: 1_000,
+            max_file_bytes: 10 * 1024 * 1024,
+        }
+    }
+}
+
+/// One matching line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrepMatch {
+    /// The file.
+    pub path: VirtualPath,
+    /// 1-based line number.
+    pub line: u64,
+    /// The line's text, without its line ending.
+    pub text: String,
+}
+
+/// The result of [`Backend::grep`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GrepOutput {
+    /// Matches in path order, then line order.
+    pub matches: Vec<GrepMatch>,
+    /// True when more lines matched than were returned.
+    pub truncated: bool,
+    /// Files skipped because they are too large or not text.
+    pub skipped: Vec<VirtualPath>,
+}
+
+/// What a backend can do, declared rather than guessed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Ranged reads fetch only the range (rather than the whole file, then slicing).
+    pub ranged_reads: bool,
+    /// [`Entry::version`] and [`ReadOutput::version`] are set, and [`WriteMode::IfVersion`] is atomic.
+    pub versioned_writes: bool,
+    /// Writing a file where a directory stands (or under a file) is refused. Object stores do not
+    /// enforce this: a key `a` and a key `a/b` may coexist there.
+    pub strict_hierarchy: bool,
+}
+
+/// Storage for everything an agent reads and writes.
+///
+/// Object-safe (`Arc<dyn Backend>`); conveniences live on [`BackendExt`](crate::BackendExt). Every
+/// path is a parsed [`VirtualPath`], so implementations only need to keep it inside their root. The
+/// contract below holds for every implementation and is checked by one conformance suite
+/// (`crates/backend/tests/conformance`).
+#[async_trait]
+pub trait Backend: Send + Sync + Debug {
+    /// What this backend supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Direct children of `dir`, sorted by path. Errors: `NotFound` when `dir` does not exist (the
+    /// root always exists), `NotADirectory` when it is a file.
+    async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>>;
+
+    /// Metadata of one file or directory. Errors: `NotFound`.
+    async fn stat(&self, path: &VirtualPath) -> Result<Entry>;
+
+    /// Read a file, or a byte range of it. Errors: `NotFound`, `IsADirectory`.
+    async fn read(&self, path: &VirtualPath, range: Option<ByteRange>) -> Result<ReadOutput>;
+
+    /// Read many files: one result per path, in the order given. Reads run concurrently (at most
+    /// [`DEFAULT_READ_CONCURRENCY`] at once by default), so N files cost about one round trip of
+    /// latency; one failure never fails the others.
+    async fn read_many(&self, paths: &[VirtualPath], range: Option<ByteRange>) -> Vec<Result<ReadOutput>> {
+        futures::stream::iter(paths.iter().cloned())
+            .map(|p| async move { self.read(&p, range).await })
+            .buffered(DEFAULT_READ_CONCURRENCY)
+            .collect()
+            .await
+    }
+
+    /// Write a whole file, creating parent directories as needed. Errors: `Conflict` when `mode`'s
+    /// precondition fails, `IsADirectory` / `NotADirectory` where the hierarchy is strict.
+    async fn write(&self, path: &VirtualPath, data: Bytes, mode: WriteMode) -> Result<WriteOutcome>;
+
+    /// Delete one file. Errors: `NotFound`, `IsADirectory` (directories are not deleted by this call).
+    async fn delete(&self, path: &VirtualPath) -> Result<()>;
+
+    /// Every file below `base` (recursively, dot-directories included), sorted by path; at most
+    /// `limit` files. `base` may be a file, which lists just that file. A missing `base` lists
+    /// nothing. The default walks [`Backend::ls`] level by level; stores with a flat listing
+    /// override it with one paged listing.
+    async fn list_files(&self, base: &VirtualPath, limit: usize) -> Result<FileListing> {
+        search::walk_with_ls(self, base, limit).await
+    }
+
+    /// Files below `base` matching a glob `pattern`, with the reference semantics: a pattern without
+    /// `/` matches base names at any depth; with `/` it matches the path relative to `base`; `**`
+    /// spans directories but does not enter dot-directories unless the pattern names a dot segment;
+    /// `{a,b}` braces nest; only files match. An unusable pattern is `InvalidPath`.
+    async fn glob(&self, pattern: &str, base: &VirtualPath) -> Result<GlobOutput> {
+        search::glob_via_listing(self, pattern, base, DEFAULT_GLOB_LIMIT).await
+    }
+
+    /// Lines containing a literal string, in files below `query.base`.
+    async fn grep(&self, query: &GrepQuery) -> Result<GrepOutput> {
+        search::grep_via_reads(self, query).await
+    }
+}

@@ -1,0 +1,281 @@
+//! [`CompositeBackend`]: route paths to other backends by longest prefix.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::backend::{
+    Backend, ByteRange, Capabilities, Entry, FileListing, ReadOutput, WriteMode, WriteOutcome,
+};
+use crate::error::{BackendError, Result};
+use crate::path::VirtualPath;
+
+/// Routes every path to the backend mounted at its longest matching prefix, or to the default.
+///
+/// A backend mounted at `/memories` sees `/memories/a.md` as `/a.md`; every path it returns (from
+/// `ls`, `stat`, `list_files`, `glob`, `grep`) is rewritten back to `/memories/…`. Mounts shadow the
+/// default: files the default backend holds under a mount point are invisible. Listing a directory
+/// above a mount point shows the mount as a directory, even when the default has nothing there.
+#[derive(Debug, Clone)]
+pub struct CompositeBackend {
+    default: Arc<dyn Backend>,
+    /// Longest prefix first.
+    mounts: Vec<(VirtualPath, Arc<dyn Backend>)>,
+}
+
+impl CompositeBackend {
+    /// Everything goes to `default` until something is mounted.
+    pub fn new(default: Arc<dyn Backend>) -> Self {
+        Self {
+            default,
+            mounts: Vec::new(),
+        }
+    }
+
+    /// Mount `backend` at `prefix` (`/memories` or `/memories/`; not `/`). A later mount at the same
+    /// prefix replaces the earlier one.
+    pub fn mount(mut self, prefix: &str, backend: Arc<dyn Backend>) -> Result<Self> {
+        let at = VirtualPath::parse(prefix).map_err(|e| BackendError::invalid_path(prefix, e))?;
+        if at.is_root() {
+            return Err(BackendError::InvalidPath {
+                path: prefix.to_owned(),
+                reason: "cannot mount at the root; use it as the default backend".to_owned(),
+            });
+        }
+        self.mounts.retain(|(p, _)| *p != at);
+        self.mounts.push((at, backend));
+        self.mounts.sort_by_key(|(p, _)| std::cmp::Reverse(p.depth()));
+        Ok(self)
+    }
+
+    /// Mount points, longest first.
+    pub fn mount_points(&self) -> impl Iterator<Item = &VirtualPath> {
+        self.mounts.iter().map(|(p, _)| p)
+    }
+
+    /// The backend for `path`, the path it sees, and the mount point (if any).
+    fn route<'a>(&'a self, path: &VirtualPath) -> (&'a dyn Backend, VirtualPath, Option<&'a VirtualPath>) {
+        for (at, backend) in &self.mounts {
+            if let Some(inner) = path.rebase(at, &VirtualPath::root()) {
+                return (backend.as_ref(), inner, Some(at));
+            }
+        }
+        (self.default.as_ref(), path.clone(), None)
+    }
+
+    fn outward(entry: Entry, mount: Option<&VirtualPath>) -> Option<Entry> {
+        match mount {
+            None => Some(entry),
+            Some(at) => {
+                let path = entry.path.rebase(&VirtualPath::root(), at)?;
+                Some(Entry { path, ..entry })
+            }
+        }
+    }
+
+    fn in_mount(&self, path: &VirtualPath) -> bool {
+        self.mounts.iter().any(|(at, _)| path.starts_with(at))
+    }
+
+    /// Mount points strictly below `dir`.
+    fn mounts_below<'a>(
+        &'a self,
+        dir: &'a VirtualPath,
+    ) -> impl Iterator<Item = &'a (VirtualPath, Arc<dyn Backend>)> {
+        self.mounts
+            .iter()
+            .filter(move |(at, _)| at != dir && at.starts_with(dir))
+    }
+
+    fn with_mount_path(err: BackendError, inner: &VirtualPath, outer: &VirtualPath) -> BackendError {
+        // Errors name the caller's path, not the mounted backend's view of it.
+        if err.path() != inner.as_str() {
+            return err;
+        }
+        let path = outer.to_string();
+        match err {
+            BackendError::NotFound { .. } => BackendError::NotFound { path },
+            BackendError::IsADirectory { .. } => BackendError::IsADirectory { path },
+            BackendError::NotADirectory { .. } => BackendError::NotADirectory { path },
+            BackendError::PermissionDenied { source, .. } => BackendError::PermissionDenied { path, source },
+            BackendError::InvalidPath { reason, .. } => BackendError::InvalidPath { path, reason },
+            BackendError::Conflict { kind, .. } => BackendError::Conflict { path, kind },
+            BackendError::TooLarge { size, limit, .. } => BackendError::TooLarge { path, size, limit },
+            BackendError::Unavailable { source, .. } => BackendError::Unavailable { path, source },
+            BackendError::Other { source, .. } => BackendError::Other { path, source },
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for CompositeBackend {
+    fn capabilities(&self) -> Capabilities {
+        self.mounts
+            .iter()
+            .map(|(_, b)| b.capabilities())
+            .fold(self.default.capabilities(), |a, b| Capabilities {
+                ranged_reads: a.ranged_reads && b.ranged_reads,
+                versioned_writes: a.versioned_writes && b.versioned_writes,
+                strict_hierarchy: a.strict_hierarchy && b.strict_hierarchy,
+            })
+    }
+
+    async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
+        let (backend, inner, mount) = self.route(dir);
+        if mount.is_some() {
+            let entries = backend
+                .ls(&inner)
+                .await
+                .map_err(|e| Self::with_mount_path(e, &inner, dir))?;
+            return Ok(entries
+                .into_iter()
+                .filter_map(|e| Self::outward(e, mount))
+                .collect());
+        }
+        let mut synthetic: Vec<Entry> = Vec::new();
+        for (at, _) in self.mounts_below(dir) {
+            let rel = at.relative_to(dir).unwrap_or_default();
+            let child = rel.split('/').next().unwrap_or(rel);
+            if let Ok(path) = dir.join(child)
+                && !synthetic.iter().any(|e| e.path == path)
+            {
+                synthetic.push(Entry::directory(path));
+            }
+        }
+        let mut entries = match self.default.ls(dir).await {
+            Ok(entries) => entries,
+            Err(BackendError::NotFound { .. }) if !synthetic.is_empty() => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        entries.retain(|e| !synthetic.iter().any(|s| s.path == e.path));
+        entries.extend(synthetic);
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(entries)
+    }
+
+    async fn stat(&self, path: &VirtualPath) -> Result<Entry> {
+        let (backend, inner, mount) = self.route(path);
+        match backend.stat(&inner).await {
+            Ok(entry) => Self::outward(entry, mount).ok_or_else(|| BackendError::not_found(path)),
+            Err(BackendError::NotFound { .. })
+                if mount.is_none() && self.mounts_below(path).next().is_some() =>
+            {
+                Ok(Entry::directory(path.clone()))
+            }
+            Err(e) => Err(Self::with_mount_path(e, &inner, path)),
+        }
+    }
+
+    async fn read(&self, path: &VirtualPath, range: Option<ByteRange>) -> Result<ReadOutput> {
+        let (backend, inner, mount) = self.route(path);
+        if mount.is_none() && self.mounts_below(path).next().is_some() {
+            return Err(BackendError::IsADirectory {
+                path: path.to_string(),
+            });
+        }
+        backend
+            .read(&inner, range)
+            .await
+            .map_err(|e| Self::with_mount_path(e, &inner, path))
+    }
+
+    async fn read_many(&self, paths: &[VirtualPath], range: Option<ByteRange>) -> Vec<Result<ReadOutput>> {
+        // One batched read per backend, all backends at once; results go back in input order.
+        let mut groups: Vec<(&dyn Backend, Vec<usize>, Vec<VirtualPath>)> = Vec::new();
+        for (i, path) in paths.iter().enumerate() {
+            let (backend, inner, _) = self.route(path);
+            let key = backend as *const dyn Backend as *const () as usize;
+            match groups
+                .iter_mut()
+                .find(|(b, _, _)| *b as *const dyn Backend as *const () as usize == key)
+            {
+                Some((_, idx, inners)) => {
+                    idx.push(i);
+                    inners.push(inner);
+                }
+                None => groups.push((backend, vec![i], vec![inner])),
+            }
+        }
+        let results = futures::future::join_all(
+            groups
+                .iter()
+                .map(|(backend, _, inners)| backend.read_many(inners, range)),
+        )
+        .await;
+        let mut out: Vec<Option<Result<ReadOutput>>> = paths.iter().map(|_| None).collect();
+        for ((_, idx, inners), group) in groups.iter().zip(results) {
+            for ((i, inner), result) in idx.iter().zip(inners).zip(group) {
+                out[*i] = Some(result.map_err(|e| Self::with_mount_path(e, inner, &paths[*i])));
+            }
+        }
+        out.into_iter()
+            .zip(paths)
+            .map(|(r, p)| r.unwrap_or_else(|| Err(BackendError::not_found(p))))
+            .collect()
+    }
+
+    async fn write(&self, path: &VirtualPath, data: Bytes, mode: WriteMode) -> Result<WriteOutcome> {
+        let (backend, inner, mount) = self.route(path);
+        if mount.is_none() && self.mounts_below(path).next().is_some() {
+            return Err(BackendError::IsADirectory {
+                path: path.to_string(),
+            });
+        }
+        backend
+            .write(&inner, data, mode)
+            .await
+            .map_err(|e| Self::with_mount_path(e, &inner, path))
+    }
+
+    async fn delete(&self, path: &VirtualPath) -> Result<()> {
+        let (backend, inner, mount) = self.route(path);
+        if mount.is_none() && self.mounts_below(path).next().is_some() {
+            return Err(BackendError::IsADirectory {
+                path: path.to_string(),
+            });
+        }
+        backend
+            .delete(&inner)
+            .await
+            .map_err(|e| Self::with_mount_path(e, &inner, path))
+    }
+
+    async fn list_files(&self, base: &VirtualPath, limit: usize) -> Result<FileListing> {
+        let (backend, inner, mount) = self.route(base);
+        if mount.is_some() {
+            let listing = backend.list_files(&inner, limit).await?;
+            return Ok(FileListing {
+                files: listing
+                    .files
+                    .into_iter()
+                    .filter_map(|e| Self::outward(e, mount))
+                    .collect(),
+                truncated: listing.truncated,
+            });
+        }
+        let own = self.default.list_files(base, limit).await?;
+        let mut truncated = own.truncated;
+        let mut files: Vec<Entry> = own
+            .files
+            .into_iter()
+            .filter(|f| !self.in_mount(&f.path))
+            .collect();
+        for (at, backend) in self.mounts_below(base) {
+            // A deeper mount inside this one is listed on its own.
+            let listing = backend.list_files(&VirtualPath::root(), limit).await?;
+            truncated |= listing.truncated;
+            files.extend(listing.files.into_iter().filter_map(|e| {
+                let outer = Self::outward(e, Some(at))?;
+                let owner = self.route(&outer.path).2;
+                (owner == Some(at)).then_some(outer)
+            }));
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        if files.len() > limit {
+            files.truncate(limit);
+            truncated = true;
+        }
+        Ok(FileListing { files, truncated })
+    }
+}

@@ -1,0 +1,53 @@
+//! # trellis-backend
+//!
+//! The storage layer of Trellis. Everything an agent reads or writes — skills, memory, its own work,
+//! checkpoints — goes through one object-safe [`Backend`] trait:
+//!
+//! * [`StateBackend`]: in memory, serializable with a thread's checkpoint;
+//! * [`FilesystemBackend`]: a directory on local disk, with every escape refused;
+//! * [`ObjectStoreBackend`]: any `object_store` store (S3, GCS, Azure, local, memory) under a prefix;
+//! * [`CompositeBackend`]: routes paths to other backends by longest prefix.
+//!
+//! Paths are parsed once into [`VirtualPath`]; failures are one error enum, [`BackendError`], that
+//! always names the path. Conveniences (read as string, read-modify-write with retries, …) are on
+//! [`BackendExt`]. One conformance suite (`tests/conformance`) checks every implementation against the
+//! same contract, the cloud ones against emulators.
+//!
+//! ```
+//! use trellis_backend::{Backend, BackendExt, StateBackend, VirtualPath, WriteMode};
+//! # tokio_test_block_on(async {
+//! let backend = StateBackend::new();
+//! let path = VirtualPath::parse("/notes/todo.md").unwrap();
+//! backend.write(&path, "buy milk".into(), WriteMode::CreateNew).await.unwrap();
+//! assert_eq!(backend.read_to_string(&path).await.unwrap(), "buy milk");
+//! # });
+//! # fn tokio_test_block_on(f: impl std::future::Future<Output = ()>) {
+//! #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+mod backend;
+mod composite;
+mod error;
+mod ext;
+pub mod glob;
+mod local;
+mod object;
+pub mod path;
+mod search;
+mod state;
+
+pub use backend::{
+    Backend, ByteRange, Capabilities, DEFAULT_GLOB_LIMIT, DEFAULT_LIST_LIMIT, DEFAULT_READ_CONCURRENCY,
+    Entry, EntryKind, FileListing, GlobOutput, GrepMatch, GrepOutput, GrepQuery, ReadOutput, Version,
+    WriteMode, WriteOutcome,
+};
+pub use composite::CompositeBackend;
+pub use error::{BackendError, ConflictKind, Result};
+pub use ext::BackendExt;
+pub use local::FilesystemBackend;
+pub use object::{ObjectStoreBackend, StoreOptions};
+pub use path::{PathError, VirtualPath};
+pub use state::StateBackend;
