@@ -1,1 +1,78 @@
-fn main() {}
+//! Project automation for Trellis, run as `cargo xtask <command>`.
+//!
+//! ```text
+//! cargo xtask emulators start   install (if needed) and start S3 / GCS / Azure emulators
+//! cargo xtask emulators stop    stop the emulators recorded in target/emulators/pids
+//! cargo xtask emulators env     print the environment the emulator-backed tests read
+//! cargo xtask test [-- ARGS]    install + start emulators, run every test, stop them
+//! ```
+//!
+//! Only `std` and `anyhow`: argument parsing, HTTP readiness checks and process
+//! management are hand-written so that `cargo xtask` builds in a few seconds.
+
+mod emulators;
+mod http;
+mod install;
+mod layout;
+mod procs;
+mod test;
+mod timings;
+
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+
+use crate::layout::Layout;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  emulators start   install (idempotently) and start moto (S3), fake-gcs-server + XML shim
+                    (GCS) and azurite (Azure Blob) on 127.0.0.1, create bucket `trellis-test`
+  emulators stop    stop exactly the emulator processes recorded in target/emulators/pids
+  emulators env     print `export ...` lines for tests run against started emulators
+  test [-- ARGS]    install + start the emulators, run `cargo test --workspace --all-targets`
+                    and `cargo test --workspace --doc` (ARGS are passed to cargo test),
+                    stop the emulators it started, exit with the tests' status
+  help              print this message";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("xtask: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<ExitCode> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let layout = Layout::discover()?;
+    match args.first().map(String::as_str) {
+        Some("emulators") => {
+            match args.get(1).map(String::as_str) {
+                Some("start") if args.len() == 2 => emulators::start_command(&layout)?,
+                Some("stop") if args.len() == 2 => emulators::stop_command(&layout)?,
+                Some("env") if args.len() == 2 => emulators::env_command(&layout),
+                _ => bail!("expected `emulators start|stop|env`\n\n{USAGE}"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some("test") => {
+            // `cargo xtask test -- --nocapture` reaches us as `test -- --nocapture`.
+            let rest = &args[1..];
+            let extra = match rest.first().map(String::as_str) {
+                Some("--") => &rest[1..],
+                _ => rest,
+            };
+            test::run(&layout, extra)
+        }
+        Some("help" | "-h" | "--help") | None => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(other) => bail!("unknown command `{other}`\n\n{USAGE}"),
+    }
+}

