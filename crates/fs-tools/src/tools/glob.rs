@@ -1,0 +1,131 @@
+//! `glob`: files whose path matches a pattern.
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+use trellis_backend::BackendExt;
+use trellis_backend::glob::GlobPattern;
+
+use crate::args::{parameters_schema, parse_args};
+use crate::context::ToolContext;
+use crate::format::{backend_error, cap_lines, parse_path, quote};
+use crate::permissions::Access;
+use crate::tool::{Tool, ToolOutput};
+use crate::tools::{NOTICE_RESERVE, root, timed_out};
+
+const DESCRIPTION: &str = "Find files by path pattern: one absolute path per line, sorted. A pattern \
+without `/` matches file names at any depth (`*.md`); a pattern with `/` matches the path below \
+`path` (`src/**/*.rs`, `/*.toml` for the top level only). `*` and `?` stay within one directory, `**` \
+spans directories, `{a,b}` gives alternatives. Only files are listed, not directories.";
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GlobArgs {
+    /// The pattern, e.g. `*.py` or `docs/**/*.md`.
+    pattern: String,
+    /// Absolute path of the directory to search in.
+    #[serde(default = "root")]
+    path: String,
+}
+
+/// `glob`: lists matching files, hiding those the rules do not let the model read.
+#[derive(Debug, Clone)]
+pub struct GlobTool {
+    description: String,
+    schema: Value,
+}
+
+impl GlobTool {
+    /// The tool with its default description.
+    pub fn new() -> Self {
+        Self {
+            description: DESCRIPTION.to_owned(),
+            schema: parameters_schema::<GlobArgs>(),
+        }
+    }
+
+    /// Replace the model-facing description.
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+}
+
+impl Default for GlobTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for GlobTool {
+    fn name(&self) -> &str {
+        "glob"
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.schema
+    }
+
+    fn bounds_own_output(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
+        match self.run(args, ctx).await {
+            Ok(out) | Err(out) => out,
+        }
+    }
+}
+
+impl GlobTool {
+    async fn run(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let args: GlobArgs = parse_args(self.name(), &self.schema, args)?;
+        let base = parse_path("path", &args.path)?;
+        ctx.check(Access::Read, &base)?;
+        if let Err(e) = GlobPattern::new(&args.pattern) {
+            return Err(ToolOutput::error(format!(
+                "invalid glob pattern {}: {e}.",
+                quote(&args.pattern, 200)
+            )));
+        }
+        let found = tokio::time::timeout(ctx.limits.search_timeout, ctx.backend.glob(&args.pattern, &base))
+            .await
+            .map_err(|_| timed_out("glob", ctx))?
+            .map_err(|e| ToolOutput::error(backend_error(&e)))?;
+        let lines: Vec<String> = found
+            .matches
+            .iter()
+            .filter(|e| ctx.visible(&e.path))
+            .map(|e| e.path.to_string())
+            .collect();
+        if lines.is_empty() {
+            if !ctx.backend.exists(&base).await.unwrap_or(true) {
+                return Err(ToolOutput::error(format!("directory not found: {base}.")));
+            }
+            let mut text = format!("No files match {} under {base}.", quote(&args.pattern, 200));
+            if found.truncated {
+                text.push_str(" [the search stopped at its size limit; use a narrower path]");
+            }
+            return Ok(ToolOutput::text(text));
+        }
+        let budget = ctx.limits.output_budget().saturating_sub(NOTICE_RESERVE);
+        let (mut text, shown) = cap_lines(&lines, ctx.limits.max_list_entries, budget);
+        if shown < lines.len() || found.truncated {
+            let total = if found.truncated {
+                format!("more than {}", lines.len())
+            } else {
+                lines.len().to_string()
+            };
+            text.push_str(&format!(
+                "\n\n[showing {shown} of {total} matching files; use a more specific pattern or path]"
+            ));
+        }
+        Ok(ToolOutput::text(text))
+    }
+}

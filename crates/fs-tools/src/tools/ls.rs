@@ -1,0 +1,121 @@
+//! `ls`: the direct children of a directory.
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+use trellis_backend::BackendError;
+
+use crate::args::{parameters_schema, parse_args};
+use crate::context::ToolContext;
+use crate::format::{backend_error, cap_lines, parse_path};
+use crate::permissions::Access;
+use crate::tool::{Tool, ToolOutput};
+use crate::tools::{NOTICE_RESERVE, root};
+
+const DESCRIPTION: &str = "List the files and directories directly inside a directory: one absolute \
+path per line, sorted, directories ending with `/`. Lists the root `/` when no path is given. To find \
+files at any depth use glob; to search their contents use grep.";
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct LsArgs {
+    /// Absolute path of the directory, e.g. `/src`.
+    #[serde(default = "root")]
+    path: String,
+}
+
+/// `ls`: lists one directory level, hiding entries the rules do not let the model read.
+#[derive(Debug, Clone)]
+pub struct LsTool {
+    description: String,
+    schema: Value,
+}
+
+impl LsTool {
+    /// The tool with its default description.
+    pub fn new() -> Self {
+        Self {
+            description: DESCRIPTION.to_owned(),
+            schema: parameters_schema::<LsArgs>(),
+        }
+    }
+
+    /// Replace the model-facing description.
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+}
+
+impl Default for LsTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait]
+impl Tool for LsTool {
+    fn name(&self) -> &str {
+        "ls"
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.schema
+    }
+
+    fn bounds_own_output(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
+        match self.run(args, ctx).await {
+            Ok(out) | Err(out) => out,
+        }
+    }
+}
+
+impl LsTool {
+    async fn run(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let args: LsArgs = parse_args(self.name(), &self.schema, args)?;
+        let dir = parse_path("path", &args.path)?;
+        ctx.check(Access::Read, &dir)?;
+        let entries = ctx.backend.ls(&dir).await.map_err(|e| {
+            ToolOutput::error(match e {
+                BackendError::NotFound { .. } => format!("directory not found: {dir}."),
+                BackendError::NotADirectory { .. } => {
+                    format!("{dir} is a file, not a directory; use read_file to read it.")
+                }
+                other => backend_error(&other),
+            })
+        })?;
+        let mut lines: Vec<String> = entries
+            .iter()
+            .filter(|e| ctx.visible(&e.path))
+            .map(|e| {
+                if e.is_dir() {
+                    format!("{}/", e.path)
+                } else {
+                    e.path.to_string()
+                }
+            })
+            .collect();
+        if lines.is_empty() {
+            return Ok(ToolOutput::text(format!("{dir} is empty.")));
+        }
+        lines.sort();
+        let budget = ctx.limits.output_budget().saturating_sub(NOTICE_RESERVE);
+        let (mut text, shown) = cap_lines(&lines, ctx.limits.max_list_entries, budget);
+        if shown < lines.len() {
+            text.push_str(&format!(
+                "\n\n[showing {shown} of {} entries; use glob with a pattern to find specific files]",
+                lines.len()
+            ));
+        }
+        Ok(ToolOutput::text(text))
+    }
+}
