@@ -105,6 +105,12 @@ impl ObjectStoreBackend {
                 }
             }
         }
+        for (key, _) in &options.options {
+            check_option_key(&parsed, key).map_err(|reason| BackendError::InvalidPath {
+                path: url.to_owned(),
+                reason,
+            })?;
+        }
         opts.extend(options.options.iter().cloned());
         if parsed.scheme() == "file" {
             // object_store's local store needs the directory to exist.
@@ -221,6 +227,26 @@ impl ObjectStoreBackend {
         Ok(WriteOutcome {
             version: Some(encode_version(put.e_tag, put.version)),
         })
+    }
+}
+
+/// Refuse an explicit option the URL's store would silently ignore (object_store skips unknown
+/// keys), so a typo is an error rather than a surprise.
+fn check_option_key(url: &url::Url, key: &str) -> std::result::Result<(), String> {
+    use object_store::ObjectStoreScheme as Scheme;
+    let (scheme, _) = Scheme::parse(url).map_err(|e| e.to_string())?;
+    let lower = key.to_ascii_lowercase();
+    let known = match scheme {
+        Scheme::AmazonS3 => lower.parse::<object_store::aws::AmazonS3ConfigKey>().is_ok(),
+        Scheme::GoogleCloudStorage => lower.parse::<object_store::gcp::GoogleConfigKey>().is_ok(),
+        Scheme::MicrosoftAzure => lower.parse::<object_store::azure::AzureConfigKey>().is_ok(),
+        // Local and in-memory stores take no options.
+        _ => false,
+    };
+    if known {
+        Ok(())
+    } else {
+        Err(format!("unknown option `{key}` for this store"))
     }
 }
 

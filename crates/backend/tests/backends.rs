@@ -137,9 +137,7 @@ async fn conformance_azure() {
         return;
     };
     conformance::run("azure", || {
-        let options = StoreOptions::default()
-            .with("azure_storage_use_emulator", "true")
-            .with("azure_allow_http", "true");
+        let options = StoreOptions::default().with("azure_storage_use_emulator", "true");
         // object_store reads the emulator's address from this variable in emulator mode.
         assert_eq!(
             std::env::var("AZURITE_BLOB_STORAGE_URL").ok().as_deref(),
@@ -150,6 +148,31 @@ async fn conformance_azure() {
         async move { Target::whole(Arc::new(backend)) }
     })
     .await;
+}
+
+#[test]
+fn unknown_store_options_are_refused() {
+    let err = ObjectStoreBackend::from_url(
+        "s3://bucket/p",
+        &StoreOptions::default().with("aws_endpiont", "x"),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("unknown option `aws_endpiont`"), "{err}");
+    let err = ObjectStoreBackend::from_url("memory://", &StoreOptions::default().with("timeout", "1s"))
+        .unwrap_err();
+    assert!(
+        matches!(err, trellis_backend::BackendError::InvalidPath { .. }),
+        "{err}"
+    );
+    let err = ObjectStoreBackend::from_url("ftp://host/x", &StoreOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("ftp://host/x"), "{err}");
+    assert!(
+        ObjectStoreBackend::from_url(
+            "s3://bucket/p",
+            &StoreOptions::default().with("AWS_REGION", "eu-west-1")
+        )
+        .is_ok()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
