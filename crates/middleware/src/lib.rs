@@ -1,1 +1,108 @@
-//! Placeholder: filled in by its issue.
+//! # trellis-middleware
+//!
+//! The runtime every Trellis consumer is written against:
+//!
+//! * the conversation vocabulary ([`Message`], [`SystemBlock`] with cache breakpoints, [`ToolCall`],
+//!   [`ModelRequest`], [`ModelResponse`], [`Usage`]);
+//! * the [`ChatModel`] trait with declared [`ModelCapabilities`], and [`ScriptedModel`] for tests;
+//! * the [`Middleware`] protocol — `before_agent`, `before_model`, `wrap_model_call`, `after_model`,
+//!   `wrap_tool_call`, `after_agent` — with typed [`State`] slots (private ones never leave the thread);
+//! * the agent loop ([`Agent`]): concurrent tool calls with results in call order, a step limit,
+//!   unknown/failing/panicking tools answered as errors, clean cancellation, run events;
+//! * threads and checkpoints ([`Checkpointer`], [`InMemoryCheckpointer`], [`BackendCheckpointer`] with
+//!   version-checked writes over any storage backend, object stores included);
+//! * [`FsTool`], which runs the file tools of `trellis-fs-tools` in the loop;
+//! * core middlewares: [`PatchToolCallsMiddleware`], [`ModelRetryMiddleware`],
+//!   [`TokenUsageMiddleware`], [`PromptCachingMiddleware`], [`TodoListMiddleware`].
+//!
+//! ```
+//! use std::sync::Arc;
+//! use serde_json::json;
+//! use trellis_middleware::*;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! // A model that calls a tool, answers, and answers again on the next run.
+//! let model = Arc::new(
+//!     ScriptedModel::new()
+//!         .then_tool_calls([ToolCall::new("c1", "add", json!({"a": 2, "b": 3}))])
+//!         .then_text("2 + 3 = 5")
+//!         .then_text("You're welcome."),
+//! );
+//! let add = FnTool::new("add", "Add two numbers.", json!({"type": "object"}), |args| async move {
+//!     let sum = args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0);
+//!     Ok(ToolOutput::text(sum.to_string()))
+//! });
+//! let agent = Agent::builder(model.clone())
+//!     .system_prompt("You are a calculator.")
+//!     .tool(add)
+//!     .middleware(PatchToolCallsMiddleware::new())
+//!     .middleware(ModelRetryMiddleware::default())
+//!     .middleware(TokenUsageMiddleware::new())
+//!     .middleware(PromptCachingMiddleware::new())
+//!     .build()?;
+//!
+//! let out = agent.run(RunInput::human("What is 2 + 3?")).await?;
+//! assert_eq!(out.final_text().as_deref(), Some("2 + 3 = 5"));
+//! // The second request carried the tool's result.
+//! let second = &model.requests()[1];
+//! assert_eq!(second.messages.last().map(Message::text).as_deref(), Some("5"));
+//!
+//! // Continue the thread: it was checkpointed (in memory by default).
+//! let out = agent.run(RunInput::human("Thanks!").thread(out.thread_id)).await?;
+//! assert_eq!(out.state.messages.len(), 6);
+//! assert_eq!(out.state.get(&TOKEN_USAGE)?.map(|u| u.model_calls), Some(3));
+//! # Ok::<(), AgentError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! Middleware order matters: the first registered is the outermost. The core stack, in the
+//! recommended order: [`TodoListMiddleware`], [`PatchToolCallsMiddleware`], [`ModelRetryMiddleware`],
+//! [`TokenUsageMiddleware`], then the middlewares that add stable system text, then
+//! [`PromptCachingMiddleware`], then those whose text changes (memory).
+
+#![warn(missing_docs)]
+
+mod agent;
+mod checkpoint;
+mod context;
+mod error;
+mod events;
+mod fs_tool;
+mod message;
+mod messages;
+mod middleware;
+mod middlewares;
+mod model;
+mod run;
+mod scripted;
+mod state;
+mod tool;
+mod util;
+
+pub use agent::{Agent, AgentBuilder, DEFAULT_MAX_STEPS};
+pub use checkpoint::{
+    BackendCheckpointer, CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointVersion, Checkpointer,
+    InMemoryCheckpointer, StoredCheckpoint,
+};
+pub use context::{Extensions, InvalidThreadId, RunContext, ThreadId};
+pub use error::{AgentError, BoxError};
+pub use events::{EventSink, RunEvent};
+pub use fs_tool::FsTool;
+pub use message::{
+    AiMessage, CacheTtl, ContentBlock, HumanMessage, ImageSource, Message, MessageMeta, SystemBlock,
+    SystemMessage, ToolCall, ToolMessage,
+};
+pub use messages::Messages;
+pub use middleware::{AfterAgent, Middleware, Next, ToolNext};
+pub use middlewares::{
+    ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware, RetryConfig, TODOS, TOKEN_USAGE,
+    Todo, TodoListMiddleware, TodoStatus, TokenUsage, TokenUsageMiddleware, WriteTodosTool,
+};
+pub use model::{
+    ChatModel, ModelCapabilities, ModelError, ModelRequest, ModelResponse, ResponseFormat, StopReason,
+    ToolChoice, ToolSpec, Usage,
+};
+pub use run::{RunInput, RunOutput};
+pub use scripted::ScriptedModel;
+pub use state::{PublicState, Slot, SlotValue, State, StateError, StateUpdates};
+pub use tool::{AgentTool, FnTool, ToolContext, ToolError, ToolOutput, parse_args, tool_schema};

@@ -1,0 +1,177 @@
+//! Framework overhead per model call: a scripted model that costs (almost) nothing, 50 tool-calling
+//! turns and a final answer per run, so everything measured is the loop, the middleware stack, the
+//! tool dispatch and the checkpointing. Prints one JSON object.
+//!
+//! `cargo bench -p trellis-middleware --bench loop_overhead`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use trellis_middleware::*;
+
+const TURNS: usize = 50;
+const CALLS_PER_RUN: usize = TURNS + 1;
+const WARMUP_RUNS: usize = 20;
+const RUNS: usize = 200;
+
+/// Answers with a tool call for 50 calls, then with text; and again for the next run.
+fn model() -> Arc<ScriptedModel> {
+    let counter = AtomicUsize::new(0);
+    Arc::new(
+        ScriptedModel::from_fn(move |_req| {
+            let n = counter.fetch_add(1, Ordering::Relaxed) % CALLS_PER_RUN;
+            let message = if n < TURNS {
+                AiMessage::tool_calls([ToolCall::new(format!("call_{n}"), "noop", json!({"n": n}))])
+            } else {
+                AiMessage::text("done")
+            };
+            Ok(ModelResponse::new(message))
+        })
+        .with_capabilities(ModelCapabilities {
+            prompt_caching: true,
+            max_cache_breakpoints: 4,
+            ..ModelCapabilities::default()
+        })
+        .without_recording(),
+    )
+}
+
+fn noop_tool() -> FnTool {
+    FnTool::new(
+        "noop",
+        "Does nothing.",
+        json!({"type": "object"}),
+        |_| async move { Ok(ToolOutput::text("ok")) },
+    )
+}
+
+/// Ten more tools with schemas of a realistic size (the file tools, `task`, …).
+fn with_extra_tools(mut builder: AgentBuilder) -> AgentBuilder {
+    for i in 0..10 {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Absolute path of the file to work on."},
+                "offset": {"type": "integer", "description": "First line to read, 0-based."},
+                "limit": {"type": "integer", "description": "How many lines to read at most."},
+                "pattern": {"type": "string", "description": "A glob pattern such as **/*.md."},
+            },
+            "required": ["path"],
+        });
+        builder = builder.tool(FnTool::new(
+            format!("tool_{i}"),
+            "A tool with a description of typical length, telling the model what it does and when to use it.",
+            schema,
+            |_| async move { Ok(ToolOutput::text("ok")) },
+        ));
+    }
+    builder
+}
+
+fn core_stack(builder: AgentBuilder) -> AgentBuilder {
+    builder
+        .middleware(TodoListMiddleware::new())
+        .middleware(PatchToolCallsMiddleware::new())
+        .middleware(ModelRetryMiddleware::default())
+        .middleware(TokenUsageMiddleware::new())
+        .middleware(PromptCachingMiddleware::new())
+}
+
+fn median(mut xs: Vec<Duration>) -> Duration {
+    xs.sort();
+    xs[xs.len() / 2]
+}
+
+/// Median wall time of one run.
+fn measure(rt: &tokio::runtime::Runtime, agent: &Agent) -> Duration {
+    let one = || {
+        rt.block_on(async {
+            let start = Instant::now();
+            let out = agent.run(RunInput::human("go")).await.unwrap();
+            let elapsed = start.elapsed();
+            assert_eq!(out.model_calls as usize, CALLS_PER_RUN);
+            elapsed
+        })
+    };
+    for _ in 0..WARMUP_RUNS {
+        one();
+    }
+    median((0..RUNS).map(|_| one()).collect())
+}
+
+/// Median time of the model alone for one run's worth of calls (subtracted from the loop's time).
+fn model_floor(rt: &tokio::runtime::Runtime) -> Duration {
+    let model = model();
+    let one = || {
+        rt.block_on(async {
+            let start = Instant::now();
+            for _ in 0..CALLS_PER_RUN {
+                model.invoke(ModelRequest::default()).await.unwrap();
+            }
+            start.elapsed()
+        })
+    };
+    for _ in 0..WARMUP_RUNS {
+        one();
+    }
+    median((0..RUNS).map(|_| one()).collect())
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let floor = model_floor(&rt);
+
+    let base = || {
+        Agent::builder(model())
+            .system_prompt("You are a benchmark.")
+            .tool(noop_tool())
+    };
+    let scenarios = [
+        (
+            "bare_loop_no_checkpointer",
+            base().without_checkpointer().build().unwrap(),
+        ),
+        ("bare_loop_in_memory_checkpointer", base().build().unwrap()),
+        (
+            "core_stack_no_checkpointer",
+            core_stack(base().without_checkpointer()).build().unwrap(),
+        ),
+        (
+            "core_stack_in_memory_checkpointer",
+            core_stack(base()).build().unwrap(),
+        ),
+        (
+            "core_stack_in_memory_checkpointer_12_tools",
+            core_stack(with_extra_tools(base())).build().unwrap(),
+        ),
+    ];
+
+    let mut results = Vec::new();
+    for (name, agent) in &scenarios {
+        let per_run = measure(&rt, agent);
+        let per_call = per_run.as_secs_f64() * 1e6 / CALLS_PER_RUN as f64;
+        let overhead = per_run.saturating_sub(floor).as_secs_f64() * 1e6 / CALLS_PER_RUN as f64;
+        results.push(json!({
+            "scenario": name,
+            "median_run_us": (per_run.as_secs_f64() * 1e6 * 10.0).round() / 10.0,
+            "per_call_us": (per_call * 100.0).round() / 100.0,
+            "overhead_per_call_us": (overhead * 100.0).round() / 100.0,
+        }));
+    }
+    let report = json!({
+        "benchmark": "loop_overhead",
+        "turns": TURNS,
+        "model_calls_per_run": CALLS_PER_RUN,
+        "runs": RUNS,
+        "model_floor_per_call_us": (floor.as_secs_f64() * 1e6 / CALLS_PER_RUN as f64 * 100.0).round() / 100.0,
+        "target_per_call_us": 50,
+        "results": results,
+    });
+    println!("{}", serde_json::to_string_pretty(&report).unwrap());
+}

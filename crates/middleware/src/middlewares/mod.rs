@@ -1,0 +1,13 @@
+//! The core middlewares.
+
+mod patch_tool_calls;
+mod prompt_caching;
+mod retry;
+mod todo;
+mod token_usage;
+
+pub use patch_tool_calls::PatchToolCallsMiddleware;
+pub use prompt_caching::PromptCachingMiddleware;
+pub use retry::{ModelRetryMiddleware, RetryConfig};
+pub use todo::{TODOS, Todo, TodoListMiddleware, TodoStatus, WriteTodosTool};
+pub use token_usage::{TOKEN_USAGE, TokenUsage, TokenUsageMiddleware};

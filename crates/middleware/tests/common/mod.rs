@@ -1,0 +1,128 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use trellis_middleware::*;
+
+/// A shared, ordered log.
+#[derive(Debug, Clone, Default)]
+pub struct Log(Arc<Mutex<Vec<String>>>);
+
+impl Log {
+    pub fn push(&self, entry: impl Into<String>) {
+        self.0.lock().unwrap().push(entry.into());
+    }
+
+    pub fn entries(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// Logs every hook it sees as `{name}.{hook}`.
+#[derive(Debug)]
+pub struct Recorder {
+    pub name: &'static str,
+    pub log: Log,
+}
+
+#[async_trait]
+impl Middleware for Recorder {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    async fn before_agent(&self, _state: &mut State, _cx: &RunContext) -> Result<(), AgentError> {
+        self.log.push(format!("{}.before_agent", self.name));
+        Ok(())
+    }
+
+    async fn before_model(&self, _state: &mut State, _cx: &RunContext) -> Result<(), AgentError> {
+        self.log.push(format!("{}.before_model", self.name));
+        Ok(())
+    }
+
+    async fn wrap_model_call(
+        &self,
+        request: ModelRequest,
+        state: &mut State,
+        cx: &RunContext,
+        next: Next<'_>,
+    ) -> Result<ModelResponse, AgentError> {
+        self.log.push(format!("{}.wrap_model_call>", self.name));
+        let out = next.run(request, state, cx).await;
+        self.log.push(format!("{}.wrap_model_call<", self.name));
+        out
+    }
+
+    async fn after_model(
+        &self,
+        _response: &mut ModelResponse,
+        _state: &mut State,
+        _cx: &RunContext,
+    ) -> Result<(), AgentError> {
+        self.log.push(format!("{}.after_model", self.name));
+        Ok(())
+    }
+
+    async fn wrap_tool_call(
+        &self,
+        call: ToolCall,
+        cx: &ToolContext<'_>,
+        next: ToolNext<'_>,
+    ) -> Result<ToolOutput, AgentError> {
+        self.log
+            .push(format!("{}.wrap_tool_call>{}", self.name, call.name));
+        let out = next.run(call, cx).await;
+        self.log.push(format!("{}.wrap_tool_call<", self.name));
+        out
+    }
+
+    async fn after_agent(&self, _state: &mut State, _cx: &RunContext) -> Result<AfterAgent, AgentError> {
+        self.log.push(format!("{}.after_agent", self.name));
+        Ok(AfterAgent::Finish)
+    }
+}
+
+pub fn object_schema() -> Value {
+    json!({"type": "object", "properties": {"text": {"type": "string"}}})
+}
+
+/// `echo`: answers with its `text` argument.
+pub fn echo_tool() -> FnTool {
+    FnTool::new("echo", "Repeat the text.", object_schema(), |args| async move {
+        Ok(ToolOutput::text(args["text"].as_str().unwrap_or_default()))
+    })
+}
+
+pub fn call(id: &str, name: &str, args: Value) -> ToolCall {
+    ToolCall::new(id, name, args)
+}
+
+/// A compact, readable shape of a conversation: `human:hi`, `ai:calls[a,b]`, `tool:a!` (error).
+pub fn shape<'a>(messages: impl IntoIterator<Item = &'a Message>) -> Vec<String> {
+    messages
+        .into_iter()
+        .map(|m| match m {
+            Message::Human(h) => format!("human:{}", Message::Human(h.clone()).text()),
+            Message::Ai(ai) if ai.has_tool_calls() => {
+                let ids: Vec<&str> = ai.calls().map(|c| c.id.as_str()).collect();
+                format!("ai:calls[{}]", ids.join(","))
+            }
+            Message::Ai(ai) => format!("ai:{}", ai.text_content()),
+            Message::Tool(t) => format!("tool:{}{}", t.call_id, if t.is_error { "!" } else { "" }),
+            Message::System(_) => "system".to_owned(),
+        })
+        .collect()
+}
+
+/// The text of the tool result answering `call_id`.
+pub fn tool_result<'a>(messages: impl IntoIterator<Item = &'a Message>, call_id: &str) -> &'a ToolMessage {
+    messages
+        .into_iter()
+        .filter_map(Message::as_tool)
+        .find(|t| t.call_id == call_id)
+        .unwrap_or_else(|| panic!("no result for {call_id}"))
+}
