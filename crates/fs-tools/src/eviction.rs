@@ -39,10 +39,22 @@ const MAX_ID_CHARS: usize = 128;
 ///
 /// [`Limits::evict_over_chars`]: crate::Limits::evict_over_chars
 pub async fn evict_large_output(tool: &dyn Tool, output: ToolOutput, ctx: &ToolContext) -> ToolOutput {
+    if tool.bounds_own_output() {
+        return output;
+    }
+    evict_if_large(tool.name(), output, ctx).await
+}
+
+/// Evict `output` when it is over [`Limits::evict_over_chars`], whatever tool produced it: the
+/// mechanism behind [`evict_large_output`], for callers (such as a middleware wrapping tools that are
+/// not file tools) that have no [`Tool`] at hand. `tool_name` is only used in logs.
+///
+/// [`Limits::evict_over_chars`]: crate::Limits::evict_over_chars
+pub async fn evict_if_large(tool_name: &str, output: ToolOutput, ctx: &ToolContext) -> ToolOutput {
     let Some(limit) = ctx.limits.evict_over_chars else {
         return output;
     };
-    if tool.bounds_own_output() || output.content.len() <= limit {
+    if output.content.len() <= limit {
         return output;
     }
     let chars = output.content.chars().count();
@@ -61,7 +73,7 @@ pub async fn evict_large_output(tool: &dyn Tool, output: ToolOutput, ctx: &ToolC
              Page through it with read_file (offset and limit) or search it with grep.]\n{preview}"
         ),
         Err(e) => {
-            tracing::warn!(tool = tool.name(), error = %e, "could not save a large tool result");
+            tracing::warn!(tool = tool_name, error = %e, "could not save a large tool result");
             format!(
                 "[This result has {chars} characters, too many to show here, and saving it failed: {} \
                  Only this preview is available.]\n{preview}",

@@ -72,7 +72,7 @@ mod tools;
 
 pub use args::{describe_fields, parameters_schema, parse_args};
 pub use context::{Limits, ToolContext, UserIdentity};
-pub use eviction::{EvictLargeOutput, LARGE_RESULTS_DIR, evict_large_output};
+pub use eviction::{EvictLargeOutput, LARGE_RESULTS_DIR, evict_if_large, evict_large_output};
 pub use permissions::{Access, Effect, PermissionError, PermissionRule, Permissions};
 pub use tool::{Tool, ToolOutput};
 pub use tools::{

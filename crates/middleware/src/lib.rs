@@ -95,8 +95,9 @@ pub use message::{
 pub use messages::Messages;
 pub use middleware::{AfterAgent, Middleware, Next, ToolNext};
 pub use middlewares::{
-    ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware, RetryConfig, TODOS, TOKEN_USAGE,
-    Todo, TodoListMiddleware, TodoStatus, TokenUsage, TokenUsageMiddleware, WriteTodosTool,
+    FILESYSTEM_SECTION, FilesystemMiddleware, ModelRetryMiddleware, PatchToolCallsMiddleware,
+    PromptCachingMiddleware, RetryConfig, TODOS, TOKEN_USAGE, Todo, TodoListMiddleware, TodoStatus,
+    TokenUsage, TokenUsageMiddleware, WriteTodosTool,
 };
 pub use model::{
     ChatModel, ModelCapabilities, ModelError, ModelRequest, ModelResponse, ResponseFormat, StopReason,

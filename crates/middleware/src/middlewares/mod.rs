@@ -1,11 +1,13 @@
 //! The core middlewares.
 
+mod filesystem;
 mod patch_tool_calls;
 mod prompt_caching;
 mod retry;
 mod todo;
 mod token_usage;
 
+pub use filesystem::{FILESYSTEM_SECTION, FilesystemMiddleware};
 pub use patch_tool_calls::PatchToolCallsMiddleware;
 pub use prompt_caching::PromptCachingMiddleware;
 pub use retry::{ModelRetryMiddleware, RetryConfig};
