@@ -68,6 +68,7 @@ mod context;
 mod error;
 mod events;
 mod fs_tool;
+pub mod memory;
 mod message;
 mod messages;
 mod middleware;
@@ -88,6 +89,7 @@ pub use context::{Extensions, InvalidThreadId, RunContext, ThreadId};
 pub use error::{AgentError, BoxError};
 pub use events::{EventSink, RunEvent};
 pub use fs_tool::FsTool;
+pub use memory::{MEMORY, MemoryMiddleware};
 pub use message::{
     AiMessage, CacheTtl, ContentBlock, HumanMessage, ImageSource, Message, MessageMeta, SystemBlock,
     SystemMessage, ToolCall, ToolMessage,
