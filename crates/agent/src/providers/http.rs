@@ -1,0 +1,247 @@
+//! The HTTP plumbing every provider shares: a reqwest client with timeouts, one POST of a JSON body,
+//! transport failures mapped to [`ModelError::Transport`], and the `retry-after` hint.
+//!
+//! No retries happen here: the retry middleware owns them, so they can be configured and observed.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use trellis_middleware::ModelError;
+
+use super::ProviderError;
+
+/// Timeouts of a provider's HTTP client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// Time allowed to open a connection (TCP and TLS).
+    pub connect_timeout: Duration,
+    /// Time allowed for a whole call, from sending the request to reading the last byte of the answer.
+    /// Non-streaming calls that write long answers take minutes, hence the generous default.
+    pub request_timeout: Duration,
+}
+
+impl Default for HttpConfig {
+    /// 10 s to connect, 10 minutes per call.
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// An API key. Its `Debug` output never shows the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wrap a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The key itself, for a request header.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+impl<S: Into<String>> From<S> for ApiKey {
+    fn from(key: S) -> Self {
+        Self::new(key)
+    }
+}
+
+/// What came back from one POST: status, the retry hint and the whole body.
+#[derive(Debug)]
+pub(crate) struct HttpReply {
+    pub status: u16,
+    pub retry_after: Option<Duration>,
+    pub body: Bytes,
+}
+
+impl HttpReply {
+    pub(crate) fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// A reqwest client plus the headers sent with every request.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpClient {
+    client: reqwest::Client,
+    headers: HeaderMap,
+}
+
+impl HttpClient {
+    /// Build a client; `headers` go on every request (`content-type: application/json` is added).
+    pub(crate) fn new(config: &HttpConfig, mut headers: HeaderMap) -> Result<Self, ProviderError> {
+        install_crypto_provider();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .timeout(config.request_timeout)
+            .build()
+            .map_err(|e| ProviderError::Client {
+                message: error_chain(&e),
+            })?;
+        Ok(Self { client, headers })
+    }
+
+    /// POST `body` (JSON bytes) to `url`. Any answer with a status is `Ok`; only failures to get one
+    /// (connection, TLS, timeout, a body cut short) are `Err(ModelError::Transport)`.
+    pub(crate) async fn post_json(&self, url: &str, body: Vec<u8>) -> Result<HttpReply, ModelError> {
+        let response = self
+            .client
+            .post(url)
+            .headers(self.headers.clone())
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| transport(&e))?;
+        let status = response.status().as_u16();
+        let retry_after = retry_after(response.headers());
+        let body = response.bytes().await.map_err(|e| transport(&e))?;
+        Ok(HttpReply {
+            status,
+            retry_after,
+            body,
+        })
+    }
+}
+
+/// A header value that is never logged; an unusable value is a configuration error naming `what`.
+pub(crate) fn secret_header(value: &str, what: &str) -> Result<HeaderValue, ProviderError> {
+    let mut value = HeaderValue::from_str(value).map_err(|_| ProviderError::InvalidConfig {
+        message: format!("{what} contains characters that cannot be sent in an HTTP header"),
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+/// Insert a plain header.
+pub(crate) fn plain_header(
+    headers: &mut HeaderMap,
+    name: &'static str,
+    value: &str,
+) -> Result<(), ProviderError> {
+    let value = HeaderValue::from_str(value).map_err(|_| ProviderError::InvalidConfig {
+        message: format!("the value of header {name} is not a valid header value"),
+    })?;
+    headers.insert(HeaderName::from_static(name), value);
+    Ok(())
+}
+
+/// `base_url` without trailing slashes, checked to be an http(s) URL.
+pub(crate) fn normalize_base_url(base_url: &str) -> Result<String, ProviderError> {
+    let trimmed = base_url.trim().trim_end_matches('/');
+    let parsed = url::Url::parse(trimmed).map_err(|e| ProviderError::InvalidConfig {
+        message: format!("base URL `{base_url}` does not parse: {e}"),
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(ProviderError::InvalidConfig {
+            message: format!("base URL `{base_url}` must start with http:// or https://"),
+        });
+    }
+    Ok(trimmed.to_owned())
+}
+
+/// The delay a server asked for: `retry-after-ms` (milliseconds, sent by OpenAI) or `retry-after`
+/// (seconds, integer or decimal). HTTP-date values are ignored.
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let number = |name: &str| -> Option<f64> {
+        let value = headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok()?;
+        (value.is_finite() && value >= 0.0).then_some(value)
+    };
+    if let Some(ms) = number("retry-after-ms") {
+        return Duration::try_from_secs_f64(ms / 1000.0).ok();
+    }
+    number("retry-after").and_then(|s| Duration::try_from_secs_f64(s).ok())
+}
+
+fn transport(error: &reqwest::Error) -> ModelError {
+    let what = if error.is_timeout() {
+        "timed out: "
+    } else if error.is_connect() {
+        "cannot connect: "
+    } else {
+        ""
+    };
+    ModelError::Transport {
+        message: format!("{what}{}", error_chain(error)),
+    }
+}
+
+/// The error and its sources, joined with `: ` (reqwest's own message hides the cause).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+/// Install the process-wide rustls crypto provider (ring) once; reqwest is built without one.
+fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_milliseconds() {
+        let mut h = HeaderMap::new();
+        assert_eq!(retry_after(&h), None);
+        h.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+        h.insert("retry-after", HeaderValue::from_static("1.5"));
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(1500)));
+        h.insert("retry-after-ms", HeaderValue::from_static("250"));
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
+        let mut h = HeaderMap::new();
+        h.insert(
+            "retry-after",
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&h), None);
+        h.insert("retry-after", HeaderValue::from_static("-3"));
+        assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn base_urls_are_checked_and_trimmed() {
+        assert_eq!(
+            normalize_base_url("http://localhost:11434/v1/").unwrap(),
+            "http://localhost:11434/v1"
+        );
+        assert!(normalize_base_url("localhost:8080").is_err());
+        assert!(normalize_base_url("ftp://x").is_err());
+    }
+
+    #[test]
+    fn api_keys_do_not_leak_through_debug() {
+        let key = ApiKey::new("sk-secret");
+        assert!(!format!("{key:?}").contains("secret"));
+        assert_eq!(key.expose(), "sk-secret");
+    }
+}

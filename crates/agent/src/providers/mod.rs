@@ -1,0 +1,95 @@
+//! Model providers: [`ChatModel`](trellis_middleware::ChatModel) implementations that speak real wire
+//! formats over HTTP (reqwest with rustls).
+//!
+//! * [`anthropic`]: the Anthropic Messages API, with `cache_control` breakpoints (at most four),
+//!   tools, tool results, thinking blocks, images and usage including cache reads and writes.
+//! * [`openai`]: OpenAI Chat Completions, which also serves ollama, vLLM and llama.cpp servers through
+//!   a configurable base URL.
+//! * [`from_model_string`]: `anthropic:claude-sonnet-4-5`, `openai:gpt-4.1`,
+//!   `openai-compatible:<model>@<base_url>`, `ollama:<model>` → a provider, with keys from the usual
+//!   environment variables.
+//!
+//! Providers never retry (the retry middleware does) and never panic on what a server sends: every
+//! failure is a [`ModelError`](trellis_middleware::ModelError) of the right kind, with the
+//! server's `retry-after` hint where it gave one.
+//!
+//! Both providers render a mid-conversation [`Message::System`](trellis_middleware::Message::System)
+//! whose text cannot travel as a system message as a user-side text block between
+//! [`SYSTEM_REMINDER_OPEN`] and [`SYSTEM_REMINDER_CLOSE`].
+
+pub mod anthropic;
+mod error;
+mod http;
+pub mod openai;
+mod registry;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+pub use anthropic::{AnthropicConfig, AnthropicModel};
+pub use error::ProviderError;
+pub use http::{ApiKey, HttpConfig};
+pub use openai::{OpenAiConfig, OpenAiModel};
+pub use registry::{KNOWN_PROVIDERS, ModelSpec, from_model_string, from_model_string_with_env};
+
+/// Opens the marker around the text of a mid-conversation system message sent as user content.
+pub const SYSTEM_REMINDER_OPEN: &str = "<system-reminder>";
+/// Closes the marker opened by [`SYSTEM_REMINDER_OPEN`].
+pub const SYSTEM_REMINDER_CLOSE: &str = "</system-reminder>";
+
+/// `text` wrapped in the system-reminder marker, on lines of their own.
+pub(crate) fn system_reminder(text: &str) -> String {
+    format!("{SYSTEM_REMINDER_OPEN}\n{text}\n{SYSTEM_REMINDER_CLOSE}")
+}
+
+/// Add `extra` keys at the top level of a JSON object body; keys the provider set win.
+pub(crate) fn merge_extra(body: &mut Value, extra: &BTreeMap<String, Value>) {
+    if let Value::Object(map) = body {
+        for (key, value) in extra {
+            if map.contains_key(key) {
+                tracing::debug!(key, "request.extra key ignored: the provider sets it");
+            } else {
+                map.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+/// An `f32` as the `f64` with the same shortest decimal form (`0.7f32` → `0.7`, not `0.699999988…`).
+pub(crate) fn f32_to_f64(value: f32) -> f64 {
+    value.to_string().parse().unwrap_or(f64::from(value))
+}
+
+/// The start of a body, as text, for error messages.
+pub(crate) fn snippet(body: &[u8]) -> String {
+    const MAX: usize = 500;
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() {
+        return "empty body".to_owned();
+    }
+    match text.char_indices().nth(MAX) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_keep_their_short_form() {
+        assert_eq!(f32_to_f64(0.7).to_string(), "0.7");
+        assert_eq!(f32_to_f64(1.0).to_string(), "1");
+    }
+
+    #[test]
+    fn snippets_are_bounded_and_utf8_safe() {
+        assert_eq!(snippet(b""), "empty body");
+        let long = "é".repeat(600);
+        assert_eq!(snippet(long.as_bytes()).chars().count(), 501);
+        assert_eq!(snippet(&[0xff, 0xfe]), "\u{fffd}\u{fffd}");
+    }
+}

@@ -1,0 +1,265 @@
+//! The OpenAI Chat Completions provider ([`OpenAiModel`]), for OpenAI and for servers that speak the
+//! same API: ollama (`http://localhost:11434/v1`), vLLM, llama.cpp's `llama-server`.
+//!
+//! One non-streaming `POST {base_url}/chat/completions` per [`ChatModel::invoke`], with
+//! `Authorization: Bearer <key>` when a key is configured (local servers need none) and
+//! `content-type: application/json`. The request mapping is:
+//!
+//! * The system blocks are joined with a blank line into one leading `system` message (OpenAI caches
+//!   prefixes automatically, so breakpoints are ignored; many local chat templates accept a single
+//!   system message only, at the start).
+//! * Human messages: `content` is a string for a single text block, else an array of `text` and
+//!   `image_url` parts (inline images as `data:` URLs). AI messages: `content` (`null` when the message
+//!   only calls tools) and `tool_calls` `[{id, type: "function", function: {name, arguments}}]`, with
+//!   `arguments` a JSON string. Reasoning is not sent back. Tool results: `{"role": "tool",
+//!   "tool_call_id", "content"}`; images in tool results are replaced by
+//!   [`IMAGE_OMITTED`].
+//! * A mid-conversation [`Message::System`](trellis_middleware::Message::System): per
+//!   [`InlineSystem`], a `system` message in place (OpenAI accepts those) or a `user` message wrapped in
+//!   `<system-reminder>` (the default for other servers, whose templates often reject late system
+//!   messages). Its tools are appended to `tools`.
+//! * `tools` `[{type: "function", function: {name, description, parameters}}]`, `tool_choice`
+//!   (`auto`/`none`/`required`/`{type: "function", function: {name}}`, only with tools),
+//!   `response_format` `{type: "json_schema", json_schema: {name, schema, strict}}`, the output cap as
+//!   `max_completion_tokens` (or `max_tokens` for older servers, see [`MaxTokensField`]),
+//!   `temperature`; [`ModelRequest::extra`] keys are added at the top level unless already set.
+//!
+//! With a response format, the answer's text parsed as JSON is returned as
+//! [`ModelResponse::structured_output`].
+//!
+//! # Capabilities
+//!
+//! No prompt caching breakpoints (OpenAI caches long prefixes automatically; other servers do what
+//! they do), structured output, images per configuration. Tools arriving mid-conversation are declared
+//! unsupported: Chat Completions has a single top-level `tools` list that precedes the messages in
+//! every prefix cache, so a disclosed tool changes the start of the prompt. A `Message::System` that
+//! arrives anyway is still sent as described above.
+
+mod request;
+mod response;
+mod wire;
+
+use async_trait::async_trait;
+use reqwest::header::{AUTHORIZATION, HeaderMap};
+use serde_json::Value;
+use trellis_middleware::{ChatModel, ModelCapabilities, ModelError, ModelRequest, ModelResponse};
+
+pub use request::IMAGE_OMITTED;
+pub use response::{parse_error, parse_response};
+
+use super::http::{ApiKey, HttpClient, HttpConfig, normalize_base_url, secret_header};
+use super::{ProviderError, merge_extra};
+
+/// The public OpenAI API.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Which body field carries the output-token cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MaxTokensField {
+    /// `max_completion_tokens` (current OpenAI; required by reasoning models).
+    #[default]
+    MaxCompletionTokens,
+    /// `max_tokens` (deprecated by OpenAI, still the one some older servers read).
+    MaxTokens,
+}
+
+/// How a mid-conversation system message is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InlineSystem {
+    /// As a `system` message in place.
+    SystemRole,
+    /// As a `user` message wrapped in `<system-reminder>` … `</system-reminder>`.
+    #[default]
+    UserMarker,
+}
+
+/// How to reach one Chat Completions model.
+#[derive(Debug, Clone)]
+pub struct OpenAiConfig {
+    /// The model id, e.g. `gpt-4.1` or `qwen3:8b`.
+    pub model: String,
+    /// The key sent as `Authorization: Bearer …`; `None` sends no `Authorization` header.
+    pub api_key: Option<ApiKey>,
+    /// Base URL up to and without `/chat/completions`, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Declared context window, where known.
+    pub context_window: Option<u64>,
+    /// Declared support for images.
+    pub images: bool,
+    /// Declared support for `response_format` (json_schema).
+    pub structured_output: bool,
+    /// Where the output cap goes.
+    pub max_tokens_field: MaxTokensField,
+    /// How mid-conversation system messages are sent.
+    pub inline_system: InlineSystem,
+    /// Timeouts.
+    pub http: HttpConfig,
+}
+
+impl OpenAiConfig {
+    /// OpenAI itself: images, structured output, system messages in place, and the context window of
+    /// known model families ([`known_context_window`]).
+    pub fn openai(model: impl Into<String>, api_key: impl Into<ApiKey>) -> Self {
+        let model = model.into();
+        Self {
+            context_window: known_context_window(&model),
+            model,
+            api_key: Some(api_key.into()),
+            base_url: DEFAULT_BASE_URL.to_owned(),
+            images: true,
+            structured_output: true,
+            max_tokens_field: MaxTokensField::MaxCompletionTokens,
+            inline_system: InlineSystem::SystemRole,
+            http: HttpConfig::default(),
+        }
+    }
+
+    /// Another server speaking Chat Completions at `base_url` (e.g. `http://localhost:11434/v1`): no
+    /// key, no declared images or context window (set them if the model has them), structured output
+    /// declared (ollama, vLLM and llama.cpp accept `json_schema`), late system messages as user text.
+    pub fn compatible(model: impl Into<String>, base_url: impl Into<String>) -> Self {
+        Self {
+            model: model.into(),
+            api_key: None,
+            base_url: base_url.into(),
+            context_window: None,
+            images: false,
+            structured_output: true,
+            max_tokens_field: MaxTokensField::MaxCompletionTokens,
+            inline_system: InlineSystem::UserMarker,
+            http: HttpConfig::default(),
+        }
+    }
+
+    /// Use another base URL.
+    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into();
+        self
+    }
+
+    /// Send this key as `Authorization: Bearer …`.
+    pub fn with_api_key(mut self, api_key: impl Into<ApiKey>) -> Self {
+        self.api_key = Some(api_key.into());
+        self
+    }
+
+    /// Declare a context window.
+    pub fn with_context_window(mut self, tokens: u64) -> Self {
+        self.context_window = Some(tokens);
+        self
+    }
+
+    /// Set the timeouts.
+    pub fn with_http(mut self, http: HttpConfig) -> Self {
+        self.http = http;
+        self
+    }
+}
+
+/// Context windows of OpenAI model families, by id prefix: `gpt-4.1` 1,047,576; `gpt-5` 400,000;
+/// `o1`, `o3`, `o4` 200,000; `gpt-4o` 128,000. `None` for anything else.
+pub fn known_context_window(model: &str) -> Option<u64> {
+    const TABLE: &[(&str, u64)] = &[
+        ("gpt-4.1", 1_047_576),
+        ("gpt-5", 400_000),
+        ("o1", 200_000),
+        ("o3", 200_000),
+        ("o4", 200_000),
+        ("gpt-4o", 128_000),
+    ];
+    TABLE
+        .iter()
+        .find(|(prefix, _)| model.starts_with(prefix))
+        .map(|&(_, tokens)| tokens)
+}
+
+/// A model behind a Chat Completions endpoint.
+#[derive(Debug, Clone)]
+pub struct OpenAiModel {
+    config: OpenAiConfig,
+    endpoint: String,
+    client: HttpClient,
+}
+
+impl OpenAiModel {
+    /// Build the provider (and its HTTP client). Fails on a base URL that is not http(s) or a key that
+    /// cannot be sent as a header.
+    pub fn new(mut config: OpenAiConfig) -> Result<Self, ProviderError> {
+        config.base_url = normalize_base_url(&config.base_url)?;
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &config.api_key {
+            let bearer = format!("Bearer {}", key.expose());
+            headers.insert(AUTHORIZATION, secret_header(&bearer, "the OpenAI API key")?);
+        }
+        let client = HttpClient::new(&config.http, headers)?;
+        let endpoint = format!("{}/chat/completions", config.base_url);
+        Ok(Self {
+            config,
+            endpoint,
+            client,
+        })
+    }
+
+    /// The configuration (its `Debug` output hides the key).
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+
+    /// The URL requests are posted to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The exact JSON body [`invoke`](ChatModel::invoke) would send for `request`.
+    pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
+        let body = request::build(
+            request,
+            &self.config.model,
+            self.config.max_tokens_field,
+            self.config.inline_system,
+        );
+        let mut body = serde_json::to_value(body).map_err(|e| ModelError::Other {
+            message: format!("cannot serialize the Chat Completions request: {e}"),
+        })?;
+        merge_extra(&mut body, &request.extra);
+        Ok(body)
+    }
+}
+
+#[async_trait]
+impl ChatModel for OpenAiModel {
+    fn id(&self) -> &str {
+        &self.config.model
+    }
+
+    fn capabilities(&self) -> ModelCapabilities {
+        ModelCapabilities {
+            prompt_caching: false,
+            max_cache_breakpoints: 0,
+            tools_mid_conversation: false,
+            structured_output: self.config.structured_output,
+            images: self.config.images,
+            context_window: self.config.context_window,
+        }
+    }
+
+    async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        let body = self.request_body(&request)?;
+        let bytes = serde_json::to_vec(&body).map_err(|e| ModelError::Other {
+            message: format!("cannot serialize the Chat Completions request: {e}"),
+        })?;
+        tracing::debug!(model = %self.config.model, bytes = bytes.len(), "POST {}", self.endpoint);
+        let reply = self.client.post_json(&self.endpoint, bytes).await?;
+        if !reply.is_success() {
+            return Err(parse_error(reply.status, reply.retry_after, &reply.body));
+        }
+        let mut response = parse_response(&reply.body)?;
+        if request.response_format.is_some() {
+            response.structured_output = response::structured_output(&response);
+            if response.structured_output.is_none() && !response.message.has_tool_calls() {
+                tracing::warn!(model = %self.config.model, "structured output requested but the answer is not JSON");
+            }
+        }
+        Ok(response)
+    }
+}

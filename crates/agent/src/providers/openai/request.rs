@@ -1,0 +1,214 @@
+//! [`ModelRequest`] → Chat Completions request body.
+//!
+//! * The system blocks are joined with a blank line (`"\n\n"`) into **one** leading `system` message:
+//!   OpenAI caches prefixes on its own (breakpoints mean nothing here), and many local chat templates
+//!   accept a single system message at the start only.
+//! * Human messages: `content` is a string when the message is one text block, an array of `text` and
+//!   `image_url` parts otherwise (inline images become `data:` URLs).
+//! * AI messages: text blocks concatenated into `content` (`null` when the message only calls tools),
+//!   tool calls as `tool_calls` with `arguments` as a JSON string (arguments kept as a raw string
+//!   because they were not JSON are sent back verbatim). Reasoning blocks are not sent back.
+//! * Tool messages: `{"role": "tool", "tool_call_id", "content"}` with the text of the result; tool
+//!   messages cannot carry images, so an image is replaced by [`IMAGE_OMITTED`]. `is_error` has no
+//!   field; the result text says what failed.
+//! * A mid-conversation [`Message::System`]: a `system` message in place, or a `user` message wrapped
+//!   in the system-reminder marker, per [`InlineSystem`]; its tools are appended to `tools` after the
+//!   request's own (names already listed are skipped).
+//! * `tool_choice` only when there are tools; `response_format` as `json_schema`; the output cap as
+//!   `max_completion_tokens` or `max_tokens` per [`MaxTokensField`].
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+
+use serde_json::Value;
+use trellis_middleware::{ContentBlock, ImageSource, Message, ModelRequest, ToolChoice};
+
+use super::wire;
+use super::{InlineSystem, MaxTokensField};
+use crate::providers::{f32_to_f64, system_reminder};
+
+/// Sent in place of an image in a tool result (Chat Completions tool messages are text only).
+pub const IMAGE_OMITTED: &str = "[image omitted: tool results cannot carry images on this API]";
+
+/// Build the request body.
+pub(crate) fn build<'a>(
+    request: &'a ModelRequest,
+    model: &'a str,
+    max_tokens_field: MaxTokensField,
+    inline_system: InlineSystem,
+) -> wire::Request<'a> {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    let system: Vec<&str> = request
+        .system
+        .iter()
+        .map(|b| b.text.as_str())
+        .filter(|t| !t.is_empty())
+        .collect();
+    if !system.is_empty() {
+        messages.push(wire::Message::System {
+            content: Cow::Owned(system.join("\n\n")),
+        });
+    }
+
+    let mut disclosed = Vec::new();
+    for message in request.messages.iter() {
+        match message {
+            Message::Human(m) => messages.push(wire::Message::User {
+                content: user_content(&m.content),
+            }),
+            Message::Ai(m) => messages.push(assistant(&m.content)),
+            Message::Tool(m) => messages.push(wire::Message::Tool {
+                tool_call_id: &m.call_id,
+                content: tool_text(&m.content),
+            }),
+            Message::System(m) => {
+                disclosed.extend(m.tools.iter());
+                let text: String = m.content.iter().filter_map(ContentBlock::as_text).collect();
+                if text.is_empty() {
+                    continue;
+                }
+                messages.push(match inline_system {
+                    InlineSystem::SystemRole => wire::Message::System {
+                        content: Cow::Owned(text),
+                    },
+                    InlineSystem::UserMarker => wire::Message::User {
+                        content: wire::UserContent::Text(Cow::Owned(system_reminder(&text))),
+                    },
+                });
+            }
+        }
+    }
+
+    let mut names: HashSet<&str> = HashSet::new();
+    let tools: Vec<wire::Tool<'a>> = request
+        .tools
+        .iter()
+        .map(|spec| &**spec)
+        .chain(disclosed)
+        .filter(|spec| names.insert(spec.name.as_str()))
+        .map(|spec| wire::Tool {
+            kind: "function",
+            function: wire::FunctionDef {
+                name: &spec.name,
+                description: &spec.description,
+                parameters: &spec.parameters,
+            },
+        })
+        .collect();
+
+    let tool_choice = match &request.tool_choice {
+        _ if tools.is_empty() => None,
+        None => None,
+        Some(ToolChoice::Auto) => Some(wire::ToolChoice::Mode("auto")),
+        Some(ToolChoice::None) => Some(wire::ToolChoice::Mode("none")),
+        Some(ToolChoice::Required) => Some(wire::ToolChoice::Mode("required")),
+        Some(ToolChoice::Tool { name }) => Some(wire::ToolChoice::Function {
+            kind: "function",
+            function: wire::Named { name },
+        }),
+    };
+
+    let response_format = request.response_format.as_ref().map(|f| wire::ResponseFormat {
+        kind: "json_schema",
+        json_schema: wire::JsonSchema {
+            name: &f.name,
+            schema: &f.schema,
+            strict: f.strict,
+        },
+    });
+
+    let (max_completion_tokens, max_tokens) = match max_tokens_field {
+        MaxTokensField::MaxCompletionTokens => (request.max_output_tokens, None),
+        MaxTokensField::MaxTokens => (None, request.max_output_tokens),
+    };
+
+    wire::Request {
+        model,
+        messages,
+        tools,
+        tool_choice,
+        response_format,
+        max_completion_tokens,
+        max_tokens,
+        temperature: request.temperature.map(f32_to_f64),
+    }
+}
+
+fn image_url(source: &ImageSource) -> wire::Part<'_> {
+    let url = match source {
+        ImageSource::Base64 { media_type, data } => Cow::Owned(format!("data:{media_type};base64,{data}")),
+        ImageSource::Url { url } => Cow::Borrowed(url.as_str()),
+    };
+    wire::Part::ImageUrl {
+        image_url: wire::ImageUrl { url },
+    }
+}
+
+fn user_content(content: &[ContentBlock]) -> wire::UserContent<'_> {
+    if let [ContentBlock::Text { text }] = content {
+        return wire::UserContent::Text(Cow::Borrowed(text));
+    }
+    let parts: Vec<wire::Part<'_>> = content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(wire::Part::Text {
+                text: Cow::Borrowed(text),
+            }),
+            ContentBlock::Image { source } => Some(image_url(source)),
+            _ => None,
+        })
+        .collect();
+    if parts.is_empty() {
+        wire::UserContent::Text(Cow::Borrowed(""))
+    } else {
+        wire::UserContent::Parts(parts)
+    }
+}
+
+fn assistant(content: &[ContentBlock]) -> wire::Message<'_> {
+    let text: String = content.iter().filter_map(ContentBlock::as_text).collect();
+    let tool_calls: Vec<wire::ToolCall<'_>> = content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::ToolUse(call) => Some(wire::ToolCall {
+                id: &call.id,
+                kind: "function",
+                function: wire::FunctionCall {
+                    name: &call.name,
+                    arguments: match &call.args {
+                        Value::String(raw) => Cow::Borrowed(raw.as_str()),
+                        args => Cow::Owned(args.to_string()),
+                    },
+                },
+            }),
+            _ => None,
+        })
+        .collect();
+    let content = if text.is_empty() && !tool_calls.is_empty() {
+        None
+    } else {
+        Some(Cow::Owned(text))
+    };
+    wire::Message::Assistant { content, tool_calls }
+}
+
+/// The text of a tool result, images replaced by [`IMAGE_OMITTED`].
+fn tool_text(content: &[ContentBlock]) -> Cow<'_, str> {
+    if let [ContentBlock::Text { text }] = content {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::new();
+    for block in content {
+        match block {
+            ContentBlock::Text { text } => out.push_str(text),
+            ContentBlock::Image { .. } => {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(IMAGE_OMITTED);
+            }
+            _ => {}
+        }
+    }
+    Cow::Owned(out)
+}

@@ -1,0 +1,144 @@
+//! Model strings → providers, keys from the environment.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+
+use trellis_agent::providers::{ModelSpec, ProviderError, from_model_string_with_env};
+
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |name| map.get(name).cloned()
+}
+
+#[test]
+fn model_strings_parse() {
+    assert_eq!(
+        ModelSpec::parse("anthropic:claude-sonnet-4-5").unwrap(),
+        ModelSpec::Anthropic {
+            model: "claude-sonnet-4-5".into()
+        }
+    );
+    assert_eq!(
+        ModelSpec::parse("openai:gpt-4.1").unwrap(),
+        ModelSpec::OpenAi {
+            model: "gpt-4.1".into()
+        }
+    );
+    assert_eq!(
+        ModelSpec::parse("ollama:qwen3:8b").unwrap(),
+        ModelSpec::Ollama {
+            model: "qwen3:8b".into()
+        }
+    );
+    let spec =
+        ModelSpec::parse("openai-compatible:meta-llama/Llama-3.1-8B@http://localhost:8000/v1").unwrap();
+    assert_eq!(
+        spec,
+        ModelSpec::OpenAiCompatible {
+            model: "meta-llama/Llama-3.1-8B".into(),
+            base_url: Some("http://localhost:8000/v1".into()),
+        }
+    );
+    assert_eq!(
+        spec.to_string(),
+        "openai-compatible:meta-llama/Llama-3.1-8B@http://localhost:8000/v1"
+    );
+    assert_eq!(
+        ModelSpec::parse("openai-compatible:model@v2").unwrap(),
+        ModelSpec::OpenAiCompatible {
+            model: "model@v2".into(),
+            base_url: None
+        }
+    );
+}
+
+#[test]
+fn a_missing_key_names_the_variable() {
+    let error = from_model_string_with_env("anthropic:claude-sonnet-4-5", env(&[])).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ProviderError::MissingApiKey {
+                var: "ANTHROPIC_API_KEY",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("export ANTHROPIC_API_KEY="), "{error}");
+
+    let error = from_model_string_with_env("openai:gpt-4.1", env(&[("OPENAI_API_KEY", "  ")])).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ProviderError::MissingApiKey {
+                var: "OPENAI_API_KEY",
+                ..
+            }
+        ),
+        "an empty variable counts as unset: {error:?}"
+    );
+}
+
+#[test]
+fn unknown_providers_list_the_known_ones() {
+    let error = from_model_string_with_env("gemini:gemini-2.5-pro", env(&[])).unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, ProviderError::UnknownProvider { .. }));
+    for known in ["anthropic", "openai", "openai-compatible", "ollama"] {
+        assert!(text.contains(known), "{text}");
+    }
+    let error = from_model_string_with_env("claude-sonnet-4-5", env(&[])).unwrap_err();
+    assert!(
+        matches!(error, ProviderError::InvalidModelString { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("anthropic"), "{error}");
+    assert!(from_model_string_with_env("openai:", env(&[])).is_err());
+}
+
+#[test]
+fn providers_are_built_with_keys_and_base_urls() {
+    let model = from_model_string_with_env(
+        "anthropic:claude-sonnet-4-5",
+        env(&[
+            ("ANTHROPIC_API_KEY", "k"),
+            ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(model.id(), "claude-sonnet-4-5");
+    assert!(model.capabilities().prompt_caching);
+
+    let model = from_model_string_with_env("openai:gpt-4.1", env(&[("OPENAI_API_KEY", "k")])).unwrap();
+    assert_eq!(model.id(), "gpt-4.1");
+    assert!(!model.capabilities().prompt_caching);
+
+    // Local servers need no key.
+    let model =
+        from_model_string_with_env("openai-compatible:llama3@http://localhost:8080/v1", env(&[])).unwrap();
+    assert_eq!(model.id(), "llama3");
+    let model =
+        from_model_string_with_env("ollama:qwen3:8b", env(&[("OLLAMA_HOST", "127.0.0.1:11434")])).unwrap();
+    assert_eq!(model.id(), "qwen3:8b");
+
+    let error = from_model_string_with_env("openai-compatible:llama3", env(&[])).unwrap_err();
+    assert!(error.to_string().contains("OPENAI_BASE_URL"), "{error}");
+    let model = from_model_string_with_env(
+        "openai-compatible:llama3",
+        env(&[("OPENAI_BASE_URL", "http://localhost:8080/v1")]),
+    )
+    .unwrap();
+    assert_eq!(model.id(), "llama3");
+
+    let error = from_model_string_with_env(
+        "anthropic:claude-sonnet-4-5",
+        env(&[("ANTHROPIC_API_KEY", "k"), ("ANTHROPIC_BASE_URL", "not a url")]),
+    )
+    .unwrap_err();
+    assert!(matches!(error, ProviderError::InvalidConfig { .. }), "{error:?}");
+}
