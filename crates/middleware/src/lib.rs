@@ -76,6 +76,7 @@ mod middlewares;
 mod model;
 mod run;
 mod scripted;
+pub mod skills;
 mod state;
 mod tool;
 mod util;
@@ -107,5 +108,6 @@ pub use model::{
 };
 pub use run::{RunInput, RunOutput};
 pub use scripted::ScriptedModel;
+pub use skills::{BoundTools, SkillSource, SkillsMiddleware, ToolResolver};
 pub use state::{PublicState, Slot, SlotValue, State, StateError, StateUpdates};
 pub use tool::{AgentTool, FnTool, ToolContext, ToolError, ToolOutput, parse_args, tool_schema};

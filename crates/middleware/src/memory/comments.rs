@@ -33,6 +33,10 @@ pub fn strip_html_comments(text: &str) -> String {
         if text[line_start..start].trim().is_empty() && text[end..line_end].trim().is_empty() {
             start = line_start;
             end = (line_end + 1).min(text.len());
+            // Between two blank lines, keep only one of them.
+            if text[..start].ends_with("\n\n") && text[end..].starts_with('\n') {
+                end += 1;
+            }
         }
         out.push_str(&text[cursor..start]);
         cursor = end;
@@ -70,6 +74,7 @@ mod tests {
         assert_eq!(strip("keep <!-- hidden --> this"), "keep  this");
         assert_eq!(strip("a\n<!--\nmulti\nline\n-->\nb"), "a\nb");
         assert_eq!(strip("- one\n  <!-- note -->\n- two"), "- one\n- two");
+        assert_eq!(strip("# Title\n\n<!-- note -->\n\n## Next"), "# Title\n\n## Next");
         assert_eq!(strip("<!-- only a comment -->"), "");
         assert_eq!(strip("x <!-- a --> y <!-- b --> z"), "x  y  z");
     }

@@ -1,0 +1,448 @@
+//! Skill discovery, rendering and search at 100 / 1,000 / 5,000 / 20,000 skills.
+//!
+//! Libraries are generated deterministically (skill `i` has the same bytes whatever the size), shaped
+//! like the reference's synthetic library: ~8.6 KB, ~205 lines per `SKILL.md`, descriptions up to
+//! 150 characters in plain / double-quoted / single-quoted / folded styles, optional `license` (50%),
+//! `compatibility` (20%), `metadata` (40%) and `allowed-tools` (30%), 5% non-ASCII descriptions.
+//!
+//! Local disk: `FilesystemBackend` on a temporary directory. The floor is one thread that lists the
+//! source directory and reads the first 4 KiB of every `SKILL.md` with plain blocking I/O, measured
+//! in the same run; `ratio` = discovery / floor (target at 5,000: at most 1.5). `backend_io_ms` is
+//! the same backend's `ls` plus one `read_many` of all 4 KiB prefixes, without parsing, and
+//! `ratio_to_backend_io` what discovery adds to it. Peak RSS is `VmHWM` of a fresh child process
+//! that only discovers, renders and indexes the library (target at 20,000: under 50 MB).
+//!
+//! S3 (when `TRELLIS_S3_ENDPOINT` is set, as `cargo xtask bench` does): the same libraries up to
+//! 5,000 skills (writing 20,000 objects to moto takes minutes), each under a fresh prefix of
+//! `TRELLIS_TEST_BUCKET` (default `trellis-test`); the floor there is `ls` plus one `read_many` of
+//! 4 KiB ranges through the same backend. Set `TRELLIS_BENCH_SIZES=100,1000` to pick sizes.
+//!
+//! Prints one JSON object per line.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use trellis_backend::{
+    Backend, ByteRange, FilesystemBackend, ObjectStoreBackend, StoreOptions, VirtualPath, WriteMode,
+};
+use trellis_middleware::skills::{
+    DiscoveryOptions, RenderOptions, SkillIndex, SkillSource, discover, render, rescan,
+};
+
+const VERBS: [&str; 16] = [
+    "analyze",
+    "build",
+    "convert",
+    "deploy",
+    "extract",
+    "format",
+    "generate",
+    "index",
+    "merge",
+    "review",
+    "summarize",
+    "translate",
+    "validate",
+    "plan",
+    "draft",
+    "audit",
+];
+const NOUNS: [&str; 16] = [
+    "pdf",
+    "invoice",
+    "dataset",
+    "report",
+    "schema",
+    "contract",
+    "image",
+    "transcript",
+    "forecast",
+    "ticket",
+    "meeting",
+    "pipeline",
+    "release",
+    "budget",
+    "survey",
+    "campaign",
+];
+const WORDS: [&str; 24] = [
+    "quickly",
+    "carefully",
+    "customer",
+    "records",
+    "with",
+    "the",
+    "team",
+    "tables",
+    "charts",
+    "sales",
+    "notes",
+    "weekly",
+    "quality",
+    "checks",
+    "for",
+    "and",
+    "documents",
+    "using",
+    "templates",
+    "sources",
+    "errors",
+    "metrics",
+    "drafts",
+    "reviews",
+];
+
+struct Rng(u64);
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Directory name and SKILL.md bytes of skill `i`.
+fn skill(i: usize) -> (String, String) {
+    let mut rng = Rng::new(i as u64 + 1);
+    let name = format!(
+        "{}-{}-{i}",
+        VERBS[rng.below(16) as usize],
+        NOUNS[rng.below(16) as usize]
+    );
+    let mut description = format!("Use when the user needs to {} ", name.replace('-', " "));
+    while description.len() < 140 {
+        description.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
+        description.push(' ');
+    }
+    if rng.below(20) == 0 {
+        description.push_str("— café données");
+    }
+    let description = description.trim().chars().take(150).collect::<String>();
+    let description_line = match rng.below(10) {
+        0 => format!("description: \"{description}\""),
+        1 => format!("description: '{}'", description.replace('\'', "''")),
+        2 => format!("description: >-\n  {description}"),
+        _ => format!("description: {}", description.replace(": ", " - ")),
+    };
+    let mut fm = format!("---\nname: {name}\n{description_line}\n");
+    if rng.below(2) == 0 {
+        fm.push_str("license: MIT\n");
+    }
+    if rng.below(5) == 0 {
+        fm.push_str("compatibility: Requires Python 3.11+ and network access\n");
+    }
+    if rng.below(5) < 2 {
+        fm.push_str(&format!(
+            "metadata:\n  author: team-{}\n  version: \"1.{}\"\n",
+            rng.below(50),
+            rng.below(20)
+        ));
+    }
+    if rng.below(10) < 3 {
+        fm.push_str("allowed-tools: Bash Read Write\n");
+    }
+    fm.push_str("---\n\n");
+    let mut body = format!("# {name}\n\n");
+    let mut line = 0;
+    while body.len() + fm.len() < 8_600 {
+        line += 1;
+        body.push_str(&format!("{line}. Step {line}: "));
+        for _ in 0..5 {
+            body.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
+            body.push(' ');
+        }
+        body.push('\n');
+    }
+    (name, fm + &body)
+}
+
+fn generate_local(root: &Path, n: usize) {
+    let dir = root.join("skills");
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..n {
+        let (name, text) = skill(i);
+        let d = dir.join(&name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("SKILL.md"), text).unwrap();
+    }
+}
+
+fn floor_local(root: &Path) -> (Duration, usize) {
+    let started = Instant::now();
+    let mut buf = vec![0u8; 4096];
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(root.join("skills")).unwrap() {
+        let path = entry.unwrap().path().join("SKILL.md");
+        let mut file = std::fs::File::open(path).unwrap();
+        let mut filled = 0;
+        while filled < buf.len() {
+            let got = file.read(&mut buf[filled..]).unwrap();
+            if got == 0 {
+                break;
+            }
+            filled += got;
+        }
+        bytes += filled;
+    }
+    (started.elapsed(), bytes)
+}
+
+fn median(mut xs: Vec<Duration>) -> Duration {
+    xs.sort();
+    xs[xs.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| (kb / 1024.0 * 10.0).round() / 10.0)
+}
+
+/// The backend's own cost for the same I/O as discovery (ls + one read_many of 4 KiB prefixes, no
+/// parsing): median of `runs` after one warm-up.
+async fn backend_io(backend: &Arc<dyn Backend>, runs: usize) -> Duration {
+    floor_backend(backend).await;
+    let mut times = Vec::new();
+    for _ in 0..runs {
+        times.push(floor_backend(backend).await);
+    }
+    median(times)
+}
+
+/// Measure discovery, rendering, search and an unchanged rescan; peak RSS comes from a fresh child
+/// process doing discovery, rendering and indexing only.
+async fn measure(
+    store: &str,
+    location: &str,
+    backend: Arc<dyn Backend>,
+    n: usize,
+    floor: Duration,
+    backend_floor: Duration,
+    runs: usize,
+) {
+    let sources = vec![SkillSource::new(backend.clone(), "/skills").unwrap()];
+    let options = DiscoveryOptions::default();
+    let mut times = Vec::new();
+    let mut found = None;
+    for _ in 0..runs {
+        let started = Instant::now();
+        let d = discover(&sources, &options).await;
+        times.push(started.elapsed());
+        found = Some(d);
+    }
+    let found = found.unwrap();
+    let discovery = median(times);
+    assert_eq!(found.catalog.len(), n, "every generated skill loads");
+
+    let render_options = RenderOptions::default();
+    let mut render_times = Vec::new();
+    let mut section = None;
+    for _ in 0..5 {
+        let started = Instant::now();
+        section = Some(render(&found.catalog, &render_options));
+        render_times.push(started.elapsed());
+    }
+    let section = section.unwrap();
+
+    let started = Instant::now();
+    let index = SkillIndex::new(&found.catalog);
+    let index_time = started.elapsed();
+    let started = Instant::now();
+    let hits = index.search(&found.catalog, "convert invoice pdf", 8);
+    let search_time = started.elapsed();
+    assert!(!hits.is_empty());
+    let last = &found.catalog.skills()[n - 1].name;
+    assert_eq!(
+        index.search(&found.catalog, last, 1)[0].name,
+        *last,
+        "exact names are findable"
+    );
+
+    let started = Instant::now();
+    let again = rescan(&sources, &found.catalog, &options).await;
+    let rescan_time = started.elapsed();
+    assert_eq!(again.stats.read, 0, "nothing changed, nothing re-read");
+
+    println!(
+        "{}",
+        serde_json::json!({
+            "bench": "skills_discovery",
+            "store": store,
+            "skills": n,
+            "discovery_ms": ms(discovery),
+            "floor_ms": ms(floor),
+            "ratio": (discovery.as_secs_f64() / floor.as_secs_f64() * 100.0).round() / 100.0,
+            "backend_io_ms": ms(backend_floor),
+            "ratio_to_backend_io": (discovery.as_secs_f64() / backend_floor.as_secs_f64() * 100.0).round() / 100.0,
+            "read_on": found.stats.read_on,
+            "render_ms": ms(median(render_times)),
+            "section_tokens": section.tokens,
+            "budget_tokens": render_options.budget_tokens,
+            "within_budget": section.tokens <= render_options.budget_tokens,
+            "listed": section.listed,
+            "shortened": section.shortened,
+            "index_ms": ms(index_time),
+            "search_ms": ms(search_time),
+            "rescan_unchanged_ms": ms(rescan_time),
+            "rescan_reread": again.stats.read,
+            "peak_rss_mb": peak_rss_in_child(store, location, n),
+            "runs": runs,
+        })
+    );
+}
+
+fn sizes(default: &[usize]) -> Vec<usize> {
+    match std::env::var("TRELLIS_BENCH_SIZES") {
+        Ok(v) => v.split(',').filter_map(|s| s.trim().parse().ok()).collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
+fn s3_backend(endpoint: &str, prefix: &str) -> Arc<dyn Backend> {
+    let bucket = std::env::var("TRELLIS_TEST_BUCKET").unwrap_or_else(|_| "trellis-test".into());
+    let options = StoreOptions::default()
+        .with("aws_endpoint", endpoint)
+        .with("aws_allow_http", "true")
+        .with("aws_access_key_id", "test")
+        .with("aws_secret_access_key", "test")
+        .with("aws_region", "us-east-1");
+    Arc::new(ObjectStoreBackend::from_url(&format!("s3://{bucket}/{prefix}"), &options).unwrap())
+}
+
+async fn floor_backend(backend: &Arc<dyn Backend>) -> Duration {
+    let started = Instant::now();
+    let dir = VirtualPath::parse("/skills").unwrap();
+    let paths: Vec<VirtualPath> = backend
+        .ls(&dir)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path.join("SKILL.md").unwrap())
+        .collect();
+    let results = backend.read_many(&paths, Some(ByteRange::prefix(4096))).await;
+    assert!(results.iter().all(Result::is_ok));
+    started.elapsed()
+}
+
+/// Peak RSS of a fresh process that discovers, renders and indexes the library at `location` (a
+/// child of this bench, so earlier sizes and the floors' buffers do not count).
+fn peak_rss_in_child(store: &str, location: &str, n: usize) -> f64 {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("TRELLIS_BENCH_CHILD", format!("{store}|{location}|{n}"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0.0)
+}
+
+async fn child(spec: &str) {
+    let mut parts = spec.split('|');
+    let (store, location, n) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let n: usize = n.parse().unwrap();
+    let backend: Arc<dyn Backend> = match store {
+        "local" => Arc::new(FilesystemBackend::new(location).unwrap()),
+        _ => s3_backend(&std::env::var("TRELLIS_S3_ENDPOINT").unwrap(), location),
+    };
+    let sources = vec![SkillSource::new(backend, "/skills").unwrap()];
+    let found = discover(&sources, &DiscoveryOptions::default()).await;
+    assert_eq!(found.catalog.len(), n);
+    let section = render(&found.catalog, &RenderOptions::default());
+    let index = SkillIndex::new(&found.catalog);
+    assert!(
+        !index
+            .search(&found.catalog, &found.catalog.skills()[0].name, 8)
+            .is_empty()
+    );
+    assert!(section.tokens > 0);
+    println!("{}", peak_rss_mb());
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if let Ok(spec) = std::env::var("TRELLIS_BENCH_CHILD") {
+        rt.block_on(child(&spec));
+        return;
+    }
+    rt.block_on(async {
+        for n in sizes(&[100, 1_000, 5_000, 20_000]) {
+            let dir = tempfile::tempdir().unwrap();
+            generate_local(dir.path(), n);
+            let backend: Arc<dyn Backend> = Arc::new(FilesystemBackend::new(dir.path()).unwrap());
+            // Warm the page cache, then take the floor's median.
+            floor_local(dir.path());
+            let floor = median((0..5).map(|_| floor_local(dir.path()).0).collect());
+            let runs = if n >= 20_000 { 3 } else { 5 };
+            let backend_floor = backend_io(&backend, runs).await;
+            let location = dir.path().to_str().unwrap().to_owned();
+            measure("local", &location, backend, n, floor, backend_floor, runs).await;
+        }
+
+        let Ok(endpoint) = std::env::var("TRELLIS_S3_ENDPOINT") else {
+            if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") {
+                panic!("TRELLIS_S3_ENDPOINT is not set but emulators are required");
+            }
+            eprintln!(
+                "skipped: S3 skills discovery bench (set TRELLIS_S3_ENDPOINT or run `cargo xtask bench`)"
+            );
+            return;
+        };
+        for n in sizes(&[100, 1_000, 5_000]).into_iter().filter(|&n| n <= 5_000) {
+            let prefix = format!("bench-skills-{}-{n}", std::process::id());
+            let backend = s3_backend(&endpoint, &prefix);
+            let started = Instant::now();
+            futures::stream::iter(0..n)
+                .map(|i| {
+                    let backend = backend.clone();
+                    async move {
+                        let (name, text) = skill(i);
+                        let path = VirtualPath::parse(&format!("/skills/{name}/SKILL.md")).unwrap();
+                        backend
+                            .write(&path, text.into(), WriteMode::Overwrite)
+                            .await
+                            .unwrap();
+                    }
+                })
+                .buffer_unordered(32)
+                .collect::<Vec<()>>()
+                .await;
+            eprintln!(
+                "generated {n} skills on S3 in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            // On S3 the floor is the backend's own ls + read_many.
+            let floor = backend_io(&backend, 3).await;
+            measure("s3-emulator", &prefix, backend, n, floor, floor, 3).await;
+        }
+    });
+}

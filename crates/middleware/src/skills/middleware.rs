@@ -1,0 +1,478 @@
+//! [`SkillsMiddleware`]: progressive disclosure of skills in a running agent.
+//!
+//! * **Loading.** The first run of a thread discovers every source ([`discover`]) and keeps the
+//!   catalog in the thread's private state; later runs reuse it. A run input of [`RELOAD_SKILLS`]
+//!   `true` rescans before the next call, re-reading only `SKILL.md` files whose version changed
+//!   ([`rescan`]), and recomputes the disclosed tools against the new catalog.
+//! * **The section.** The catalog, filtered for the run's viewer, is rendered once per catalog (and
+//!   viewer) under a token budget and cached in state: every call sends the same bytes.
+//! * **Activation.** A successful `read_file` of a skill's `SKILL.md` (a partial read counts) or
+//!   pinning activates it. Activated skills are recorded in [`SKILLS_ACTIVATED`] and their bound tools
+//!   (`metadata.include_tools`) become available: for models that accept tools mid-conversation they
+//!   arrive in a system message inserted where the skill was activated (so the cached prefix above is
+//!   untouched); for others they are appended to the end of the tool list. A bound tool that was not
+//!   disclosed is not offered, so calling it fails like an unknown tool.
+//! * **Pinning.** Skill names given in [`PIN_SKILLS`] with a run are added before the next model call
+//!   as one tagged message each, once per skill per thread, and activated.
+//! * **Visibility.** With a [`SkillVisibility`] policy, the viewer (a [`Viewer`] or a
+//!   [`UserIdentity`](trellis_fs_tools::UserIdentity) run extension) sees only its skills in the
+//!   section and in search, and reading an invisible skill's files is refused.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use trellis_backend::VirtualPath;
+
+use super::SkillMetadata;
+use super::catalog::{SkillCatalog, SkillVisibility, Viewer};
+use super::discovery::{DiscoveryOptions, discover, rescan};
+use super::render::{RenderOptions, render};
+use super::source::SkillSource;
+use super::tools::{BoundTools, SearchSkillsTool};
+use crate::context::RunContext;
+use crate::error::AgentError;
+use crate::message::{
+    ContentBlock, HumanMessage, Message, MessageMeta, SystemBlock, SystemMessage, ToolCall,
+};
+use crate::middleware::{Middleware, Next, ToolNext};
+use crate::model::{ModelRequest, ModelResponse};
+use crate::state::{Slot, State};
+use crate::tool::{AgentTool, ToolContext, ToolOutput};
+
+/// The thread's skills bookkeeping (private).
+pub static SKILLS: Slot<SkillsState> = Slot::private("_skills");
+/// Names of activated skills, in activation order (public: UIs may show them).
+pub static SKILLS_ACTIVATED: Slot<Vec<String>> = Slot::public("skills_activated");
+/// Run input: skill names to pin before the next model call.
+pub static PIN_SKILLS: Slot<Vec<String>> = Slot::public("pin_skills");
+/// Run input: `true` rescans every source before the next model call.
+pub static RELOAD_SKILLS: Slot<bool> = Slot::public("reload_skills");
+
+/// Source tag of pinned-skill messages.
+pub const PINNED_SOURCE: &str = "skills.pinned";
+/// Source tag of tool-disclosure system messages.
+pub const DISCLOSURE_SOURCE: &str = "skills.tools";
+
+/// What the middleware keeps per thread.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SkillsState {
+    /// The catalog (all skills, before per-viewer filtering).
+    pub catalog: SkillCatalog,
+    /// The rendered section and the viewer it was rendered for.
+    pub section: String,
+    /// User id the section was rendered for.
+    pub section_viewer: Option<String>,
+    /// True when the listing is cut and `search_skills` is offered.
+    pub needs_search: bool,
+    /// Skills whose pinned body was added to the conversation.
+    pub pinned: Vec<String>,
+    /// Tools disclosed so far.
+    pub disclosed: Vec<Disclosure>,
+    /// Messages already scanned for skill activations.
+    pub scanned: usize,
+}
+
+/// One disclosed bound tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Disclosure {
+    /// The tool.
+    pub tool: String,
+    /// The skill that bound it.
+    pub skill: String,
+    /// Number of messages in the conversation when it was disclosed.
+    pub at_message: usize,
+}
+
+/// Progressive disclosure of skills; see the module docs.
+#[derive(Clone)]
+pub struct SkillsMiddleware {
+    sources: Vec<SkillSource>,
+    discovery: DiscoveryOptions,
+    budget_tokens: Option<usize>,
+    bound: BoundTools,
+    visibility: Option<Arc<dyn SkillVisibility>>,
+}
+
+impl fmt::Debug for SkillsMiddleware {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SkillsMiddleware")
+            .field("sources", &self.sources)
+            .field("budget_tokens", &self.budget_tokens)
+            .field("bound", &self.bound)
+            .field("visibility", &self.visibility.is_some())
+            .finish()
+    }
+}
+
+impl SkillsMiddleware {
+    /// Skills from `sources`, in order (later sources override earlier ones by name).
+    pub fn new(sources: Vec<SkillSource>) -> Self {
+        Self {
+            sources,
+            discovery: DiscoveryOptions::default(),
+            budget_tokens: None,
+            bound: BoundTools::new(),
+            visibility: None,
+        }
+    }
+
+    /// Budget of the section in tokens (default: 2% of the model's context window).
+    pub fn with_budget_tokens(mut self, tokens: usize) -> Self {
+        self.budget_tokens = Some(tokens);
+        self
+    }
+
+    /// Tools skills may bind with `metadata.include_tools`.
+    pub fn with_bound_tools(mut self, bound: BoundTools) -> Self {
+        self.bound = bound;
+        self
+    }
+
+    /// Per-user visibility.
+    pub fn with_visibility(mut self, policy: Arc<dyn SkillVisibility>) -> Self {
+        self.visibility = Some(policy);
+        self
+    }
+
+    /// How discovery reads.
+    pub fn with_discovery_options(mut self, options: DiscoveryOptions) -> Self {
+        self.discovery = options;
+        self
+    }
+
+    fn viewer(cx: &RunContext) -> Option<Viewer> {
+        if let Some(v) = cx.extension::<Viewer>() {
+            return Some(v.clone());
+        }
+        cx.extension::<trellis_fs_tools::UserIdentity>()
+            .map(|u| Viewer::new(u.user_id.clone(), u.roles.iter().cloned()))
+    }
+
+    /// The catalog as this run's viewer sees it.
+    fn visible(&self, catalog: &SkillCatalog, cx: &RunContext) -> SkillCatalog {
+        match (&self.visibility, Self::viewer(cx)) {
+            (Some(policy), Some(viewer)) => catalog.visible_to(policy.as_ref(), &viewer),
+            (Some(policy), None) => catalog.visible_to(policy.as_ref(), &Viewer::default()),
+            (None, _) => catalog.clone(),
+        }
+    }
+
+    fn render_into(&self, skills: &mut SkillsState, cx: &RunContext, keep: &[String]) {
+        let budget = self.budget_tokens.unwrap_or_else(|| {
+            let window = cx.model().capabilities().context_window.unwrap_or(200_000) as usize;
+            RenderOptions::for_context_window(window).budget_tokens
+        });
+        let options = RenderOptions::with_budget(budget).keep(keep.iter().cloned());
+        let rendered = render(&self.visible(&skills.catalog, cx), &options);
+        skills.needs_search = rendered.needs_search();
+        skills.section = rendered.text;
+        skills.section_viewer = Self::viewer(cx).and_then(|v| v.user_id);
+    }
+
+    /// Tools bound by `skill` for this run.
+    async fn bound_for(&self, skill: &SkillMetadata, cx: &RunContext) -> Vec<Arc<dyn AgentTool>> {
+        if skill.include_tools.is_empty() || self.bound.is_empty() {
+            return Vec::new();
+        }
+        self.bound.resolve(&skill.include_tools, cx).await
+    }
+
+    /// Record an activation: the skill's name and the tools it discloses.
+    async fn activate(
+        &self,
+        skills: &mut SkillsState,
+        activated: &mut Vec<String>,
+        skill: &SkillMetadata,
+        at_message: usize,
+        cx: &RunContext,
+    ) {
+        if !activated.contains(&skill.name) {
+            activated.push(skill.name.clone());
+        }
+        for tool in self.bound_for(skill, cx).await {
+            if !skills.disclosed.iter().any(|d| d.tool == tool.name()) {
+                skills.disclosed.push(Disclosure {
+                    tool: tool.name().to_owned(),
+                    skill: skill.name.clone(),
+                    at_message,
+                });
+            }
+        }
+        cx.emit_middleware(
+            "skills",
+            "activated",
+            || serde_json::json!({ "skill": skill.name }),
+        );
+    }
+
+    /// The skill whose directory holds `path`, if it is one the viewer may see.
+    fn skill_for_path<'a>(&self, catalog: &'a SkillCatalog, path: &VirtualPath) -> Option<&'a SkillMetadata> {
+        catalog.skills().iter().find(|s| path.starts_with(&s.dir()))
+    }
+}
+
+fn read_path(call: &ToolCall) -> Option<VirtualPath> {
+    let arg = call
+        .args
+        .get("file_path")
+        .or_else(|| call.args.get("path"))?
+        .as_str()?;
+    VirtualPath::parse(arg).ok()
+}
+
+#[async_trait]
+impl Middleware for SkillsMiddleware {
+    fn name(&self) -> &str {
+        "skills"
+    }
+
+    async fn request_tools(
+        &self,
+        state: &State,
+        cx: &RunContext,
+    ) -> Result<Vec<Arc<dyn AgentTool>>, AgentError> {
+        let Some(skills) = state.get(&SKILLS)? else {
+            return Ok(Vec::new());
+        };
+        let mut tools: Vec<Arc<dyn AgentTool>> = Vec::new();
+        if skills.needs_search {
+            tools.push(Arc::new(SearchSkillsTool::new(Arc::new(
+                self.visible(&skills.catalog, cx),
+            ))));
+        }
+        if !skills.disclosed.is_empty() {
+            let visible = self.visible(&skills.catalog, cx);
+            let mut seen = BTreeSet::new();
+            for d in &skills.disclosed {
+                let Some(skill) = visible.get(&d.skill) else {
+                    continue;
+                };
+                for tool in self.bound_for(skill, cx).await {
+                    if tool.name() == d.tool && seen.insert(d.tool.clone()) {
+                        tools.push(tool);
+                    }
+                }
+            }
+        }
+        Ok(tools)
+    }
+
+    async fn before_agent(&self, state: &mut State, cx: &RunContext) -> Result<(), AgentError> {
+        let reload = state.get(&RELOAD_SKILLS)?.copied().unwrap_or(false);
+        let current = state.get(&SKILLS)?.cloned();
+        let mut skills = match (current, reload) {
+            (Some(s), false) => s,
+            (previous, _) => {
+                let found = match &previous {
+                    Some(p) => rescan(&self.sources, &p.catalog, &self.discovery).await,
+                    None => discover(&self.sources, &self.discovery).await,
+                };
+                let stats = found.stats.clone();
+                cx.emit_middleware(
+                    "skills",
+                    if previous.is_some() { "reloaded" } else { "loaded" },
+                    || {
+                        serde_json::json!({
+                            "skills": stats.loaded, "read": stats.read, "reused": stats.reused,
+                            "skipped": stats.skipped, "unlisted_sources": stats.unlisted_sources,
+                        })
+                    },
+                );
+                let mut fresh = SkillsState {
+                    catalog: found.catalog,
+                    pinned: previous.as_ref().map(|p| p.pinned.clone()).unwrap_or_default(),
+                    ..SkillsState::default()
+                };
+                // Disclosed tools survive a reload only while their skill still binds them.
+                if let Some(previous) = previous {
+                    for d in previous.disclosed {
+                        let Some(skill) = fresh.catalog.get(&d.skill) else {
+                            continue;
+                        };
+                        if self.bound_for(skill, cx).await.iter().any(|t| t.name() == d.tool) {
+                            fresh.disclosed.push(d);
+                        }
+                    }
+                }
+                fresh.section.clear();
+                fresh
+            }
+        };
+        if reload {
+            state.set(&RELOAD_SKILLS, false);
+        }
+        let viewer_id = Self::viewer(cx).and_then(|v| v.user_id);
+        if skills.section.is_empty() || skills.section_viewer != viewer_id {
+            let mut keep = state.get(&SKILLS_ACTIVATED)?.cloned().unwrap_or_default();
+            keep.extend(state.get(&PIN_SKILLS)?.cloned().unwrap_or_default());
+            self.render_into(&mut skills, cx, &keep);
+        }
+        state.set(&SKILLS, skills);
+        Ok(())
+    }
+
+    async fn before_model(&self, state: &mut State, cx: &RunContext) -> Result<(), AgentError> {
+        let Some(mut skills) = state.get(&SKILLS)?.cloned() else {
+            return Ok(());
+        };
+        let mut activated = state.get(&SKILLS_ACTIVATED)?.cloned().unwrap_or_default();
+        let visible = self.visible(&skills.catalog, cx);
+        let before = (skills.clone(), activated.len());
+
+        // Activations: successful read_file calls of a SKILL.md since the last scan. Disclosed tools
+        // go after the last tool result, never between a call and its result.
+        let at = state.messages.len();
+        for skill in activations(&state.messages, skills.scanned, &visible) {
+            self.activate(&mut skills, &mut activated, &skill, at, cx).await;
+        }
+
+        // Pinned skills: one tagged message each, once per thread.
+        let pins = state.get(&PIN_SKILLS)?.cloned().unwrap_or_default();
+        for name in pins {
+            if skills.pinned.contains(&name) {
+                continue;
+            }
+            skills.pinned.push(name.clone());
+            let Some(skill) = visible.get(&name).cloned() else {
+                tracing::warn!(skill = %name, "pinned skill is unknown or not visible to this user");
+                continue;
+            };
+            let Some(source) = self.sources.get(skill.source) else {
+                continue;
+            };
+            let body = match source.backend().read(&skill.path, None).await {
+                Ok(out) => String::from_utf8_lossy(&out.bytes).into_owned(),
+                Err(e) => {
+                    tracing::warn!(skill = %name, error = %e, "could not read a pinned skill");
+                    continue;
+                }
+            };
+            state.messages.push(pinned_message(&skill, &body));
+            let at = state.messages.len();
+            self.activate(&mut skills, &mut activated, &skill, at, cx).await;
+        }
+        skills.scanned = state.messages.len();
+        if before.0 != skills || before.1 != activated.len() {
+            state.set(&SKILLS, skills);
+            state.set(&SKILLS_ACTIVATED, activated);
+        }
+        Ok(())
+    }
+
+    async fn wrap_model_call(
+        &self,
+        mut request: ModelRequest,
+        state: &mut State,
+        cx: &RunContext,
+        next: Next<'_>,
+    ) -> Result<ModelResponse, AgentError> {
+        if let Some(skills) = state.get(&SKILLS)? {
+            if !skills.section.is_empty() {
+                request.push_system(SystemBlock::new(skills.section.clone()).with_source("skills"));
+            }
+            if !skills.disclosed.is_empty() && next.model().capabilities().tools_mid_conversation {
+                // Move disclosed tools out of the tool list into system messages placed where each
+                // was disclosed, so nothing before that point changes.
+                let mut groups: Vec<(usize, Vec<Arc<crate::model::ToolSpec>>)> = Vec::new();
+                for d in &skills.disclosed {
+                    if let Some(pos) = request.tools.iter().position(|t| t.name == d.tool) {
+                        let spec = request.tools.remove(pos);
+                        match groups.iter_mut().find(|(at, _)| *at == d.at_message) {
+                            Some((_, specs)) => specs.push(spec),
+                            None => groups.push((d.at_message, vec![spec])),
+                        }
+                    }
+                }
+                groups.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+                for (at, specs) in groups {
+                    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+                    let message = Message::System(SystemMessage {
+                        content: vec![ContentBlock::text(format!(
+                            "These tools are now available: {}.",
+                            names.join(", ")
+                        ))],
+                        tools: specs.iter().map(|s| (**s).clone()).collect(),
+                        meta: MessageMeta {
+                            source: Some(DISCLOSURE_SOURCE.to_owned()),
+                            ..MessageMeta::default()
+                        },
+                    });
+                    let at = at.min(request.messages.len());
+                    request.messages.insert(at, message);
+                }
+            }
+        }
+        next.run(request, state, cx).await
+    }
+
+    async fn wrap_tool_call(
+        &self,
+        call: ToolCall,
+        cx: &ToolContext<'_>,
+        next: ToolNext<'_>,
+    ) -> Result<ToolOutput, AgentError> {
+        let Some(skills) = cx.state().get(&SKILLS)? else {
+            return next.run(call, cx).await;
+        };
+        let target = (call.name == "read_file").then(|| read_path(&call)).flatten();
+        let Some(path) = target else {
+            return next.run(call, cx).await;
+        };
+        let Some(skill) = self.skill_for_path(&skills.catalog, &path).cloned() else {
+            return next.run(call, cx).await;
+        };
+        if self.visible(&skills.catalog, cx.run()).get(&skill.name).is_none() {
+            return Ok(ToolOutput::error(format!("file not found: {path}")));
+        }
+        next.run(call, cx).await
+    }
+}
+
+/// The message a pinned skill adds.
+fn pinned_message(skill: &SkillMetadata, body: &str) -> Message {
+    let text = format!(
+        "<pinned_skill name=\"{}\" path=\"{}\">\nThe user asked for this skill; follow it.\n\n{}\n</pinned_skill>",
+        skill.name,
+        skill.path,
+        body.trim_end()
+    );
+    Message::Human(HumanMessage {
+        content: vec![ContentBlock::text(text)],
+        meta: MessageMeta {
+            source: Some(PINNED_SOURCE.to_owned()),
+            display_name: Some(format!("/{}", skill.name)),
+            ..MessageMeta::default()
+        },
+    })
+}
+
+/// Skills activated by messages from `from` on: a `read_file` call naming a skill's `SKILL.md` whose
+/// result is not an error (a partial read counts).
+fn activations(
+    messages: &crate::messages::Messages,
+    from: usize,
+    visible: &SkillCatalog,
+) -> Vec<SkillMetadata> {
+    let mut out: Vec<SkillMetadata> = Vec::new();
+    for (i, message) in messages.iter().enumerate().skip(from.min(messages.len())) {
+        let Some(ai) = message.as_ai() else { continue };
+        for call in ai.calls().filter(|c| c.name == "read_file") {
+            let Some(path) = read_path(call) else { continue };
+            let Some(skill) = visible.skills().iter().find(|s| s.path == path) else {
+                continue;
+            };
+            let succeeded = messages
+                .iter()
+                .skip(i + 1)
+                .filter_map(|m| m.as_tool())
+                .any(|t| t.call_id == call.id && !t.is_error);
+            if succeeded && !out.iter().any(|s| s.name == skill.name) {
+                out.push(skill.clone());
+            }
+        }
+    }
+    out
+}

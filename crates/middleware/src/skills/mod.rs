@@ -1,0 +1,66 @@
+//! Skills: discovery, validation, the catalog, its prompt section and search.
+//!
+//! The path of one skill:
+//!
+//! ```text
+//! SkillSource (backend + dir, label)
+//!   → discover(): ls each source, read_many the top 4 KiB of every <dir>/SKILL.md
+//!   → frontmatter::split / frontmatter::parse (bounded YAML, scalars keep their text)
+//!   → validate::validate (Agent Skills rules, limits, the three failure tiers)
+//!   → SkillCatalog (ordered by source then name; later sources override by name)
+//!   → render::render (budgeted, byte-identical for the same inputs) → a system block
+//!   → SkillIndex::search for the `search_skills` tool when the listing is cut
+//! ```
+//!
+//! This module holds no middleware state and registers no tool; the skills middleware builds on
+//! these pieces: it keeps the [`SkillCatalog`] in thread state (it is serializable), renders it once
+//! with [`render::render`], filters it per user with [`SkillCatalog::visible_to`], and on reload
+//! calls [`discovery::rescan`] with the previous catalog.
+//!
+//! Failure tiers (see [`validate`] and [`discovery`]):
+//! 1. a subdirectory without `SKILL.md` is silently not a skill;
+//! 2. a broken skill (bad YAML, frontmatter not a mapping or missing, missing name or description,
+//!    not UTF-8, too big, `SKILL.md` that is a directory or unreadable) is skipped and logged, and
+//!    recorded in [`SkillCatalog::issues`];
+//! 3. a source that cannot be listed becomes a warning shown to the model inside an
+//!    untrusted-diagnostics block ([`render::render_warnings`], escaped by
+//!    [`render::escape_untrusted`]).
+
+pub mod catalog;
+pub mod discovery;
+mod fastyaml;
+pub mod frontmatter;
+pub mod middleware;
+pub mod render;
+pub mod search;
+pub mod skill;
+pub mod source;
+pub mod tools;
+pub mod validate;
+
+pub use catalog::{RolesFromMetadata, SkillCatalog, SkillVisibility, SkippedFile, Viewer};
+pub use discovery::{Discovery, DiscoveryOptions, DiscoveryStats, discover, rescan};
+pub use middleware::{
+    DISCLOSURE_SOURCE, Disclosure, PIN_SKILLS, PINNED_SOURCE, RELOAD_SKILLS, SKILLS, SKILLS_ACTIVATED,
+    SkillsMiddleware, SkillsState,
+};
+pub use render::{RenderOptions, RenderedSection, escape_untrusted, estimate_tokens, render};
+pub use search::{SearchHit, SkillIndex};
+pub use skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};
+pub use source::{SkillSource, SourceError, SourceInfo, derive_label};
+pub use tools::{BoundTools, SearchSkillsTool, ToolResolver};
+
+/// The file that makes a directory a skill.
+pub const SKILL_FILE: &str = "SKILL.md";
+/// Largest `SKILL.md`, in bytes (the size reported by the store; the file is never read whole).
+pub const MAX_SKILL_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Longest valid name, in characters (longer names load with a warning).
+pub const MAX_NAME_CHARS: usize = 64;
+/// Longest description, in characters (longer ones are truncated, with a warning).
+pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+/// Longest compatibility note, in characters (longer ones are truncated, with a warning).
+pub const MAX_COMPATIBILITY_CHARS: usize = 500;
+/// Most source warnings shown to the model.
+pub const MAX_SHOWN_WARNINGS: usize = 20;
+/// Longest source warning shown to the model, in characters.
+pub const MAX_WARNING_CHARS: usize = 1000;

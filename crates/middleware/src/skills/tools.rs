@@ -1,0 +1,156 @@
+//! Tools of the skills middleware: `search_skills`, and how tools bound to skills are found.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::catalog::SkillCatalog;
+use super::search::SkillIndex;
+use crate::context::RunContext;
+use crate::tool::{AgentTool, ToolContext, ToolError, ToolOutput};
+
+/// Turns a label from a skill's `metadata.include_tools` into tools, given the run's context (thread,
+/// and the caller's identity through [`RunContext::extension`]). This is how a whole MCP server is
+/// bound to one label, and how a tool is withheld from users without a role: return fewer tools.
+#[async_trait]
+pub trait ToolResolver: Send + Sync + fmt::Debug {
+    /// Tools for `label`; an empty list when the label is unknown here or the user may not have them.
+    async fn resolve(&self, label: &str, cx: &RunContext) -> Vec<Arc<dyn AgentTool>>;
+}
+
+/// Tools that skills may bind, by name, plus optional resolvers for labels.
+#[derive(Debug, Clone, Default)]
+pub struct BoundTools {
+    by_name: BTreeMap<String, Arc<dyn AgentTool>>,
+    resolvers: Vec<Arc<dyn ToolResolver>>,
+}
+
+impl BoundTools {
+    /// No bound tools.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A tool a skill can name in `include_tools`.
+    pub fn tool(mut self, tool: Arc<dyn AgentTool>) -> Self {
+        self.by_name.insert(tool.name().to_owned(), tool);
+        self
+    }
+
+    /// A resolver asked for every entry that is not a tool name.
+    pub fn resolver(mut self, resolver: Arc<dyn ToolResolver>) -> Self {
+        self.resolvers.push(resolver);
+        self
+    }
+
+    /// True when nothing can be bound.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty() && self.resolvers.is_empty()
+    }
+
+    /// Every tool named or labelled by `entries`, deduplicated by name, in entry order.
+    pub async fn resolve(&self, entries: &[String], cx: &RunContext) -> Vec<Arc<dyn AgentTool>> {
+        let mut out: Vec<Arc<dyn AgentTool>> = Vec::new();
+        for entry in entries {
+            let found: Vec<Arc<dyn AgentTool>> = match self.by_name.get(entry) {
+                Some(tool) => vec![tool.clone()],
+                None => {
+                    let mut all = Vec::new();
+                    for resolver in &self.resolvers {
+                        all.extend(resolver.resolve(entry, cx).await);
+                    }
+                    all
+                }
+            };
+            for tool in found {
+                if !out.iter().any(|t| t.name() == tool.name()) {
+                    out.push(tool);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `search_skills`: BM25 over names and descriptions of the skills this user may see. Offered when
+/// the catalog is too large to list in full.
+#[derive(Debug, Clone)]
+pub struct SearchSkillsTool {
+    catalog: Arc<SkillCatalog>,
+    index: Arc<SkillIndex>,
+    parameters: Value,
+}
+
+/// Most results `search_skills` returns.
+pub const MAX_SEARCH_RESULTS: usize = 20;
+
+impl SearchSkillsTool {
+    /// Search `catalog` (already filtered for the viewer).
+    pub fn new(catalog: Arc<SkillCatalog>) -> Self {
+        let index = Arc::new(SkillIndex::new(&catalog));
+        Self {
+            catalog,
+            index,
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "Words describing the task, or a skill name."},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS, "description": "Most results (default 10)."}
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl AgentTool for SearchSkillsTool {
+    fn name(&self) -> &str {
+        super::render::SEARCH_TOOL
+    }
+
+    fn description(&self) -> &str {
+        "Find skills by what they do. Returns matching skills with their descriptions and the path of \
+         their SKILL.md; read that file before using a skill."
+    }
+
+    fn parameters(&self) -> Value {
+        self.parameters.clone()
+    }
+
+    async fn call(&self, args: Value, _cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        let Some(query) = args
+            .get("query")
+            .and_then(Value::as_str)
+            .filter(|q| !q.trim().is_empty())
+        else {
+            return Ok(ToolOutput::error(
+                "search_skills needs `query` (a non-empty string) and takes an optional `limit` (integer, 1-20).",
+            ));
+        };
+        let limit = args
+            .get("limit")
+            .and_then(Value::as_u64)
+            .map_or(10, |l| (l as usize).clamp(1, MAX_SEARCH_RESULTS));
+        let hits = self.index.search(&self.catalog, query, limit);
+        if hits.is_empty() {
+            return Ok(ToolOutput::text(format!(
+                "No skill matches \"{query}\". Try other words."
+            )));
+        }
+        let mut out = String::new();
+        for hit in hits {
+            if let Some(skill) = self.catalog.get(&hit.name) {
+                out.push_str(&format!(
+                    "- {}: {} ({})\n",
+                    skill.name, skill.description, skill.path
+                ));
+            }
+        }
+        Ok(ToolOutput::text(out.trim_end().to_owned()))
+    }
+}
