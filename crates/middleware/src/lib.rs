@@ -74,6 +74,7 @@ mod messages;
 mod middleware;
 mod middlewares;
 mod model;
+pub mod rubric;
 mod run;
 mod scripted;
 pub mod skills;
@@ -105,6 +106,10 @@ pub use middlewares::{
 pub use model::{
     ChatModel, ModelCapabilities, ModelError, ModelRequest, ModelResponse, ResponseFormat, StopReason,
     ToolChoice, ToolSpec, Usage,
+};
+pub use rubric::{
+    CriterionEval, GraderVerdict, RUBRIC, RUBRIC_RESULT, Rubric, RubricEvaluation, RubricMiddleware,
+    RubricResult, Verdict,
 };
 pub use run::{RunInput, RunOutput};
 pub use scripted::ScriptedModel;
