@@ -1,6 +1,18 @@
 //! # trellis-agent
 //!
-//! The assembly layer of Trellis: model [`providers`] speaking the real wire formats (Anthropic Messages
-//! with `cache_control`, OpenAI Chat Completions for OpenAI, ollama, vLLM and llama.cpp servers).
+//! The assembly layer of Trellis:
+//!
+//! * [`providers`]: model providers speaking the real wire formats (Anthropic Messages with
+//!   `cache_control`; OpenAI Chat Completions for OpenAI, ollama, vLLM and llama.cpp servers), and
+//!   model strings such as `anthropic:claude-sonnet-4-5`;
+//! * [`builder`]: [`deep_agent`](builder::deep_agent), one call from a model to an agent with the
+//!   documented default stack (filesystem, skills, memory, prompt caching, retries);
+//! * [`workspace`], [`inspect`], [`skills_cli`]: what the `trellis` command line is made of.
 
+pub mod builder;
+pub mod inspect;
 pub mod providers;
+pub mod skills_cli;
+pub mod workspace;
+
+pub use builder::{DEFAULT_SYSTEM_PROMPT, DeepAgentBuilder, deep_agent};

@@ -1,0 +1,223 @@
+//! `trellis inspect`: the exact first request the model would receive, without calling a model.
+//!
+//! The agent is assembled as `trellis run` would assemble it, but with a stand-in model that has the
+//! chosen provider's declared capabilities (so cache breakpoints land where they would), answers at
+//! once, and records the request. No API key is needed.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use serde::Serialize;
+use serde_json::Value;
+use trellis_middleware::skills::{SKILLS, estimate_tokens};
+use trellis_middleware::{ChatModel, ModelCapabilities, ModelRequest, RunInput, ScriptedModel};
+
+use crate::builder::deep_agent;
+use crate::providers::{self, ModelSpec};
+use crate::workspace::Workspace;
+
+/// Everything `inspect` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct InspectReport {
+    /// The model string.
+    pub model: String,
+    /// Its declared capabilities.
+    pub capabilities: ModelCapabilities,
+    /// Where each source is mounted.
+    pub mounts: Vec<(String, String)>,
+    /// The request, as the stack built it.
+    pub request: ModelRequest,
+    /// Estimated tokens: per system block, tools, messages, total.
+    pub tokens: TokenEstimate,
+    /// Skill load warnings and skipped files.
+    pub warnings: Vec<String>,
+    /// The provider's JSON body for this request, where the provider is known.
+    pub provider_body: Option<Value>,
+}
+
+/// Estimated tokens (UTF-8 bytes / 4).
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenEstimate {
+    /// One entry per system block.
+    pub system_blocks: Vec<usize>,
+    /// All tool definitions.
+    pub tools: usize,
+    /// All messages.
+    pub messages: usize,
+    /// The sum.
+    pub total: usize,
+}
+
+/// Capabilities and request-body rendering for a model string, with no key needed.
+fn stand_in(model: &str) -> Result<(Arc<dyn ChatModel>, Option<ModelSpec>)> {
+    let spec = ModelSpec::parse(model)?;
+    let real = providers::from_model_string_with_env(model, |var| {
+        std::env::var(var)
+            .ok()
+            .or_else(|| var.ends_with("_API_KEY").then(|| "inspect-no-key".to_owned()))
+    })?;
+    Ok((real, Some(spec)))
+}
+
+fn provider_body(spec: &ModelSpec, request: &ModelRequest) -> Option<Value> {
+    match spec {
+        ModelSpec::Anthropic { model } => {
+            let config = providers::anthropic::AnthropicConfig::new(model.clone(), "inspect-no-key");
+            providers::anthropic::AnthropicModel::new(config)
+                .ok()?
+                .request_body(request)
+                .ok()
+        }
+        ModelSpec::OpenAi { model } => {
+            let config = providers::openai::OpenAiConfig::openai(model.clone(), "inspect-no-key");
+            providers::openai::OpenAiModel::new(config)
+                .ok()?
+                .request_body(request)
+                .ok()
+        }
+        _ => None,
+    }
+}
+
+/// Assemble the agent for `workspace` and capture its first request for `task`.
+pub async fn inspect(model: &str, workspace: &Workspace, task: &str) -> Result<InspectReport> {
+    let (real, spec) = stand_in(model)?;
+    let capabilities = real.capabilities();
+    let recorder = Arc::new(
+        ScriptedModel::new()
+            .with_id(real.id().to_owned())
+            .with_capabilities(capabilities)
+            .then_text("(inspect: no model was called)"),
+    );
+    let mut builder = deep_agent(recorder.clone()).backend(workspace.backend.clone());
+    for source in &workspace.skills {
+        builder = builder.skills_source(source.clone());
+    }
+    for path in &workspace.memory {
+        builder = builder.memory_source(path.clone());
+    }
+    let agent = builder.build()?;
+    let out = agent.run(RunInput::human(task)).await?;
+    let request = recorder
+        .requests()
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("the agent made no model call"))?;
+
+    let mut warnings = Vec::new();
+    if let Some(skills) = out.state.get(&SKILLS)? {
+        warnings.extend(skills.catalog.warnings().iter().cloned());
+        warnings.extend(
+            skills
+                .catalog
+                .issues()
+                .iter()
+                .map(|i| format!("{}: {}", i.path, i.message)),
+        );
+    }
+    let system_blocks: Vec<usize> = request.system.iter().map(|b| estimate_tokens(&b.text)).collect();
+    let tools = request
+        .tools
+        .iter()
+        .map(|t| {
+            estimate_tokens(&t.name)
+                + estimate_tokens(&t.description)
+                + estimate_tokens(&t.parameters.to_string())
+        })
+        .sum();
+    let messages = request.messages.iter().map(|m| estimate_tokens(&m.text())).sum();
+    let total = system_blocks.iter().sum::<usize>() + tools + messages;
+    let provider_body = spec.as_ref().and_then(|s| provider_body(s, &request));
+    Ok(InspectReport {
+        model: model.to_owned(),
+        capabilities,
+        mounts: workspace.mounts.clone(),
+        request,
+        tokens: TokenEstimate {
+            system_blocks,
+            tools,
+            messages,
+            total,
+        },
+        warnings,
+        provider_body,
+    })
+}
+
+/// The human-readable report.
+pub fn render_text(report: &InspectReport) -> String {
+    let caps = &report.capabilities;
+    let mut out = String::new();
+    out.push_str(&format!("model: {}\n", report.model));
+    out.push_str(&format!(
+        "capabilities: prompt caching {}, tools mid-conversation {}, context window {}\n",
+        if caps.prompt_caching {
+            format!("yes (up to {} breakpoints)", caps.max_cache_breakpoints)
+        } else {
+            "no".to_owned()
+        },
+        if caps.tools_mid_conversation { "yes" } else { "no" },
+        caps.context_window
+            .map_or("unknown".to_owned(), |w| format!("{w} tokens")),
+    ));
+    for (at, source) in &report.mounts {
+        out.push_str(&format!("mounted: {at} <- {source}\n"));
+    }
+    out.push_str(&format!(
+        "\nestimated tokens: {} (system {}, tools {}, messages {})\n",
+        report.tokens.total,
+        report.tokens.system_blocks.iter().sum::<usize>(),
+        report.tokens.tools,
+        report.tokens.messages,
+    ));
+    for (i, block) in report.request.system.iter().enumerate() {
+        let source = block.source.as_deref().unwrap_or("system prompt");
+        let tokens = report.tokens.system_blocks.get(i).copied().unwrap_or(0);
+        out.push_str(&format!(
+            "\n=== system block {} · {source} · ~{tokens} tokens ===\n",
+            i + 1
+        ));
+        out.push_str(block.text.trim_end());
+        out.push('\n');
+        if let Some(ttl) = block.cache_breakpoint {
+            let ttl = match ttl {
+                trellis_middleware::CacheTtl::FiveMinutes => "5 min",
+                trellis_middleware::CacheTtl::OneHour => "1 h",
+            };
+            out.push_str(&format!(
+                "--- cache breakpoint ({ttl}): everything above is cached ---\n"
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "\n=== tools ({}) · ~{} tokens ===\n",
+        report.request.tools.len(),
+        report.tokens.tools
+    ));
+    for tool in &report.request.tools {
+        let first_line = tool.description.lines().next().unwrap_or("");
+        out.push_str(&format!("- {}: {first_line}\n", tool.name));
+    }
+    out.push_str(&format!(
+        "\n=== messages ({}) ===\n",
+        report.request.messages.len()
+    ));
+    for message in report.request.messages.iter() {
+        let role = match message {
+            trellis_middleware::Message::System(_) => "system",
+            trellis_middleware::Message::Human(_) => "human",
+            trellis_middleware::Message::Ai(_) => "ai",
+            trellis_middleware::Message::Tool(_) => "tool",
+        };
+        out.push_str(&format!("[{role}] {}\n", message.text()));
+    }
+    if report.warnings.is_empty() {
+        out.push_str("\nskill warnings: none\n");
+    } else {
+        out.push_str(&format!("\nskill warnings ({}):\n", report.warnings.len()));
+        for w in &report.warnings {
+            out.push_str(&format!("- {w}\n"));
+        }
+    }
+    out
+}

@@ -1,0 +1,212 @@
+//! The `trellis` command line: `inspect`, `run`, `skills list`, `skills validate`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use trellis_agent::{builder::deep_agent, inspect, providers, skills_cli, workspace};
+use trellis_backend::{Backend, FilesystemBackend, VirtualPath};
+use trellis_middleware::{BackendCheckpointer, EventSink, RunEvent, RunInput, ThreadId};
+
+#[derive(Parser, Debug)]
+#[command(name = "trellis", version, about = "A skills-and-memory agent harness")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the exact first request the model would receive (no API key needed).
+    Inspect {
+        /// A skills directory or object-store URL (repeatable; later sources override earlier ones).
+        #[arg(long = "skills", value_name = "SRC")]
+        skills: Vec<String>,
+        /// A memory file (AGENTS.md), local or an object-store URL (repeatable).
+        #[arg(long = "memory", value_name = "SRC")]
+        memory: Vec<String>,
+        /// The model whose capabilities shape the request.
+        #[arg(long, default_value = "anthropic:claude-sonnet-4-5")]
+        model: String,
+        /// Print JSON (the request, token estimates, warnings and the provider's request body).
+        #[arg(long)]
+        json: bool,
+        /// The task to put in the first user message.
+        #[arg(default_value = "(your task)")]
+        task: String,
+    },
+    /// Run the agent on a task, printing progress; resume a thread with --thread.
+    Run {
+        /// The model, e.g. anthropic:claude-sonnet-4-5 or openai:gpt-4.1.
+        #[arg(long)]
+        model: String,
+        #[arg(long = "skills", value_name = "SRC")]
+        skills: Vec<String>,
+        #[arg(long = "memory", value_name = "SRC")]
+        memory: Vec<String>,
+        /// Continue this thread (checkpoints live in --state-dir).
+        #[arg(long)]
+        thread: Option<String>,
+        /// A directory the agent works in (default: files live in memory for the run).
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        /// Where thread checkpoints are kept.
+        #[arg(long, default_value = ".trellis")]
+        state_dir: PathBuf,
+        /// The task.
+        task: String,
+    },
+    /// Skill libraries.
+    Skills {
+        #[command(subcommand)]
+        command: SkillsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SkillsCommand {
+    /// List the skills of one or more sources.
+    List {
+        #[arg(long)]
+        json: bool,
+        #[arg(required = true, value_name = "SOURCE")]
+        sources: Vec<String>,
+    },
+    /// Check every skill against the Agent Skills rules; exit 1 on errors.
+    Validate {
+        #[arg(long)]
+        json: bool,
+        #[arg(required = true, value_name = "SOURCE")]
+        sources: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .with_target(false)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("trellis: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("trellis: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Inspect {
+            skills,
+            memory,
+            model,
+            json,
+            task,
+        } => {
+            let ws = workspace::assemble(&skills, &memory, None)?;
+            let report = inspect::inspect(&model, &ws, &task).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", inspect::render_text(&report));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run {
+            model,
+            skills,
+            memory,
+            thread,
+            workdir,
+            state_dir,
+            task,
+        } => run(&model, &skills, &memory, thread, workdir, state_dir, &task).await,
+        Command::Skills {
+            command: SkillsCommand::List { json, sources },
+        } => skills_cli::list(&sources, json).await,
+        Command::Skills {
+            command: SkillsCommand::Validate { json, sources },
+        } => skills_cli::validate(&sources, json).await,
+    }
+}
+
+async fn run(
+    model: &str,
+    skills: &[String],
+    memory: &[String],
+    thread: Option<String>,
+    workdir: Option<PathBuf>,
+    state_dir: PathBuf,
+    task: &str,
+) -> Result<ExitCode> {
+    let model = providers::from_model_string(model)?;
+    let ws = workspace::assemble(skills, memory, workdir.as_deref())?;
+    std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
+    let store: Arc<dyn Backend> = Arc::new(FilesystemBackend::new(&state_dir)?);
+    let checkpointer = Arc::new(BackendCheckpointer::new(store, VirtualPath::parse("/threads")?)?);
+    let mut builder = deep_agent(model)
+        .backend(ws.backend.clone())
+        .checkpointer(checkpointer);
+    for source in &ws.skills {
+        builder = builder.skills_source(source.clone());
+    }
+    for path in &ws.memory {
+        builder = builder.memory_source(path.clone());
+    }
+    let agent = builder.build()?;
+    let thread_id = match thread {
+        Some(id) => ThreadId::new(id)?,
+        None => ThreadId::generate(),
+    };
+    eprintln!("thread {thread_id} (resume with --thread {thread_id})");
+    let events = EventSink::from_fn(|event| match event {
+        RunEvent::ModelStarted { step, .. } => eprintln!("· step {}: thinking…", step + 1),
+        RunEvent::ModelFinished {
+            usage,
+            tool_calls,
+            elapsed,
+            ..
+        } => eprintln!(
+            "  model: {} in / {} out tokens ({} cached), {tool_calls} tool call(s), {:.1}s",
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            elapsed.as_secs_f64()
+        ),
+        RunEvent::ToolFinished {
+            name,
+            is_error,
+            elapsed,
+            ..
+        } => {
+            eprintln!(
+                "  {} {name} ({:.1}s)",
+                if is_error { "✗" } else { "✓" },
+                elapsed.as_secs_f64()
+            )
+        }
+        RunEvent::Middleware {
+            middleware,
+            kind,
+            data,
+        } => eprintln!("  [{middleware}] {kind} {data}"),
+        _ => {}
+    });
+    let out = agent
+        .run(RunInput::human(task).thread(thread_id).events(events))
+        .await?;
+    println!("{}", out.final_text().unwrap_or_default());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,175 @@
+//! Turning command-line sources (a local directory or an object-store URL) into one backend the agent
+//! works in, with skills and memory mounted at stable virtual paths.
+//!
+//! | given | mounted at | the agent reads |
+//! |---|---|---|
+//! | `--skills ./team/skills` | `/skills/team` | `/skills/team/<skill>/SKILL.md` |
+//! | `--skills s3://bucket/org/skills` | `/skills/org` | `/skills/org/<skill>/SKILL.md` |
+//! | `--memory ./proj/AGENTS.md` | `/memory/proj` (the file's directory) | `/memory/proj/AGENTS.md` |
+//! | `--workdir ./out` | `/` (the default backend) | everything else |
+//!
+//! Mount names come from the last path segment that is not `skills` (so a source's label reads like
+//! its team or project); clashes get `-2`, `-3`, …. Without `--workdir`, files the agent writes live in
+//! memory for the run.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use trellis_backend::{
+    Backend, CompositeBackend, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions,
+};
+use trellis_middleware::SkillSource;
+
+/// The agent's backend and where its skills and memory are.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    /// The composite backend the tools, skills and memory share.
+    pub backend: Arc<dyn Backend>,
+    /// Skill sources, in the order given.
+    pub skills: Vec<SkillSource>,
+    /// Memory files (virtual paths), in the order given.
+    pub memory: Vec<String>,
+    /// What was mounted where, for display.
+    pub mounts: Vec<(String, String)>,
+}
+
+/// A backend for a directory or URL.
+pub fn backend_for(source: &str) -> Result<Arc<dyn Backend>> {
+    if source.contains("://") {
+        let backend = ObjectStoreBackend::from_url(source, &StoreOptions::from_env())
+            .with_context(|| format!("cannot open {source}"))?;
+        Ok(Arc::new(backend))
+    } else {
+        let backend =
+            FilesystemBackend::new(source).with_context(|| format!("cannot open directory {source}"))?;
+        Ok(Arc::new(backend))
+    }
+}
+
+/// A mount name from the last meaningful segment of a source.
+fn mount_name(source: &str, taken: &mut BTreeSet<String>) -> String {
+    let trimmed = source.trim_end_matches('/');
+    let segments: Vec<&str> = trimmed
+        .rsplit(['/', '\\'])
+        .filter(|s| !s.is_empty() && *s != "." && !s.contains(':'))
+        .collect();
+    let base = segments
+        .iter()
+        .find(|s| !s.eq_ignore_ascii_case("skills"))
+        .map(|s| sanitize(s))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "source".to_owned());
+    let mut name = base.clone();
+    let mut n = 2;
+    while !taken.insert(name.clone()) {
+        name = format!("{base}-{n}");
+        n += 1;
+    }
+    name
+}
+
+fn sanitize(segment: &str) -> String {
+    segment
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .trim_matches('-')
+        .to_owned()
+}
+
+/// Split a memory source into (directory, file name).
+fn split_file(source: &str) -> Result<(String, String)> {
+    let trimmed = source.trim_end_matches('/');
+    let Some((dir, file)) = trimmed.rsplit_once('/') else {
+        return Ok((".".to_owned(), trimmed.to_owned()));
+    };
+    if file.is_empty() {
+        bail!("memory source {source} names no file");
+    }
+    let dir = if dir.is_empty() { "/" } else { dir };
+    Ok((dir.to_owned(), file.to_owned()))
+}
+
+/// Build the workspace for the given sources.
+pub fn assemble(skills: &[String], memory: &[String], workdir: Option<&Path>) -> Result<Workspace> {
+    let default: Arc<dyn Backend> = match workdir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            Arc::new(FilesystemBackend::new(dir)?)
+        }
+        None => Arc::new(StateBackend::new()),
+    };
+    let mut composite = CompositeBackend::new(default);
+    let mut mounts = Vec::new();
+    let mut taken = BTreeSet::new();
+    let mut skill_mounts = Vec::new();
+    for source in skills {
+        let name = mount_name(source, &mut taken);
+        let at = format!("/skills/{name}");
+        composite = composite.mount(&at, backend_for(source)?)?;
+        mounts.push((at.clone(), source.clone()));
+        skill_mounts.push(at);
+    }
+    let mut memory_paths = Vec::new();
+    let mut taken = BTreeSet::new();
+    for source in memory {
+        let (dir, file) = split_file(source)?;
+        let name = mount_name(&dir, &mut taken);
+        let at = format!("/memory/{name}");
+        let dir_source = if dir.contains("://") && !dir.ends_with('/') {
+            format!("{dir}/")
+        } else {
+            dir.clone()
+        };
+        composite = composite.mount(&at, backend_for(dir_source.trim_end_matches('/'))?)?;
+        mounts.push((at.clone(), dir));
+        memory_paths.push(format!("{at}/{file}"));
+    }
+    let backend: Arc<dyn Backend> = Arc::new(composite);
+    let skills = skill_mounts
+        .iter()
+        .map(|at| SkillSource::new(backend.clone(), at).map_err(anyhow::Error::from))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Workspace {
+        backend,
+        skills,
+        memory: memory_paths,
+        mounts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_names_read_like_their_source() {
+        let mut taken = BTreeSet::new();
+        assert_eq!(
+            mount_name("examples/sales-assistant/skills", &mut taken),
+            "sales-assistant"
+        );
+        assert_eq!(mount_name("s3://bucket/org/skills/", &mut taken), "org");
+        assert_eq!(
+            mount_name("./other/sales-assistant/skills", &mut taken),
+            "sales-assistant-2"
+        );
+        assert_eq!(mount_name("skills", &mut taken), "source");
+        assert_eq!(
+            split_file("a/b/AGENTS.md").ok(),
+            Some(("a/b".to_owned(), "AGENTS.md".to_owned()))
+        );
+        assert_eq!(
+            split_file("AGENTS.md").ok(),
+            Some((".".to_owned(), "AGENTS.md".to_owned()))
+        );
+    }
+}

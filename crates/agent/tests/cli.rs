@@ -1,0 +1,107 @@
+//! The `trellis` binary, end to end.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn trellis() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_trellis"))
+}
+
+fn example(rel: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/sales-assistant")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn inspect_runs_without_an_api_key() {
+    let out = trellis()
+        .args([
+            "inspect",
+            "--skills",
+            &example("skills"),
+            "--memory",
+            &example("AGENTS.md"),
+        ])
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("/skills/sales-assistant/meeting-prep/SKILL.md"));
+    assert!(text.contains("cache breakpoint"));
+    let json = trellis()
+        .args(["inspect", "--json", "--skills", &example("skills")])
+        .output()
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(value["request"]["tools"].as_array().unwrap().len(), 7);
+    assert!(value["provider_body"]["system"].is_array());
+}
+
+#[test]
+fn skills_list_prints_the_documented_json() {
+    let out = trellis()
+        .args(["skills", "list", "--json", &example("skills")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let skills = value["skills"].as_array().unwrap();
+    let names: Vec<&str> = skills.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["call-transcripts", "competitive-intel-card", "meeting-prep"]
+    );
+    for s in skills {
+        let dir = s["name"].as_str().unwrap();
+        assert!(s["path"].as_str().unwrap().ends_with(&format!("/{dir}/SKILL.md")));
+        for key in [
+            "description",
+            "source",
+            "license",
+            "compatibility",
+            "metadata",
+            "allowed_tools",
+        ] {
+            assert!(s.get(key).is_some(), "{key} present");
+        }
+    }
+    assert_eq!(
+        skills[0]["allowed_tools"],
+        serde_json::json!(["search_calls", "get_transcript", "read_file"])
+    );
+    assert_eq!(
+        skills[2]["metadata"]["version"], "1.10",
+        "scalars keep the text that was written"
+    );
+    assert_eq!(value["warnings"], serde_json::json!([]));
+}
+
+#[test]
+fn skills_validate_exits_one_on_errors() {
+    let ok = trellis()
+        .args(["skills", "validate", &example("skills")])
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stdout));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("Bad_Name")).unwrap();
+    std::fs::write(
+        dir.path().join("Bad_Name/SKILL.md"),
+        "---\nname: Bad_Name\ndescription: x\n---\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("broken")).unwrap();
+    std::fs::write(dir.path().join("broken/SKILL.md"), "---\nname: [unclosed\n---\n").unwrap();
+    let out = trellis()
+        .args(["skills", "validate", "--json", &dir.path().display().to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(value["errors"].as_u64().unwrap() >= 2, "{value}");
+}
