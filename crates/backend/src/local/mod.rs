@@ -1,7 +1,8 @@
 //! [`FilesystemBackend`]: a directory on local disk.
 
+mod beneath;
+
 use std::collections::HashMap;
-use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -9,8 +10,11 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use futures::StreamExt;
+use std::os::unix::fs::OpenOptionsExt;
+use tokio::io::AsyncWriteExt;
 
+use self::beneath::{Beneath, Opened, read_range};
 use crate::backend::{
     Backend, ByteRange, Capabilities, Entry, EntryKind, ReadOutput, Version, WriteMode, WriteOutcome,
 };
@@ -31,8 +35,12 @@ use crate::path::VirtualPath;
 #[derive(Debug)]
 pub struct FilesystemBackend {
     root: PathBuf,
+    beneath: Option<Arc<Beneath>>,
     locks: Mutex<HashMap<VirtualPath, Arc<tokio::sync::Mutex<()>>>>,
 }
+
+/// Paths per blocking batch in `read_many`.
+const READ_BATCH: usize = 128;
 
 impl FilesystemBackend {
     /// Serve the directory `root`, which must exist.
@@ -43,6 +51,7 @@ impl FilesystemBackend {
             return Err(BackendError::NotADirectory { path: shown });
         }
         Ok(Self {
+            beneath: Beneath::new(&root).map(Arc::new),
             root,
             locks: Mutex::new(HashMap::new()),
         })
@@ -97,7 +106,35 @@ impl FilesystemBackend {
         locks.entry(path.clone()).or_default().clone()
     }
 
-    async fn entry_for(&self, path: VirtualPath, meta: &std::fs::Metadata) -> Entry {
+    /// Read through `openat2` on the blocking pool; `None` when the slow path must decide.
+    async fn read_fast(&self, path: &VirtualPath, range: Option<ByteRange>) -> Option<Result<ReadOutput>> {
+        let beneath = self.beneath.clone()?;
+        let relative = path.as_str().trim_start_matches('/').to_owned();
+        let shown = path.clone();
+        tokio::task::spawn_blocking(move || fast_read(&beneath, &relative, range, &shown))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// The slow path: canonicalize, check, then read.
+    async fn read_checked(&self, path: &VirtualPath, range: Option<ByteRange>) -> Result<ReadOutput> {
+        let real = self.resolve_existing(path).await?;
+        let shown = path.clone();
+        tokio::task::spawn_blocking(move || {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&real)
+                .map_err(|e| BackendError::from_io(&shown, e))?;
+            let (bytes, meta) = read_range(file, range).map_err(|e| BackendError::from_io(&shown, e))?;
+            Ok(output(bytes, &meta))
+        })
+        .await
+        .unwrap_or_else(|e| Err(BackendError::other(path, e)))
+    }
+
+    fn entry_for_sync(&self, path: VirtualPath, meta: &std::fs::Metadata) -> Entry {
         let modified = meta.modified().ok();
         if meta.is_dir() {
             return Entry {
@@ -112,6 +149,33 @@ impl FilesystemBackend {
             modified: modified.map(DateTime::<Utc>::from),
             version: Some(version_of(meta)),
         }
+    }
+}
+
+fn output(bytes: Vec<u8>, meta: &std::fs::Metadata) -> ReadOutput {
+    ReadOutput {
+        size: meta.len(),
+        bytes: Bytes::from(bytes),
+        version: Some(version_of(meta)),
+        modified: meta.modified().ok().map(DateTime::<Utc>::from),
+    }
+}
+
+/// One fast-path read; `None` when the slow path must decide.
+fn fast_read(
+    beneath: &Beneath,
+    relative: &str,
+    range: Option<ByteRange>,
+    shown: &VirtualPath,
+) -> Option<Result<ReadOutput>> {
+    match beneath.open(relative) {
+        Ok(Opened::File(file)) => Some(
+            read_range(file, range)
+                .map(|(bytes, meta)| output(bytes, &meta))
+                .map_err(|e| BackendError::from_io(shown, e)),
+        ),
+        Ok(Opened::Undecided) => None,
+        Err(e) => Some(Err(BackendError::from_io(shown, e))),
     }
 }
 
@@ -148,96 +212,97 @@ impl Backend for FilesystemBackend {
 
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
         let real = self.resolve_existing(dir).await?;
-        let mut reader = tokio::fs::read_dir(&real)
+        let root = self.root.clone();
+        let shown = dir.clone();
+        // One blocking task for the whole listing: per-entry async calls would each hop to the pool.
+        let listed = tokio::task::spawn_blocking(move || list_dir(&real, &root, &shown))
             .await
-            .map_err(|e| BackendError::from_io(dir, e))?;
-        let mut out = Vec::new();
-        while let Some(item) = reader
-            .next_entry()
-            .await
-            .map_err(|e| BackendError::from_io(dir, e))?
-        {
-            let name = item.file_name();
-            let Some(name) = name.to_str() else {
-                tracing::warn!(dir = %dir, name = ?item.file_name(), "skipping a name that is not UTF-8");
-                continue;
-            };
-            let Ok(child) = dir.join(name) else {
-                tracing::warn!(dir = %dir, name, "skipping a name that is not a valid virtual path");
-                continue;
-            };
-            let Ok(kind) = item.file_type().await else {
-                continue;
-            };
-            let meta = if kind.is_symlink() {
-                // Follow only links that stay inside the root.
-                match tokio::fs::canonicalize(item.path()).await {
-                    Ok(target) if target.starts_with(&self.root) => {
-                        match tokio::fs::metadata(&target).await {
-                            Ok(m) => m,
-                            Err(_) => continue,
-                        }
-                    }
-                    _ => continue,
-                }
-            } else {
-                match item.metadata().await {
-                    Ok(m) => m,
-                    Err(_) => continue,
-                }
-            };
-            if !meta.is_dir() && !meta.is_file() {
-                continue;
-            }
-            out.push(self.entry_for(child, &meta).await);
-        }
-        out.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(out)
+            .map_err(|e| BackendError::other(dir, e))??;
+        Ok(listed
+            .into_iter()
+            .map(|(child, meta)| self.entry_for_sync(child, &meta))
+            .collect())
     }
 
     async fn stat(&self, path: &VirtualPath) -> Result<Entry> {
+        if let Some(beneath) = self.beneath.clone()
+            && !path.is_root()
+        {
+            let relative = path.as_str().trim_start_matches('/').to_owned();
+            let fast = tokio::task::spawn_blocking(move || match beneath.open(&relative) {
+                Ok(Opened::File(file)) => Some(file.metadata()),
+                Ok(Opened::Undecided) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .await
+            .ok()
+            .flatten();
+            if let Some(meta) = fast {
+                let meta = meta.map_err(|e| BackendError::from_io(path, e))?;
+                return Ok(self.entry_for_sync(path.clone(), &meta));
+            }
+        }
         let real = self.resolve_existing(path).await?;
         let meta = tokio::fs::metadata(&real)
             .await
             .map_err(|e| BackendError::from_io(path, e))?;
-        Ok(self.entry_for(path.clone(), &meta).await)
+        Ok(self.entry_for_sync(path.clone(), &meta))
     }
 
     async fn read(&self, path: &VirtualPath, range: Option<ByteRange>) -> Result<ReadOutput> {
-        let real = self.resolve_existing(path).await?;
-        let mut file = tokio::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&real)
-            .await
-            .map_err(|e| BackendError::from_io(path, e))?;
-        let meta = file
-            .metadata()
-            .await
-            .map_err(|e| BackendError::from_io(path, e))?;
-        if meta.is_dir() {
+        if path.is_root() {
             return Err(BackendError::IsADirectory {
                 path: path.to_string(),
             });
         }
-        let size = meta.len();
-        let span = range.map(|r| r.clamp(size)).unwrap_or(0..size);
-        let mut buf = Vec::with_capacity((span.end - span.start) as usize);
-        if span.start > 0 {
-            file.seek(SeekFrom::Start(span.start))
-                .await
-                .map_err(|e| BackendError::from_io(path, e))?;
+        match self.read_fast(path, range).await {
+            Some(result) => result,
+            None => self.read_checked(path, range).await,
         }
-        file.take(span.end - span.start)
-            .read_to_end(&mut buf)
-            .await
-            .map_err(|e| BackendError::from_io(path, e))?;
-        Ok(ReadOutput {
-            bytes: Bytes::from(buf),
-            size,
-            version: Some(version_of(&meta)),
-            modified: meta.modified().ok().map(DateTime::<Utc>::from),
-        })
+    }
+
+    async fn read_many(&self, paths: &[VirtualPath], range: Option<ByteRange>) -> Vec<Result<ReadOutput>> {
+        let Some(beneath) = self.beneath.clone() else {
+            return futures::stream::iter(paths.iter().cloned())
+                .map(|p| async move { self.read(&p, range).await })
+                .buffered(crate::backend::DEFAULT_READ_CONCURRENCY)
+                .collect()
+                .await;
+        };
+        // Batches of paths per blocking task, two in flight: far fewer hops to the blocking pool
+        // than one per file, and the kernel checks containment on every open.
+        let chunks: Vec<Vec<VirtualPath>> = paths.chunks(READ_BATCH).map(<[VirtualPath]>::to_vec).collect();
+        let batches: Vec<Vec<Option<Result<ReadOutput>>>> = futures::stream::iter(chunks)
+            .map(|chunk| {
+                let beneath = beneath.clone();
+                async move {
+                    let len = chunk.len();
+                    tokio::task::spawn_blocking(move || {
+                        chunk
+                            .iter()
+                            .map(|p| {
+                                if p.is_root() {
+                                    return Some(Err(BackendError::IsADirectory { path: p.to_string() }));
+                                }
+                                fast_read(&beneath, p.as_str().trim_start_matches('/'), range, p)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .await
+                    .unwrap_or_else(|_| (0..len).map(|_| None).collect())
+                }
+            })
+            .buffered(2)
+            .collect()
+            .await;
+        let mut out = Vec::with_capacity(paths.len());
+        for (path, fast) in paths.iter().zip(batches.into_iter().flatten()) {
+            out.push(match fast {
+                Some(result) => result,
+                None => self.read_checked(path, range).await,
+            });
+        }
+        out
     }
 
     async fn write(&self, path: &VirtualPath, data: Bytes, mode: WriteMode) -> Result<WriteOutcome> {
@@ -381,4 +446,43 @@ impl Backend for FilesystemBackend {
             .await
             .map_err(|e| BackendError::from_io(path, e))
     }
+}
+
+/// The children of `real` (a canonical directory inside `root`), sorted; links that lead out of the
+/// root, broken links, names that are not valid paths and special files are left out.
+fn list_dir(real: &Path, root: &Path, dir: &VirtualPath) -> Result<Vec<(VirtualPath, std::fs::Metadata)>> {
+    let reader = std::fs::read_dir(real).map_err(|e| BackendError::from_io(dir, e))?;
+    let mut out = Vec::new();
+    for item in reader {
+        let item = item.map_err(|e| BackendError::from_io(dir, e))?;
+        let name = item.file_name();
+        let Some(name) = name.to_str() else {
+            tracing::warn!(dir = %dir, name = ?item.file_name(), "skipping a name that is not UTF-8");
+            continue;
+        };
+        let Ok(child) = dir.join(name) else {
+            tracing::warn!(dir = %dir, name, "skipping a name that is not a valid virtual path");
+            continue;
+        };
+        let Ok(kind) = item.file_type() else { continue };
+        let meta = if kind.is_symlink() {
+            match std::fs::canonicalize(item.path()) {
+                Ok(target) if target.starts_with(root) => match std::fs::metadata(&target) {
+                    Ok(m) => m,
+                    Err(_) => continue,
+                },
+                _ => continue,
+            }
+        } else {
+            match item.metadata() {
+                Ok(m) => m,
+                Err(_) => continue,
+            }
+        };
+        if meta.is_dir() || meta.is_file() {
+            out.push((child, meta));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
 }
