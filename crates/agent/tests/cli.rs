@@ -105,3 +105,89 @@ fn skills_validate_exits_one_on_errors() {
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(value["errors"].as_u64().unwrap() >= 2, "{value}");
 }
+
+/// `trellis run` against a mock Anthropic endpoint: a real HTTP exchange, progress on stderr, the
+/// answer on stdout, and a thread that a second invocation resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_talks_to_the_provider_and_resumes_threads() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    let server = MockServer::start().await;
+    let answer = serde_json::json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "Brief saved."}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 1200, "output_tokens": 12, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 1100}
+    });
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(answer))
+        .mount(&server)
+        .await;
+    let state = tempfile::tempdir().unwrap();
+    let invoke = |task: &'static str| {
+        let uri = server.uri();
+        let state_dir = state.path().display().to_string();
+        tokio::task::spawn_blocking(move || {
+            trellis()
+                .args([
+                    "run",
+                    "--model",
+                    "anthropic:claude-sonnet-4-5",
+                    "--skills",
+                    &example("skills"),
+                ])
+                .args([
+                    "--memory",
+                    &example("AGENTS.md"),
+                    "--state-dir",
+                    &state_dir,
+                    "--thread",
+                    "acme-prep",
+                    task,
+                ])
+                .env("ANTHROPIC_API_KEY", "test-key")
+                .env("ANTHROPIC_BASE_URL", uri)
+                .output()
+                .unwrap()
+        })
+    };
+    let first = invoke("Prep me for Acme").await.unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&first.stdout).trim(), "Brief saved.");
+    let progress = String::from_utf8_lossy(&first.stderr);
+    assert!(progress.contains("1100 cached"), "{progress}");
+    let second = invoke("And the agenda?").await.unwrap();
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 2);
+    let body: serde_json::Value = serde_json::from_slice(&requests[1].body).unwrap();
+    let texts: Vec<String> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert!(
+        texts.iter().any(|t| t.contains("Prep me for Acme")),
+        "the second run resumed the thread: {texts:?}"
+    );
+    assert!(texts.iter().any(|t| t.contains("Brief saved.")));
+
+    let missing = trellis()
+        .args(["run", "--model", "anthropic:claude-sonnet-4-5", "hi"])
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("ANTHROPIC_API_KEY"));
+}
