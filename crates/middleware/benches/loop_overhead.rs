@@ -80,6 +80,42 @@ fn core_stack(builder: AgentBuilder) -> AgentBuilder {
         .middleware(PromptCachingMiddleware::new())
 }
 
+/// An agent with the core stack and a skills library of `n` skills, and the loaded skills state.
+async fn skills_agent(n: usize) -> (Agent, trellis_middleware::skills::SkillsState) {
+    use trellis_backend::{Backend, StateBackend, VirtualPath, WriteMode};
+    let backend = Arc::new(StateBackend::new());
+    for i in 0..n {
+        let text = format!(
+            "---\nname: skill-{i:05}\ndescription: Handles requests of kind {i} for the team, with checks.\n---\n# Skill {i}\n"
+        );
+        let path = VirtualPath::parse(&format!("/skills/skill-{i:05}/SKILL.md")).unwrap();
+        backend
+            .write(&path, text.into(), WriteMode::Overwrite)
+            .await
+            .unwrap();
+    }
+    use trellis_middleware::skills::{DiscoveryOptions, RenderOptions, SkillsState, discover, render};
+    let source = SkillSource::new(backend, "/skills").unwrap();
+    let found = discover(std::slice::from_ref(&source), &DiscoveryOptions::default()).await;
+    let section = render(&found.catalog, &RenderOptions::for_context_window(200_000));
+    let loaded = SkillsState {
+        catalog: Arc::new(found.catalog),
+        generation: 1,
+        needs_search: section.needs_search(),
+        section: section.text,
+        ..SkillsState::default()
+    };
+    let agent = core_stack(
+        Agent::builder(model())
+            .system_prompt("You are a benchmark.")
+            .tool(noop_tool())
+            .middleware(SkillsMiddleware::new(vec![source])),
+    )
+    .build()
+    .unwrap();
+    (agent, loaded)
+}
+
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort();
     xs[xs.len() / 2]
@@ -87,10 +123,15 @@ fn median(mut xs: Vec<Duration>) -> Duration {
 
 /// Median wall time of one run.
 fn measure(rt: &tokio::runtime::Runtime, agent: &Agent) -> Duration {
+    measure_with(rt, agent, || RunInput::human("go"))
+}
+
+/// Median wall time of one run started with `input()`.
+fn measure_with(rt: &tokio::runtime::Runtime, agent: &Agent, input: impl Fn() -> RunInput) -> Duration {
     let one = || {
         rt.block_on(async {
             let start = Instant::now();
-            let out = agent.run(RunInput::human("go")).await.unwrap();
+            let out = agent.run(input()).await.unwrap();
             let elapsed = start.elapsed();
             assert_eq!(out.model_calls as usize, CALLS_PER_RUN);
             elapsed
@@ -153,6 +194,20 @@ fn main() {
     ];
 
     let mut results = Vec::new();
+    // A 5,000-skill library: the catalog is loaded once (as in any running thread) and handed to
+    // each run, so what is measured is the per-call cost of the skills section and activation scan.
+    let (skills_agent, loaded) = rt.block_on(skills_agent(5_000));
+    let skills_run = measure_with(&rt, &skills_agent, || {
+        RunInput::human("go").slot(&trellis_middleware::skills::SKILLS, loaded.clone())
+    });
+    let per_call = skills_run.as_secs_f64() * 1e6 / CALLS_PER_RUN as f64;
+    let overhead = skills_run.saturating_sub(floor).as_secs_f64() * 1e6 / CALLS_PER_RUN as f64;
+    results.push(json!({
+        "scenario": "core_stack_in_memory_checkpointer_skills_5000",
+        "median_run_us": (skills_run.as_secs_f64() * 1e6 * 10.0).round() / 10.0,
+        "per_call_us": (per_call * 100.0).round() / 100.0,
+        "overhead_per_call_us": (overhead * 100.0).round() / 100.0,
+    }));
     for (name, agent) in &scenarios {
         let per_run = measure(&rt, agent);
         let per_call = per_run.as_secs_f64() * 1e6 / CALLS_PER_RUN as f64;

@@ -20,7 +20,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -59,8 +59,10 @@ pub const DISCLOSURE_SOURCE: &str = "skills.tools";
 /// What the middleware keeps per thread.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SkillsState {
-    /// The catalog (all skills, before per-viewer filtering).
-    pub catalog: SkillCatalog,
+    /// The catalog (all skills, before per-viewer filtering); shared, so state clones are cheap.
+    pub catalog: Arc<SkillCatalog>,
+    /// Changes whenever the catalog is (re)loaded; keys the per-viewer caches.
+    pub generation: u64,
     /// The rendered section and the viewer it was rendered for.
     pub section: String,
     /// User id the section was rendered for.
@@ -94,6 +96,31 @@ pub struct SkillsMiddleware {
     budget_tokens: Option<usize>,
     bound: BoundTools,
     visibility: Option<Arc<dyn SkillVisibility>>,
+    views: Arc<Mutex<Vec<View>>>,
+}
+
+/// A catalog as one viewer sees it, and its search tool: built once per (generation, viewer).
+#[derive(Clone)]
+struct View {
+    generation: u64,
+    viewer: Option<String>,
+    visible: Arc<SkillCatalog>,
+    search: Arc<dyn AgentTool>,
+}
+
+/// Views kept (one per recent viewer).
+const MAX_VIEWS: usize = 16;
+
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos
+        ^ NEXT
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .rotate_left(48)
 }
 
 impl fmt::Debug for SkillsMiddleware {
@@ -116,6 +143,7 @@ impl SkillsMiddleware {
             budget_tokens: None,
             bound: BoundTools::new(),
             visibility: None,
+            views: Arc::default(),
         }
     }
 
@@ -151,13 +179,34 @@ impl SkillsMiddleware {
             .map(|u| Viewer::new(u.user_id.clone(), u.roles.iter().cloned()))
     }
 
-    /// The catalog as this run's viewer sees it.
-    fn visible(&self, catalog: &SkillCatalog, cx: &RunContext) -> SkillCatalog {
-        match (&self.visibility, Self::viewer(cx)) {
-            (Some(policy), Some(viewer)) => catalog.visible_to(policy.as_ref(), &viewer),
-            (Some(policy), None) => catalog.visible_to(policy.as_ref(), &Viewer::default()),
-            (None, _) => catalog.clone(),
+    /// The catalog as this run's viewer sees it, and its search tool (cached per generation and viewer).
+    fn view(&self, skills: &SkillsState, cx: &RunContext) -> View {
+        let viewer = Self::viewer(cx);
+        let viewer_id = viewer.as_ref().and_then(|v| v.user_id.clone());
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = views
+            .iter()
+            .find(|v| v.generation == skills.generation && v.viewer == viewer_id)
+        {
+            return v.clone();
         }
+        let visible = Arc::new(match &self.visibility {
+            Some(policy) => skills
+                .catalog
+                .visible_to(policy.as_ref(), &viewer.unwrap_or_default()),
+            None => (*skills.catalog).clone(),
+        });
+        let view = View {
+            generation: skills.generation,
+            viewer: viewer_id,
+            search: Arc::new(SearchSkillsTool::new(visible.clone())),
+            visible,
+        };
+        if views.len() >= MAX_VIEWS {
+            views.remove(0);
+        }
+        views.push(view.clone());
+        view
     }
 
     fn render_into(&self, skills: &mut SkillsState, cx: &RunContext, keep: &[String]) {
@@ -166,7 +215,7 @@ impl SkillsMiddleware {
             RenderOptions::for_context_window(window).budget_tokens
         });
         let options = RenderOptions::with_budget(budget).keep(keep.iter().cloned());
-        let rendered = render(&self.visible(&skills.catalog, cx), &options);
+        let rendered = render(&self.view(skills, cx).visible, &options);
         skills.needs_search = rendered.needs_search();
         skills.section = rendered.text;
         skills.section_viewer = Self::viewer(cx).and_then(|v| v.user_id);
@@ -238,13 +287,15 @@ impl Middleware for SkillsMiddleware {
             return Ok(Vec::new());
         };
         let mut tools: Vec<Arc<dyn AgentTool>> = Vec::new();
+        if !skills.needs_search && skills.disclosed.is_empty() {
+            return Ok(tools);
+        }
+        let view = self.view(skills, cx);
         if skills.needs_search {
-            tools.push(Arc::new(SearchSkillsTool::new(Arc::new(
-                self.visible(&skills.catalog, cx),
-            ))));
+            tools.push(view.search.clone());
         }
         if !skills.disclosed.is_empty() {
-            let visible = self.visible(&skills.catalog, cx);
+            let visible = &view.visible;
             let mut seen = BTreeSet::new();
             for d in &skills.disclosed {
                 let Some(skill) = visible.get(&d.skill) else {
@@ -282,7 +333,8 @@ impl Middleware for SkillsMiddleware {
                     },
                 );
                 let mut fresh = SkillsState {
-                    catalog: found.catalog,
+                    catalog: Arc::new(found.catalog),
+                    generation: next_generation(),
                     pinned: previous.as_ref().map(|p| p.pinned.clone()).unwrap_or_default(),
                     ..SkillsState::default()
                 };
@@ -315,11 +367,27 @@ impl Middleware for SkillsMiddleware {
     }
 
     async fn before_model(&self, state: &mut State, cx: &RunContext) -> Result<(), AgentError> {
-        let Some(mut skills) = state.get(&SKILLS)?.cloned() else {
+        let Some(current) = state.get(&SKILLS)? else {
             return Ok(());
         };
+        let pending_pin = state
+            .get(&PIN_SKILLS)?
+            .is_some_and(|pins| pins.iter().any(|p| !current.pinned.contains(p)));
+        let unscanned = state
+            .messages
+            .iter()
+            .skip(current.scanned)
+            .any(|m| m.as_ai().is_some_and(|ai| ai.has_tool_calls()));
+        if !pending_pin && !unscanned {
+            if current.scanned != state.messages.len() {
+                let scanned = state.messages.len();
+                state.update(&SKILLS, |s| s.scanned = scanned)?;
+            }
+            return Ok(());
+        }
+        let mut skills = current.clone();
         let mut activated = state.get(&SKILLS_ACTIVATED)?.cloned().unwrap_or_default();
-        let visible = self.visible(&skills.catalog, cx);
+        let visible = self.view(&skills, cx).visible;
         let before = (skills.clone(), activated.len());
 
         // Activations: successful read_file calls of a SKILL.md since the last scan. Disclosed tools
@@ -424,7 +492,7 @@ impl Middleware for SkillsMiddleware {
         let Some(skill) = self.skill_for_path(&skills.catalog, &path).cloned() else {
             return next.run(call, cx).await;
         };
-        if self.visible(&skills.catalog, cx.run()).get(&skill.name).is_none() {
+        if self.view(skills, cx.run()).visible.get(&skill.name).is_none() {
             return Ok(ToolOutput::error(format!("file not found: {path}")));
         }
         next.run(call, cx).await
