@@ -6,14 +6,22 @@
 //! |---|---|---|---|
 //! | 1 | filesystem | file tools, a short section on using them | stable text, first |
 //! | 2 | skills (when sources are given) | the skills catalog, `search_skills`, tools bound to skills | stable text |
-//! | 3 | patch tool calls | cancellation results for calls left unanswered | before any model call |
-//! | 4 | the caller's middleware, in order | whatever they add | after the stable sections, before the breakpoint |
-//! | 5 | token usage | cumulative usage in state | sees every response |
-//! | 6 | prompt caching | a cache breakpoint after the last stable system block | everything before it is byte-stable |
-//! | 7 | memory (when sources are given) | the memory section, with its own breakpoint | it changes most often, so it comes after the breakpoint |
-//! | 8 | model retry | retries transient provider errors | innermost: a retry re-sends the same request |
+//! | 3 | subagents (unless turned off) | the `task` tool, listing the subagent types | a stable tool definition |
+//! | 4 | patch tool calls | cancellation results for calls left unanswered | before any model call |
+//! | 5 | the caller's middleware, in order | whatever they add | after the stable sections, before the breakpoint |
+//! | 6 | token usage | cumulative usage in state | sees every response |
+//! | 7 | prompt caching | a cache breakpoint after the last stable system block | everything before it is byte-stable |
+//! | 8 | attachments | the list of attached files (names and paths) | changes only when files are attached: after the breakpoint, before memory |
+//! | 9 | memory (when sources are given) | the memory section, with its own breakpoint | it changes most often, so it comes after the breakpoint |
+//! | 10 | summarization (unless turned off) | offloads old tool results, condenses old messages | inside everything that adds text, so its estimate counts every section and tool; outside retry |
+//! | 11 | model retry | retries transient provider errors | innermost: a retry re-sends the same (condensed) request |
 //!
-//! Subagents get the same stack without memory unless they declare their own.
+//! The general-purpose subagent (`task` with `subagent_type: "general-purpose"`) runs on the same
+//! model with the same stack minus memory, attachments and subagents: filesystem, skills, patch tool
+//! calls, the caller's middleware, token usage, prompt caching, summarization, model retry, and the
+//! caller's tools. Subagents added with [`DeepAgentBuilder::subagent`] bring their own prompt, tools,
+//! middleware and model. Child threads are saved to the builder's checkpointer (in memory unless one
+//! is given).
 
 use std::sync::Arc;
 
@@ -21,9 +29,10 @@ use trellis_backend::{Backend, StateBackend};
 use trellis_fs_tools::{Limits, Permissions, ToolContext as FsContext};
 use trellis_middleware::skills::SkillSource;
 use trellis_middleware::{
-    Agent, AgentError, AgentTool, ChatModel, Checkpointer, FilesystemMiddleware, MemoryMiddleware,
-    Middleware, ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware, RetryConfig,
-    SkillsMiddleware, TokenUsageMiddleware,
+    Agent, AgentError, AgentTool, AttachmentsMiddleware, ChatModel, Checkpointer, FilesystemMiddleware,
+    MemoryMiddleware, Middleware, ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware,
+    RetryConfig, SkillsMiddleware, SubAgent, SubAgentMiddleware, SummarizationConfig,
+    SummarizationMiddleware, TokenUsageMiddleware,
 };
 
 /// The system prompt used when the caller gives none.
@@ -49,6 +58,9 @@ pub struct DeepAgentBuilder {
     limits: Option<Limits>,
     retry: RetryConfig,
     max_steps: Option<u32>,
+    summarization: Option<SummarizationConfig>,
+    subagents: Vec<SubAgent>,
+    general_purpose: bool,
 }
 
 /// Start building an agent around `model`. Files live in a fresh [`StateBackend`] unless
@@ -69,6 +81,9 @@ pub fn deep_agent(model: Arc<dyn ChatModel>) -> DeepAgentBuilder {
         limits: None,
         retry: RetryConfig::default(),
         max_steps: None,
+        summarization: Some(SummarizationConfig::default()),
+        subagents: Vec::new(),
+        general_purpose: true,
     }
 }
 
@@ -152,6 +167,31 @@ impl DeepAgentBuilder {
         self
     }
 
+    /// Summarization settings (threshold, messages kept, tool-result limit, stage-2 ratio, where
+    /// offloaded results go; on by default with [`SummarizationConfig::default`]).
+    pub fn summarization(mut self, config: SummarizationConfig) -> Self {
+        self.summarization = Some(config);
+        self
+    }
+
+    /// No summarization: long runs fail when they outgrow the context window.
+    pub fn without_summarization(mut self) -> Self {
+        self.summarization = None;
+        self
+    }
+
+    /// Offer a declared subagent through the `task` tool (besides the general-purpose one).
+    pub fn subagent(mut self, subagent: SubAgent) -> Self {
+        self.subagents.push(subagent);
+        self
+    }
+
+    /// Do not offer the general-purpose subagent (the `task` tool stays if other subagents are added).
+    pub fn without_general_purpose_subagent(mut self) -> Self {
+        self.general_purpose = false;
+        self
+    }
+
     /// Assemble the agent.
     pub fn build(self) -> Result<Agent, AgentError> {
         let mut fs_context = FsContext::new(self.backend.clone());
@@ -161,15 +201,49 @@ impl DeepAgentBuilder {
         if let Some(l) = self.limits {
             fs_context = fs_context.with_limits(l);
         }
-        let mut builder = Agent::builder(self.model).system_prompt(self.system_prompt);
-        builder = builder.middleware(FilesystemMiddleware::with_context(fs_context));
-        let skills = match self.skills_middleware {
-            Some(s) => Some(s),
-            None if !self.skills.is_empty() => Some(SkillsMiddleware::new(self.skills)),
+        let filesystem: Arc<dyn Middleware> = Arc::new(FilesystemMiddleware::with_context(fs_context));
+        let skills: Option<Arc<dyn Middleware>> = match self.skills_middleware {
+            Some(s) => Some(Arc::new(s)),
+            None if !self.skills.is_empty() => Some(Arc::new(SkillsMiddleware::new(self.skills))),
             None => None,
         };
+        let summarization: Option<Arc<dyn Middleware>> = self.summarization.map(|config| {
+            Arc::new(SummarizationMiddleware::new(self.backend.clone()).with_config(config))
+                as Arc<dyn Middleware>
+        });
+
+        let mut subagents = Vec::new();
+        if self.general_purpose {
+            // The default stack minus memory, attachments and subagents, on the same model.
+            let mut gp = SubAgent::general_purpose()
+                .middleware(filesystem.clone())
+                .middlewares(skills.clone())
+                .middleware(Arc::new(PatchToolCallsMiddleware::new()))
+                .middlewares(self.middleware.iter().cloned())
+                .middleware(Arc::new(TokenUsageMiddleware::new()))
+                .middleware(Arc::new(PromptCachingMiddleware::new()))
+                .middlewares(summarization.clone())
+                .middleware(Arc::new(ModelRetryMiddleware::new(self.retry)))
+                .tools(self.tools.iter().cloned());
+            if let Some(n) = self.max_steps {
+                gp = gp.max_steps(n);
+            }
+            subagents.push(gp);
+        }
+        subagents.extend(self.subagents);
+
+        let mut builder = Agent::builder(self.model)
+            .system_prompt(self.system_prompt)
+            .middleware_arc(filesystem);
         if let Some(skills) = skills {
-            builder = builder.middleware(skills);
+            builder = builder.middleware_arc(skills);
+        }
+        if !subagents.is_empty() {
+            let mut delegation = SubAgentMiddleware::new(subagents)?;
+            if let Some(c) = &self.checkpointer {
+                delegation = delegation.with_checkpointer(c.clone());
+            }
+            builder = builder.middleware(delegation);
         }
         builder = builder.middleware(PatchToolCallsMiddleware::new());
         for m in self.middleware {
@@ -177,7 +251,8 @@ impl DeepAgentBuilder {
         }
         builder = builder
             .middleware(TokenUsageMiddleware::new())
-            .middleware(PromptCachingMiddleware::new());
+            .middleware(PromptCachingMiddleware::new())
+            .middleware(AttachmentsMiddleware::new());
         if !self.memory.is_empty() {
             let mut memory = MemoryMiddleware::new(self.backend.clone(), &self.memory)
                 .map_err(|e| AgentError::Config(e.to_string()))?;
@@ -185,6 +260,9 @@ impl DeepAgentBuilder {
                 memory = memory.with_budget_chars(chars);
             }
             builder = builder.middleware(memory);
+        }
+        if let Some(summarization) = summarization {
+            builder = builder.middleware_arc(summarization);
         }
         builder = builder.middleware(ModelRetryMiddleware::new(self.retry));
         for tool in self.tools {
@@ -197,5 +275,68 @@ impl DeepAgentBuilder {
             builder = builder.max_steps(n);
         }
         builder.build()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use serde_json::json;
+    use trellis_backend::{VirtualPath, WriteMode};
+    use trellis_middleware::subagents::SUBAGENT_PROMPT;
+    use trellis_middleware::{ModelRequest, RunInput, ScriptedModel, ToolCall};
+
+    use super::*;
+
+    fn sources(req: &ModelRequest) -> Vec<&str> {
+        req.system
+            .iter()
+            .map(|b| b.source.as_deref().unwrap_or("prompt"))
+            .collect()
+    }
+
+    fn tools(req: &ModelRequest) -> Vec<&str> {
+        req.tools.iter().map(|t| t.name.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn the_general_purpose_subagent_gets_the_stack_without_memory_or_task() {
+        let backend = Arc::new(StateBackend::new());
+        backend
+            .write(
+                &VirtualPath::parse("/AGENTS.md").unwrap(),
+                "Prefer metric units.".into(),
+                WriteMode::Overwrite,
+            )
+            .await
+            .unwrap();
+        let model = Arc::new(
+            ScriptedModel::new()
+                .then_tool_calls([ToolCall::new(
+                    "t1",
+                    "task",
+                    json!({"description": "List the files.", "subagent_type": "general-purpose"}),
+                )])
+                .then_text("There are no files.")
+                .then_text("Nothing there."),
+        );
+        let agent = deep_agent(model.clone())
+            .backend(backend)
+            .memory_source("/AGENTS.md")
+            .build()
+            .unwrap();
+        agent.run(RunInput::human("What files are there?")).await.unwrap();
+        let requests = model.requests();
+        let (parent, child) = (&requests[0], &requests[1]);
+        assert_eq!(sources(parent), ["prompt", "filesystem", "memory"]);
+        assert!(tools(parent).contains(&"task") && tools(parent).contains(&"read_file"));
+        assert_eq!(child.system[0].text, SUBAGENT_PROMPT);
+        assert_eq!(
+            sources(child),
+            ["prompt", "filesystem"],
+            "no memory in the subagent"
+        );
+        assert!(tools(child).contains(&"read_file"));
+        assert!(!tools(child).contains(&"task"), "no nesting");
     }
 }

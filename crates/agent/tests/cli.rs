@@ -38,7 +38,11 @@ fn inspect_runs_without_an_api_key() {
         .output()
         .unwrap();
     let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert_eq!(value["request"]["tools"].as_array().unwrap().len(), 7);
+    assert_eq!(
+        value["request"]["tools"].as_array().unwrap().len(),
+        8,
+        "seven file tools and task"
+    );
     assert!(value["provider_body"]["system"].is_array());
 }
 

@@ -63,6 +63,7 @@
 #![warn(missing_docs)]
 
 mod agent;
+pub mod attachments;
 mod checkpoint;
 mod context;
 mod error;
@@ -79,10 +80,13 @@ mod run;
 mod scripted;
 pub mod skills;
 mod state;
+pub mod subagents;
+pub mod summarization;
 mod tool;
 mod util;
 
 pub use agent::{Agent, AgentBuilder, DEFAULT_MAX_STEPS};
+pub use attachments::{ATTACHMENTS, Attachment, AttachmentStore, AttachmentsMiddleware};
 pub use checkpoint::{
     BackendCheckpointer, CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointVersion, Checkpointer,
     InMemoryCheckpointer, StoredCheckpoint,
@@ -115,4 +119,6 @@ pub use run::{RunInput, RunOutput};
 pub use scripted::ScriptedModel;
 pub use skills::{BoundTools, SkillSource, SkillsMiddleware, ToolResolver};
 pub use state::{PublicState, Slot, SlotValue, State, StateError, StateUpdates};
+pub use subagents::{SubAgent, SubAgentMiddleware};
+pub use summarization::{SummarizationConfig, SummarizationMiddleware, Threshold};
 pub use tool::{AgentTool, FnTool, ToolContext, ToolError, ToolOutput, parse_args, tool_schema};
