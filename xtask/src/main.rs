@@ -5,6 +5,7 @@
 //! cargo xtask emulators stop    stop the emulators recorded in target/emulators/pids
 //! cargo xtask emulators env     print the environment the emulator-backed tests read
 //! cargo xtask test [-- ARGS]    install + start emulators, run every test, stop them
+//! cargo xtask snapshot [--accept]  prompt snapshot tests (diff on change; --accept takes them)
 //! ```
 //!
 //! Only `std` and `anyhow`: argument parsing, HTTP readiness checks and process
@@ -15,6 +16,7 @@ mod http;
 mod install;
 mod layout;
 mod procs;
+mod snapshot;
 mod test;
 mod timings;
 
@@ -32,6 +34,8 @@ commands:
                     (GCS) and azurite (Azure Blob) on 127.0.0.1, create bucket `trellis-test`
   emulators stop    stop exactly the emulator processes recorded in target/emulators/pids
   emulators env     print `export ...` lines for tests run against started emulators
+  snapshot [--accept]
+                    run every prompt snapshot test; show a diff on change, or take the new text
   test [-- ARGS]    install + start the emulators, run `cargo test --workspace --all-targets`
                     and `cargo test --workspace --doc` (ARGS are passed to cargo test),
                     stop the emulators it started, exit with the tests' status
@@ -60,6 +64,7 @@ fn run() -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Some("snapshot") => snapshot::run(&layout, &args[1..]),
         Some("test") => {
             // `cargo xtask test -- --nocapture` reaches us as `test -- --nocapture`.
             let rest = &args[1..];

@@ -43,19 +43,12 @@ pub fn run(layout: &Layout, extra: &[String]) -> Result<ExitCode> {
     let mut running = emulators::start_all(layout, Attach::Attached, &mut timings)?;
     timings.since("start (total)", t);
 
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let env = emulators::contract_env(layout);
     let mut first_failure = None;
     for (label, args) in plan(extra) {
         eprintln!("xtask: cargo {}", args.join(" "));
         let t = Instant::now();
-        let mut cmd = Command::new(&cargo);
-        for (name, _) in std::env::vars_os() {
-            if is_run_variable(&name) {
-                cmd.env_remove(name);
-            }
-        }
-        let status = cmd
+        let status = cargo()
             .args(&args)
             .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(&layout.workspace)
@@ -85,6 +78,18 @@ pub fn run(layout: &Layout, extra: &[String]) -> Result<ExitCode> {
             ExitCode::from(code.filter(|c| *c != 0).unwrap_or(1))
         }
     })
+}
+
+/// A `cargo` command without the variables `cargo run` set for xtask itself.
+pub(crate) fn cargo() -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(cargo);
+    for (name, _) in std::env::vars_os() {
+        if is_run_variable(&name) {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
 }
 
 /// Variables `cargo run` sets for xtask itself (CARGO_MANIFEST_DIR,

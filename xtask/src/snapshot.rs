@@ -1,0 +1,78 @@
+//! `cargo xtask snapshot [--accept]`: every prompt snapshot test, with a readable diff on change.
+//!
+//! Rendered prompts are product: each consumer alone (filesystem, skills, memory, rubric, file tools)
+//! and the full default stack (`trellis inspect` on the example agent) are insta snapshots. This runs
+//! the test targets that hold them. Without `--accept` a changed snapshot fails with insta's diff and
+//! nothing is written; with `--accept` the new text is written to the `.snap` files, and the changed
+//! files are listed for review before committing.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use crate::layout::Layout;
+use crate::test::cargo;
+
+/// Test targets that hold prompt snapshots, by package.
+const TARGETS: &[(&str, &[&str])] = &[
+    ("trellis-fs-tools", &["snapshots", "eviction"]),
+    (
+        "trellis-middleware",
+        &[
+            "core_stack",
+            "filesystem",
+            "memory",
+            "skills_render",
+            "skills_middleware",
+            "rubric",
+            "summarization",
+            "subagents",
+            "attachments",
+        ],
+    ),
+    ("trellis-agent", &["inspect"]),
+];
+
+pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {
+    let accept = args.iter().any(|a| a == "--accept");
+    if let Some(unknown) = args.iter().find(|a| *a != "--accept") {
+        anyhow::bail!("unknown argument `{unknown}` (expected `--accept`)");
+    }
+    let mut cmd = cargo();
+    cmd.arg("test").arg("--no-fail-fast");
+    for (package, tests) in TARGETS {
+        cmd.args(["-p", package]);
+        for test in *tests {
+            cmd.args(["--test", test]);
+        }
+    }
+    // `always` writes new snapshots in place; `no` only reports.
+    cmd.env("INSTA_UPDATE", if accept { "always" } else { "no" })
+        .env_remove("INSTA_FORCE_PASS")
+        .env("CI", "true")
+        .current_dir(&layout.workspace);
+    eprintln!(
+        "xtask: running prompt snapshots{}",
+        if accept { " (accepting changes)" } else { "" }
+    );
+    let status = cmd.status().context("running cargo test")?;
+    let changed = std::process::Command::new("git")
+        .args(["status", "--short", "--", "*.snap"])
+        .current_dir(&layout.workspace)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if !changed.trim().is_empty() {
+        eprintln!("xtask: snapshot files that differ from git (review before committing):\n{changed}");
+    }
+    if status.success() {
+        eprintln!("xtask: every prompt snapshot matches");
+        Ok(ExitCode::SUCCESS)
+    } else if accept {
+        eprintln!("xtask: tests failed for reasons other than snapshots; see above");
+        Ok(ExitCode::FAILURE)
+    } else {
+        eprintln!("xtask: a prompt changed (diff above); run `cargo xtask snapshot --accept` to take it");
+        Ok(ExitCode::FAILURE)
+    }
+}
