@@ -11,6 +11,7 @@
 //! Only `std` and `anyhow`: argument parsing, HTTP readiness checks and process
 //! management are hand-written so that `cargo xtask` builds in a few seconds.
 
+mod bench;
 mod emulators;
 mod http;
 mod install;
@@ -34,6 +35,8 @@ commands:
                     (GCS) and azurite (Azure Blob) on 127.0.0.1, create bucket `trellis-test`
   emulators stop    stop exactly the emulator processes recorded in target/emulators/pids
   emulators env     print `export ...` lines for tests run against started emulators
+  bench [--report]  run every benchmark against the emulators (JSON); --report writes
+                    docs/benchmarks.md with tables and SVG charts
   snapshot [--accept]
                     run every prompt snapshot test; show a diff on change, or take the new text
   test [-- ARGS]    install + start the emulators, run `cargo test --workspace --all-targets`
@@ -65,6 +68,7 @@ fn run() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some("snapshot") => snapshot::run(&layout, &args[1..]),
+        Some("bench") => bench::run(&layout, &args[1..]),
         Some("test") => {
             // `cargo xtask test -- --nocapture` reaches us as `test -- --nocapture`.
             let rest = &args[1..];
