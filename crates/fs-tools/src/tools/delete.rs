@@ -1,12 +1,11 @@
 //! `delete`: remove one file.
 
-use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use trellis_backend::BackendError;
 
-use crate::args::{parameters_schema, parse_args};
+use crate::args::parse_args;
 use crate::context::ToolContext;
 use crate::format::{backend_error, parse_path};
 use crate::permissions::Access;
@@ -23,59 +22,9 @@ struct DeleteArgs {
     file_path: String,
 }
 
-/// `delete`: removes a single file (never a directory).
-#[derive(Debug, Clone)]
-pub struct DeleteTool {
-    description: String,
-    schema: Value,
-}
-
-impl DeleteTool {
-    /// The tool with its default description.
-    pub fn new() -> Self {
-        Self {
-            description: DESCRIPTION.to_owned(),
-            schema: parameters_schema::<DeleteArgs>(),
-        }
-    }
-
-    /// Replace the model-facing description.
-    pub fn with_description(mut self, description: impl Into<String>) -> Self {
-        self.description = description.into();
-        self
-    }
-}
-
-impl Default for DeleteTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for DeleteTool {
-    fn name(&self) -> &str {
-        "delete"
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    /// Its reply is one short sentence.
-    fn bounds_own_output(&self) -> bool {
-        true
-    }
-
-    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        match self.run(args, ctx).await {
-            Ok(out) | Err(out) => out,
-        }
-    }
+file_tool! {
+    /// `delete`: removes a single file (never a directory).
+    DeleteTool, "delete", DeleteArgs
 }
 
 impl DeleteTool {

@@ -1,13 +1,12 @@
 //! `edit_file`: exact string replacement with a version-checked write.
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use trellis_backend::{BackendError, BackendExt, ConflictKind, Version, VirtualPath, WriteMode};
 
-use crate::args::{lenient, parameters_schema, parse_args};
+use crate::args::{lenient, parse_args};
 use crate::context::ToolContext;
 use crate::format::{backend_error, count, has_nul, parse_path, quote, split_lines};
 use crate::permissions::Access;
@@ -37,66 +36,16 @@ struct EditArgs {
     replace_all: bool,
 }
 
-/// `edit_file`: replaces exact text; see the module docs for the concurrency contract.
-///
-/// The file is read with its version and written back only if that version is still current
-/// ([`WriteMode::IfVersion`]). When another writer got there first, the file is read once more and
-/// the edit re-applied if `old_string` still matches unambiguously; a second conflict, or a match
-/// that is no longer unambiguous, is reported and nothing is written. So no write is ever lost, and a
-/// reported success means the edit is in the file. (A backend without version tags gets a plain
-/// overwrite.)
-#[derive(Debug, Clone)]
-pub struct EditFileTool {
-    description: String,
-    schema: Value,
-}
-
-impl EditFileTool {
-    /// The tool with its default description.
-    pub fn new() -> Self {
-        Self {
-            description: DESCRIPTION.to_owned(),
-            schema: parameters_schema::<EditArgs>(),
-        }
-    }
-
-    /// Replace the model-facing description.
-    pub fn with_description(mut self, description: impl Into<String>) -> Self {
-        self.description = description.into();
-        self
-    }
-}
-
-impl Default for EditFileTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for EditFileTool {
-    fn name(&self) -> &str {
-        "edit_file"
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    /// Its replies are short; quoted text is capped.
-    fn bounds_own_output(&self) -> bool {
-        true
-    }
-
-    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        match self.run(args, ctx).await {
-            Ok(out) | Err(out) => out,
-        }
-    }
+file_tool! {
+    /// `edit_file`: replaces exact text; see the module docs for the concurrency contract.
+    ///
+    /// The file is read with its version and written back only if that version is still current
+    /// ([`WriteMode::IfVersion`]). When another writer got there first, the file is read once more and
+    /// the edit re-applied if `old_string` still matches unambiguously; a second conflict, or a match
+    /// that is no longer unambiguous, is reported and nothing is written. So no write is ever lost, and a
+    /// reported success means the edit is in the file. (A backend without version tags gets a plain
+    /// overwrite.)
+    EditFileTool, "edit_file", EditArgs
 }
 
 /// A successful plan: the new content, and the 1-based lines where replacements start.

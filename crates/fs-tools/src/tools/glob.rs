@@ -1,13 +1,12 @@
 //! `glob`: files whose path matches a pattern.
 
-use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use trellis_backend::BackendExt;
 use trellis_backend::glob::GlobPattern;
 
-use crate::args::{parameters_schema, parse_args};
+use crate::args::parse_args;
 use crate::context::ToolContext;
 use crate::format::{backend_error, cap_lines, parse_path, quote};
 use crate::permissions::Access;
@@ -29,58 +28,9 @@ struct GlobArgs {
     path: String,
 }
 
-/// `glob`: lists matching files, hiding those the rules do not let the model read.
-#[derive(Debug, Clone)]
-pub struct GlobTool {
-    description: String,
-    schema: Value,
-}
-
-impl GlobTool {
-    /// The tool with its default description.
-    pub fn new() -> Self {
-        Self {
-            description: DESCRIPTION.to_owned(),
-            schema: parameters_schema::<GlobArgs>(),
-        }
-    }
-
-    /// Replace the model-facing description.
-    pub fn with_description(mut self, description: impl Into<String>) -> Self {
-        self.description = description.into();
-        self
-    }
-}
-
-impl Default for GlobTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for GlobTool {
-    fn name(&self) -> &str {
-        "glob"
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    fn bounds_own_output(&self) -> bool {
-        true
-    }
-
-    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        match self.run(args, ctx).await {
-            Ok(out) | Err(out) => out,
-        }
-    }
+file_tool! {
+    /// `glob`: lists matching files, hiding those the rules do not let the model read.
+    GlobTool, "glob", GlobArgs
 }
 
 impl GlobTool {

@@ -1,13 +1,12 @@
 //! `grep`: literal text search with three output modes.
 
-use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use trellis_backend::glob::GlobPattern;
 use trellis_backend::{BackendExt, GrepMatch, GrepQuery, VirtualPath};
 
-use crate::args::{parameters_schema, parse_args};
+use crate::args::parse_args;
 use crate::context::ToolContext;
 use crate::format::{backend_error, cap_lines, count, parse_path, quote, truncate_chars};
 use crate::permissions::Access;
@@ -55,59 +54,10 @@ struct GrepArgs {
     output_mode: OutputMode,
 }
 
-/// `grep`: searches with [`Backend::grep`](trellis_backend::Backend::grep), hiding files the rules
-/// do not let the model read.
-#[derive(Debug, Clone)]
-pub struct GrepTool {
-    description: String,
-    schema: Value,
-}
-
-impl GrepTool {
-    /// The tool with its default description.
-    pub fn new() -> Self {
-        Self {
-            description: DESCRIPTION.to_owned(),
-            schema: parameters_schema::<GrepArgs>(),
-        }
-    }
-
-    /// Replace the model-facing description.
-    pub fn with_description(mut self, description: impl Into<String>) -> Self {
-        self.description = description.into();
-        self
-    }
-}
-
-impl Default for GrepTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for GrepTool {
-    fn name(&self) -> &str {
-        "grep"
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    fn bounds_own_output(&self) -> bool {
-        true
-    }
-
-    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        match self.run(args, ctx).await {
-            Ok(out) | Err(out) => out,
-        }
-    }
+file_tool! {
+    /// `grep`: searches with [`Backend::grep`](trellis_backend::Backend::grep), hiding files the rules
+    /// do not let the model read.
+    GrepTool, "grep", GrepArgs
 }
 
 impl GrepTool {

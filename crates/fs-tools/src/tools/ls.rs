@@ -1,12 +1,11 @@
 //! `ls`: the direct children of a directory.
 
-use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use trellis_backend::BackendError;
 
-use crate::args::{parameters_schema, parse_args};
+use crate::args::parse_args;
 use crate::context::ToolContext;
 use crate::format::{backend_error, cap_lines, parse_path};
 use crate::permissions::Access;
@@ -25,58 +24,9 @@ struct LsArgs {
     path: String,
 }
 
-/// `ls`: lists one directory level, hiding entries the rules do not let the model read.
-#[derive(Debug, Clone)]
-pub struct LsTool {
-    description: String,
-    schema: Value,
-}
-
-impl LsTool {
-    /// The tool with its default description.
-    pub fn new() -> Self {
-        Self {
-            description: DESCRIPTION.to_owned(),
-            schema: parameters_schema::<LsArgs>(),
-        }
-    }
-
-    /// Replace the model-facing description.
-    pub fn with_description(mut self, description: impl Into<String>) -> Self {
-        self.description = description.into();
-        self
-    }
-}
-
-impl Default for LsTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for LsTool {
-    fn name(&self) -> &str {
-        "ls"
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    fn bounds_own_output(&self) -> bool {
-        true
-    }
-
-    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        match self.run(args, ctx).await {
-            Ok(out) | Err(out) => out,
-        }
-    }
+file_tool! {
+    /// `ls`: lists one directory level, hiding entries the rules do not let the model read.
+    LsTool, "ls", LsArgs
 }
 
 impl LsTool {

@@ -1,12 +1,11 @@
 //! `read_file`: a window of a text file, with line numbers, a header and an output budget.
 
-use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use trellis_backend::{BackendError, ByteRange};
 
-use crate::args::{lenient, parameters_schema, parse_args};
+use crate::args::{lenient, parse_args};
 use crate::context::{Limits, ToolContext};
 use crate::format::{backend_error, count, describe_binary, has_nul, parse_path, split_lines};
 use crate::permissions::Access;
@@ -43,58 +42,9 @@ fn default_limit() -> u64 {
     DEFAULT_READ_LIMIT
 }
 
-/// `read_file`: see the crate docs for the output format.
-#[derive(Debug, Clone)]
-pub struct ReadFileTool {
-    description: String,
-    schema: Value,
-}
-
-impl ReadFileTool {
-    /// The tool with its default description.
-    pub fn new() -> Self {
-        Self {
-            description: DESCRIPTION.to_owned(),
-            schema: parameters_schema::<ReadArgs>(),
-        }
-    }
-
-    /// Replace the model-facing description.
-    pub fn with_description(mut self, description: impl Into<String>) -> Self {
-        self.description = description.into();
-        self
-    }
-}
-
-impl Default for ReadFileTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for ReadFileTool {
-    fn name(&self) -> &str {
-        "read_file"
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    fn bounds_own_output(&self) -> bool {
-        true
-    }
-
-    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        match self.run(args, ctx).await {
-            Ok(out) | Err(out) => out,
-        }
-    }
+file_tool! {
+    /// `read_file`: see the crate docs for the output format.
+    ReadFileTool, "read_file", ReadArgs
 }
 
 impl ReadFileTool {

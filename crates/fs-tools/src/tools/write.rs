@@ -1,12 +1,11 @@
 //! `write_file`: create a file, or replace one only when asked to.
 
-use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use trellis_backend::{BackendError, ConflictKind, WriteMode};
 
-use crate::args::{lenient, parameters_schema, parse_args};
+use crate::args::{lenient, parse_args};
 use crate::context::ToolContext;
 use crate::format::{backend_error, count, parse_path, split_lines};
 use crate::permissions::Access;
@@ -29,59 +28,9 @@ struct WriteArgs {
     overwrite: bool,
 }
 
-/// `write_file`: creates a file (create-only), or replaces it when `overwrite` is true.
-#[derive(Debug, Clone)]
-pub struct WriteFileTool {
-    description: String,
-    schema: Value,
-}
-
-impl WriteFileTool {
-    /// The tool with its default description.
-    pub fn new() -> Self {
-        Self {
-            description: DESCRIPTION.to_owned(),
-            schema: parameters_schema::<WriteArgs>(),
-        }
-    }
-
-    /// Replace the model-facing description.
-    pub fn with_description(mut self, description: impl Into<String>) -> Self {
-        self.description = description.into();
-        self
-    }
-}
-
-impl Default for WriteFileTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait]
-impl Tool for WriteFileTool {
-    fn name(&self) -> &str {
-        "write_file"
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> &Value {
-        &self.schema
-    }
-
-    /// Its reply is one short sentence.
-    fn bounds_own_output(&self) -> bool {
-        true
-    }
-
-    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
-        match self.run(args, ctx).await {
-            Ok(out) | Err(out) => out,
-        }
-    }
+file_tool! {
+    /// `write_file`: creates a file (create-only), or replaces it when `overwrite` is true.
+    WriteFileTool, "write_file", WriteArgs
 }
 
 impl WriteFileTool {
