@@ -91,6 +91,16 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
+    /// The file a file-tool call names (its `file_path` argument, or `path`), if it is a valid path.
+    pub fn file_path(&self) -> Option<trellis_backend::VirtualPath> {
+        let arg = self
+            .args
+            .get("file_path")
+            .or_else(|| self.args.get("path"))?
+            .as_str()?;
+        trellis_backend::VirtualPath::parse(arg).ok()
+    }
+
     /// A tool call.
     pub fn new(id: impl Into<String>, name: impl Into<String>, args: Value) -> Self {
         Self {

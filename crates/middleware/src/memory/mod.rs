@@ -213,16 +213,6 @@ fn to_memory_file(path: &VirtualPath, bytes: &[u8]) -> Result<Option<MemoryFile>
     }))
 }
 
-/// The path a file tool call names, if any.
-fn call_path(call: &ToolCall) -> Option<VirtualPath> {
-    let arg = call
-        .args
-        .get("file_path")
-        .or_else(|| call.args.get("path"))?
-        .as_str()?;
-    VirtualPath::parse(arg).ok()
-}
-
 #[async_trait]
 impl Middleware for MemoryMiddleware {
     fn name(&self) -> &str {
@@ -269,7 +259,7 @@ impl Middleware for MemoryMiddleware {
         next: ToolNext<'_>,
     ) -> Result<ToolOutput, AgentError> {
         let edited = matches!(call.name.as_str(), "edit_file" | "write_file")
-            .then(|| call_path(&call))
+            .then(|| call.file_path())
             .flatten()
             .filter(|p| self.sources.contains(p));
         let mut output = next.run(call, cx).await?;

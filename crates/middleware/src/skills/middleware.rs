@@ -263,15 +263,6 @@ impl SkillsMiddleware {
     }
 }
 
-fn read_path(call: &ToolCall) -> Option<VirtualPath> {
-    let arg = call
-        .args
-        .get("file_path")
-        .or_else(|| call.args.get("path"))?
-        .as_str()?;
-    VirtualPath::parse(arg).ok()
-}
-
 #[async_trait]
 impl Middleware for SkillsMiddleware {
     fn name(&self) -> &str {
@@ -485,7 +476,7 @@ impl Middleware for SkillsMiddleware {
         let Some(skills) = cx.state().get(&SKILLS)? else {
             return next.run(call, cx).await;
         };
-        let target = (call.name == "read_file").then(|| read_path(&call)).flatten();
+        let target = (call.name == "read_file").then(|| call.file_path()).flatten();
         let Some(path) = target else {
             return next.run(call, cx).await;
         };
@@ -528,7 +519,7 @@ fn activations(
     for (i, message) in messages.iter().enumerate().skip(from.min(messages.len())) {
         let Some(ai) = message.as_ai() else { continue };
         for call in ai.calls().filter(|c| c.name == "read_file") {
-            let Some(path) = read_path(call) else { continue };
+            let Some(path) = call.file_path() else { continue };
             let Some(skill) = visible.skills().iter().find(|s| s.path == path) else {
                 continue;
             };
