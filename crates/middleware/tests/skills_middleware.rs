@@ -135,6 +135,13 @@ async fn bound_tools_are_hidden_until_the_skill_is_read_appended_mode() {
         requests[1].system, requests[2].system,
         "the system prompt is unchanged"
     );
+    let disclosed: Vec<&ToolSpec> = requests[2]
+        .tools
+        .iter()
+        .skip(requests[1].tools.len())
+        .map(|t| &**t)
+        .collect();
+    insta::assert_yaml_snapshot!("skills_appended_tools", disclosed);
     assert_eq!(
         out.state.get(&SKILLS_ACTIVATED).unwrap().unwrap(),
         vec!["call-transcripts".to_owned()]
