@@ -18,6 +18,12 @@ use trellis_backend::{Backend, ObjectStoreBackend, StateBackend, StoreOptions, V
 
 const FILES: usize = 1_000;
 
+/// `cargo bench` passes `--bench`; under `cargo test --all-targets` this binary runs without it and
+/// only does a quick smoke run (fewer files, no added-latency run).
+fn smoke() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort();
     xs[xs.len() / 2]
@@ -72,7 +78,8 @@ fn s3(endpoint: &str, prefix: &str) -> Arc<dyn Backend> {
 }
 
 async fn measure(name: &str, backend: Arc<dyn Backend>, runs: usize, extra: serde_json::Value) {
-    let paths: Vec<VirtualPath> = (0..FILES)
+    let files = if smoke() { 50 } else { FILES };
+    let paths: Vec<VirtualPath> = (0..files)
         .map(|i| VirtualPath::parse(&format!("/skills/s{i:04}/SKILL.md")).unwrap())
         .collect();
     futures::stream::iter(paths.iter().cloned())
@@ -108,7 +115,7 @@ async fn measure(name: &str, backend: Arc<dyn Backend>, runs: usize, extra: serd
         serde_json::json!({
             "bench": "read_many",
             "store": name,
-            "files": FILES,
+            "files": files,
             "sequential_ms": seq.as_secs_f64() * 1e3,
             "read_many_ms": many.as_secs_f64() * 1e3,
             "ratio": many.as_secs_f64() / seq.as_secs_f64(),
@@ -140,10 +147,14 @@ fn main() {
             serde_json::json!({"added_latency_ms": 0}),
         )
         .await;
-        let delay_ms: u64 = std::env::var("TRELLIS_BENCH_LATENCY_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(50);
+        let delay_ms: u64 = if smoke() {
+            5
+        } else {
+            std::env::var("TRELLIS_BENCH_LATENCY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(50)
+        };
         let host = endpoint.trim_start_matches("http://").to_owned();
         let proxied = latency_proxy(host, Duration::from_millis(delay_ms)).await;
         measure(

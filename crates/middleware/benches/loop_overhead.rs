@@ -17,6 +17,16 @@ const CALLS_PER_RUN: usize = TURNS + 1;
 const WARMUP_RUNS: usize = 20;
 const RUNS: usize = 200;
 
+/// `cargo bench` passes `--bench`; under `cargo test --all-targets` this binary runs without it and
+/// only does a quick smoke run (few runs, a small skills library).
+fn smoke() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
+fn runs() -> (usize, usize) {
+    if smoke() { (1, 3) } else { (WARMUP_RUNS, RUNS) }
+}
+
 /// Answers with a tool call for 50 calls, then with text; and again for the next run.
 fn model() -> Arc<ScriptedModel> {
     let counter = AtomicUsize::new(0);
@@ -137,10 +147,11 @@ fn measure_with(rt: &tokio::runtime::Runtime, agent: &Agent, input: impl Fn() ->
             elapsed
         })
     };
-    for _ in 0..WARMUP_RUNS {
+    let (warmup, runs) = runs();
+    for _ in 0..warmup {
         one();
     }
-    median((0..RUNS).map(|_| one()).collect())
+    median((0..runs).map(|_| one()).collect())
 }
 
 /// Median time of the model alone for one run's worth of calls (subtracted from the loop's time).
@@ -155,10 +166,11 @@ fn model_floor(rt: &tokio::runtime::Runtime) -> Duration {
             start.elapsed()
         })
     };
-    for _ in 0..WARMUP_RUNS {
+    let (warmup, runs) = runs();
+    for _ in 0..warmup {
         one();
     }
-    median((0..RUNS).map(|_| one()).collect())
+    median((0..runs).map(|_| one()).collect())
 }
 
 fn main() {
@@ -196,7 +208,7 @@ fn main() {
     let mut results = Vec::new();
     // A 5,000-skill library: the catalog is loaded once (as in any running thread) and handed to
     // each run, so what is measured is the per-call cost of the skills section and activation scan.
-    let (skills_agent, loaded) = rt.block_on(skills_agent(5_000));
+    let (skills_agent, loaded) = rt.block_on(skills_agent(if smoke() { 200 } else { 5_000 }));
     let skills_run = measure_with(&rt, &skills_agent, || {
         RunInput::human("go").slot(&trellis_middleware::skills::SKILLS, loaded.clone())
     });
@@ -223,7 +235,7 @@ fn main() {
         "benchmark": "loop_overhead",
         "turns": TURNS,
         "model_calls_per_run": CALLS_PER_RUN,
-        "runs": RUNS,
+        "runs": runs().1,
         "model_floor_per_call_us": (floor.as_secs_f64() * 1e6 / CALLS_PER_RUN as f64 * 100.0).round() / 100.0,
         "target_per_call_us": 50,
         "results": results,
