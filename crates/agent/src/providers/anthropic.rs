@@ -208,15 +208,8 @@ impl ChatModel for AnthropicModel {
 
     async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
         let body = self.request_body(&request)?;
-        let bytes = serde_json::to_vec(&body).map_err(|e| ModelError::Other {
-            message: format!("cannot serialize the Anthropic request: {e}"),
-        })?;
-        tracing::debug!(model = %self.config.model, bytes = bytes.len(), "POST {}", self.endpoint);
-        let reply = self.client.post_json(&self.endpoint, bytes).await?;
-        if !reply.is_success() {
-            return Err(parse_error(reply.status, reply.retry_after, &reply.body));
-        }
-        let mut response = parse_response(&reply.body)?;
+        let reply = self.client.exchange(&self.endpoint, &body, parse_error).await?;
+        let mut response = parse_response(&reply)?;
         if let Some(format) = &request.response_format {
             response::take_structured_output(&mut response, &format.name);
         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
 use trellis_middleware::ModelError;
 
 use super::ProviderError;
@@ -60,6 +61,9 @@ impl<S: Into<String>> From<S> for ApiKey {
     }
 }
 
+/// A provider's parser for error bodies: status, retry hint, body → typed error.
+pub(crate) type ErrorParser = fn(u16, Option<Duration>, &[u8]) -> ModelError;
+
 /// What came back from one POST: status, the retry hint and the whole body.
 #[derive(Debug)]
 pub(crate) struct HttpReply {
@@ -94,6 +98,26 @@ impl HttpClient {
                 message: error_chain(&e),
             })?;
         Ok(Self { client, headers })
+    }
+
+    /// POST a JSON request body to `url` and return the body of a successful reply. A non-2xx answer
+    /// becomes the provider's typed error through `parse_error`; failing to get an answer at all is
+    /// `ModelError::Transport`.
+    pub(crate) async fn exchange(
+        &self,
+        url: &str,
+        body: &Value,
+        parse_error: ErrorParser,
+    ) -> Result<Bytes, ModelError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| ModelError::Other {
+            message: format!("cannot serialize the request: {e}"),
+        })?;
+        tracing::debug!(bytes = bytes.len(), "POST {url}");
+        let reply = self.post_json(url, bytes).await?;
+        if !reply.is_success() {
+            return Err(parse_error(reply.status, reply.retry_after, &reply.body));
+        }
+        Ok(reply.body)
     }
 
     /// POST `body` (JSON bytes) to `url`. Any answer with a status is `Ok`; only failures to get one

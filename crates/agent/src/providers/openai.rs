@@ -245,15 +245,8 @@ impl ChatModel for OpenAiModel {
 
     async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
         let body = self.request_body(&request)?;
-        let bytes = serde_json::to_vec(&body).map_err(|e| ModelError::Other {
-            message: format!("cannot serialize the Chat Completions request: {e}"),
-        })?;
-        tracing::debug!(model = %self.config.model, bytes = bytes.len(), "POST {}", self.endpoint);
-        let reply = self.client.post_json(&self.endpoint, bytes).await?;
-        if !reply.is_success() {
-            return Err(parse_error(reply.status, reply.retry_after, &reply.body));
-        }
-        let mut response = parse_response(&reply.body)?;
+        let reply = self.client.exchange(&self.endpoint, &body, parse_error).await?;
+        let mut response = parse_response(&reply)?;
         if request.response_format.is_some() {
             response.structured_output = response::structured_output(&response);
             if response.structured_output.is_none() && !response.message.has_tool_calls() {
