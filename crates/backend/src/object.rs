@@ -39,6 +39,23 @@ impl StoreOptions {
         }
     }
 
+    /// Options for an S3-compatible server at `endpoint` (MinIO, moto, R2, …): static credentials,
+    /// path-style requests, region `us-east-1`; an `http://` endpoint is allowed.
+    pub fn s3_compatible(
+        endpoint: impl Into<String>,
+        access_key_id: impl Into<String>,
+        secret_access_key: impl Into<String>,
+    ) -> Self {
+        let endpoint = endpoint.into();
+        let allow_http = endpoint.starts_with("http://");
+        Self::default()
+            .with("aws_endpoint", endpoint)
+            .with("aws_allow_http", allow_http.to_string())
+            .with("aws_access_key_id", access_key_id)
+            .with("aws_secret_access_key", secret_access_key)
+            .with("aws_region", "us-east-1")
+    }
+
     /// Add one option.
     pub fn with(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.options.push((key.into(), value.into()));

@@ -91,12 +91,7 @@ async fn conformance_object_store_file() {
 }
 
 pub fn s3_backend(endpoint: &str, prefix: &str) -> ObjectStoreBackend {
-    let options = StoreOptions::default()
-        .with("aws_endpoint", endpoint)
-        .with("aws_allow_http", "true")
-        .with("aws_access_key_id", "test")
-        .with("aws_secret_access_key", "test")
-        .with("aws_region", "us-east-1");
+    let options = StoreOptions::s3_compatible(endpoint, "test", "test");
     ObjectStoreBackend::from_url(&format!("s3://{}/{prefix}", bucket()), &options).unwrap()
 }
 

@@ -190,12 +190,7 @@ async fn parallel_agents_on_s3_emulator() {
         .unwrap()
         .as_nanos();
     let prefix = format!("fs-tools-concurrency-{}-{nanos}", std::process::id());
-    let options = StoreOptions::default()
-        .with("aws_endpoint", endpoint)
-        .with("aws_allow_http", "true")
-        .with("aws_access_key_id", "test")
-        .with("aws_secret_access_key", "test")
-        .with("aws_region", "us-east-1");
+    let options = StoreOptions::s3_compatible(endpoint, "test", "test");
     let backend = ObjectStoreBackend::from_url(&format!("s3://{bucket}/{prefix}"), &options).unwrap();
     let tally = ten_agents(Arc::new(backend)).await;
     println!("S3: {tally:?}");

@@ -329,12 +329,7 @@ fn sizes(default: &[usize]) -> Vec<usize> {
 
 fn s3_backend(endpoint: &str, prefix: &str) -> Arc<dyn Backend> {
     let bucket = std::env::var("TRELLIS_TEST_BUCKET").unwrap_or_else(|_| "trellis-test".into());
-    let options = StoreOptions::default()
-        .with("aws_endpoint", endpoint)
-        .with("aws_allow_http", "true")
-        .with("aws_access_key_id", "test")
-        .with("aws_secret_access_key", "test")
-        .with("aws_region", "us-east-1");
+    let options = StoreOptions::s3_compatible(endpoint, "test", "test");
     Arc::new(ObjectStoreBackend::from_url(&format!("s3://{bucket}/{prefix}"), &options).unwrap())
 }
 

@@ -400,12 +400,7 @@ fn s3_target() -> Option<(String, String)> {
 
 /// A new S3 client (as another process would have) on `prefix` of the test bucket.
 fn s3_backend(endpoint: &str, bucket: &str, prefix: &str) -> Arc<dyn Backend> {
-    let options = StoreOptions::default()
-        .with("aws_endpoint", endpoint)
-        .with("aws_allow_http", "true")
-        .with("aws_access_key_id", "test")
-        .with("aws_secret_access_key", "test")
-        .with("aws_region", "us-east-1");
+    let options = StoreOptions::s3_compatible(endpoint, "test", "test");
     Arc::new(ObjectStoreBackend::from_url(&format!("s3://{bucket}/{prefix}"), &options).unwrap())
 }
 

@@ -295,12 +295,7 @@ async fn concurrent_memory_edits_on_s3() {
         return;
     };
     let bucket = std::env::var("TRELLIS_TEST_BUCKET").unwrap_or_else(|_| "trellis-test".into());
-    let options = StoreOptions::default()
-        .with("aws_endpoint", endpoint)
-        .with("aws_allow_http", "true")
-        .with("aws_access_key_id", "test")
-        .with("aws_secret_access_key", "test")
-        .with("aws_region", "us-east-1");
+    let options = StoreOptions::s3_compatible(endpoint, "test", "test");
     let prefix = format!(
         "memory-concurrency-{}-{}",
         std::process::id(),

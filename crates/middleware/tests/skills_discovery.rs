@@ -660,12 +660,7 @@ fn s3(endpoint: &str, bucket: &str, tag: &str) -> Shared {
         .unwrap()
         .as_nanos();
     let prefix = format!("skills-{tag}-{}-{nanos}", std::process::id());
-    let options = StoreOptions::default()
-        .with("aws_endpoint", endpoint)
-        .with("aws_allow_http", "true")
-        .with("aws_access_key_id", "test")
-        .with("aws_secret_access_key", "test")
-        .with("aws_region", "us-east-1");
+    let options = StoreOptions::s3_compatible(endpoint, "test", "test");
     Arc::new(ObjectStoreBackend::from_url(&format!("s3://{bucket}/{prefix}"), &options).unwrap())
 }
 
