@@ -21,14 +21,25 @@ pub struct HttpConfig {
     /// Time allowed for a whole call, from sending the request to reading the last byte of the answer.
     /// Non-streaming calls that write long answers take minutes, hence the generous default.
     pub request_timeout: Duration,
+    /// Largest response body accepted, in bytes. A longer body is abandoned as soon as it crosses the
+    /// limit (a [`ModelError::Other`]), so a misbehaving endpoint cannot make the agent buffer without
+    /// bound.
+    pub max_response_bytes: usize,
+}
+
+impl HttpConfig {
+    /// The default limit on a response body: 32 MiB, far above any real completion (the largest
+    /// answers with images stay in the low megabytes).
+    pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 }
 
 impl Default for HttpConfig {
-    /// 10 s to connect, 10 minutes per call.
+    /// 10 s to connect, 10 minutes per call, 32 MiB per response body.
     fn default() -> Self {
         Self {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(600),
+            max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -83,6 +94,7 @@ impl HttpReply {
 pub(crate) struct HttpClient {
     client: reqwest::Client,
     headers: HeaderMap,
+    max_response_bytes: usize,
 }
 
 impl HttpClient {
@@ -97,7 +109,11 @@ impl HttpClient {
             .map_err(|e| ProviderError::Client {
                 message: error_chain(&e),
             })?;
-        Ok(Self { client, headers })
+        Ok(Self {
+            client,
+            headers,
+            max_response_bytes: config.max_response_bytes,
+        })
     }
 
     /// POST a JSON request body to `url` and return the body of a successful reply. A non-2xx answer
@@ -121,9 +137,10 @@ impl HttpClient {
     }
 
     /// POST `body` (JSON bytes) to `url`. Any answer with a status is `Ok`; only failures to get one
-    /// (connection, TLS, timeout, a body cut short) are `Err(ModelError::Transport)`.
+    /// (connection, TLS, timeout, a body cut short) are `Err(ModelError::Transport)`; a body over the
+    /// configured limit is `Err(ModelError::Other)`.
     pub(crate) async fn post_json(&self, url: &str, body: Vec<u8>) -> Result<HttpReply, ModelError> {
-        let response = self
+        let mut response = self
             .client
             .post(url)
             .headers(self.headers.clone())
@@ -133,12 +150,36 @@ impl HttpClient {
             .map_err(|e| transport(&e))?;
         let status = response.status().as_u16();
         let retry_after = retry_after(response.headers());
-        let body = response.bytes().await.map_err(|e| transport(&e))?;
+        let body = self.read_body(&mut response).await?;
         Ok(HttpReply {
             status,
             retry_after,
             body,
         })
+    }
+}
+
+impl HttpClient {
+    /// The body of `response`, chunk by chunk, refusing to grow past `max_response_bytes` (checked
+    /// against `content-length` first, then against what actually arrives).
+    async fn read_body(&self, response: &mut reqwest::Response) -> Result<Bytes, ModelError> {
+        let limit = self.max_response_bytes;
+        let too_large = |size: String| ModelError::Other {
+            message: format!("the response body is larger than the {limit}-byte limit ({size})"),
+        };
+        if let Some(declared) = response.content_length()
+            && declared > limit as u64
+        {
+            return Err(too_large(format!("content-length {declared}")));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| transport(&e))? {
+            if body.len() + chunk.len() > limit {
+                return Err(too_large(format!("at least {} bytes", body.len() + chunk.len())));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(body))
     }
 }
 
