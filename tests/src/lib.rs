@@ -1,1 +1,11 @@
-//! Cross-crate integration tests live in tests/.
+//! Cross-crate integration tests live in tests/; this library holds what they share.
+//!
+//! * [`fault_proxy`]: a loopback HTTP proxy that injects faults in front of an emulator;
+//! * [`emulator`]: where the emulators are, and skipping (or failing) when they are not;
+//! * [`fuzz`]: the invariants the fuzz targets in `fuzz/` check, replayed by `tests/fuzz_replay.rs`.
+
+#![warn(missing_docs)]
+
+pub mod emulator;
+pub mod fault_proxy;
+pub mod fuzz;

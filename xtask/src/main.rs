@@ -6,6 +6,7 @@
 //! cargo xtask emulators env     print the environment the emulator-backed tests read
 //! cargo xtask test [-- ARGS]    install + start emulators, run every test, stop them
 //! cargo xtask snapshot [--accept]  prompt snapshot tests (diff on change; --accept takes them)
+//! cargo xtask fuzz [--seconds N] [TARGET...]  run the cargo-fuzz targets in fuzz/
 //! ```
 //!
 //! Only `std` and `anyhow`: argument parsing, HTTP readiness checks and process
@@ -13,6 +14,7 @@
 
 mod bench;
 mod emulators;
+mod fuzz;
 mod http;
 mod install;
 mod layout;
@@ -37,6 +39,10 @@ commands:
   emulators env     print `export ...` lines for tests run against started emulators
   bench [--report]  run every benchmark against the emulators (JSON); --report writes
                     docs/benchmarks.md with tables and SVG charts
+  fuzz [--seconds N] [TARGET...]
+                    install cargo-fuzz if missing, run each fuzz target in fuzz/ for N seconds
+                    (default 60), seeded from fuzz/seeds/; one JSON line per target with
+                    executions and crashes (artifacts in fuzz/artifacts/); see docs/fuzzing.md
   snapshot [--accept]
                     run every prompt snapshot test; show a diff on change, or take the new text
   test [-- ARGS]    install + start the emulators, run `cargo test --workspace --all-targets`
@@ -69,6 +75,7 @@ fn run() -> Result<ExitCode> {
         }
         Some("snapshot") => snapshot::run(&layout, &args[1..]),
         Some("bench") => bench::run(&layout, &args[1..]),
+        Some("fuzz") => fuzz::run(&layout, &args[1..]),
         Some("test") => {
             // `cargo xtask test -- --nocapture` reaches us as `test -- --nocapture`.
             let rest = &args[1..];

@@ -103,6 +103,7 @@ impl CompositeBackend {
             BackendError::Conflict { kind, .. } => BackendError::Conflict { path, kind },
             BackendError::TooLarge { size, limit, .. } => BackendError::TooLarge { path, size, limit },
             BackendError::Unavailable { source, .. } => BackendError::Unavailable { path, source },
+            BackendError::Timeout { source, .. } => BackendError::Timeout { path, source },
             BackendError::Other { source, .. } => BackendError::Other { path, source },
         }
     }

@@ -87,6 +87,16 @@ pub enum BackendError {
         #[source]
         source: Source,
     },
+    /// The store did not answer in time (after the store client's own retries, where the request
+    /// was safe to repeat). Transient, like [`BackendError::Unavailable`].
+    #[error("store timed out for {path}: {source}")]
+    Timeout {
+        /// The path.
+        path: String,
+        /// The underlying failure.
+        #[source]
+        source: Source,
+    },
     /// Anything else.
     #[error("storage error at {path}: {source}")]
     Other {
@@ -110,13 +120,19 @@ impl BackendError {
             | Self::Conflict { path, .. }
             | Self::TooLarge { path, .. }
             | Self::Unavailable { path, .. }
+            | Self::Timeout { path, .. }
             | Self::Other { path, .. } => path,
         }
     }
 
     /// True when retrying the same operation may succeed.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Unavailable { .. })
+        matches!(self, Self::Unavailable { .. } | Self::Timeout { .. })
+    }
+
+    /// True for [`BackendError::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout { .. })
     }
 
     /// True for [`BackendError::NotFound`].
@@ -166,12 +182,14 @@ impl BackendError {
                 path,
                 kind: ConflictKind::AlreadyExists,
             },
-            K::TimedOut | K::Interrupted | K::WouldBlock | K::ConnectionReset | K::ConnectionAborted => {
-                Self::Unavailable {
-                    path,
-                    source: Box::new(err),
-                }
-            }
+            K::TimedOut => Self::Timeout {
+                path,
+                source: Box::new(err),
+            },
+            K::Interrupted | K::WouldBlock | K::ConnectionReset | K::ConnectionAborted => Self::Unavailable {
+                path,
+                source: Box::new(err),
+            },
             _ if err.raw_os_error() == Some(40) => Self::InvalidPath {
                 // ELOOP: a symlink loop, or O_NOFOLLOW met a symlink.
                 path,

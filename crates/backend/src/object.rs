@@ -8,7 +8,8 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as StorePath;
 use object_store::{
-    GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion,
+    Attribute, GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
+    UpdateVersion,
 };
 
 use crate::backend::{
@@ -16,52 +17,8 @@ use crate::backend::{
     WriteOutcome,
 };
 use crate::error::{BackendError, ConflictKind, Result};
+use crate::object_config::{StoreOptions, build_store};
 use crate::path::VirtualPath;
-
-/// How to build an [`ObjectStoreBackend`] from a URL.
-#[derive(Debug, Clone, Default)]
-pub struct StoreOptions {
-    /// Builder options as `object_store` spells them (`aws_endpoint`, `aws_allow_http`,
-    /// `google_service_account`, `azure_storage_use_emulator`, `timeout`, …). Explicit options win
-    /// over the environment.
-    pub options: Vec<(String, String)>,
-    /// Also read `AWS_*`, `GOOGLE_*` and `AZURE_*` variables from the environment (as the stores'
-    /// own `from_env` builders do).
-    pub from_env: bool,
-}
-
-impl StoreOptions {
-    /// Options from the environment only.
-    pub fn from_env() -> Self {
-        Self {
-            options: Vec::new(),
-            from_env: true,
-        }
-    }
-
-    /// Options for an S3-compatible server at `endpoint` (MinIO, moto, R2, …): static credentials,
-    /// path-style requests, region `us-east-1`; an `http://` endpoint is allowed.
-    pub fn s3_compatible(
-        endpoint: impl Into<String>,
-        access_key_id: impl Into<String>,
-        secret_access_key: impl Into<String>,
-    ) -> Self {
-        let endpoint = endpoint.into();
-        let allow_http = endpoint.starts_with("http://");
-        Self::default()
-            .with("aws_endpoint", endpoint)
-            .with("aws_allow_http", allow_http.to_string())
-            .with("aws_access_key_id", access_key_id)
-            .with("aws_secret_access_key", secret_access_key)
-            .with("aws_region", "us-east-1")
-    }
-
-    /// Add one option.
-    pub fn with(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.options.push((key.into(), value.into()));
-        self
-    }
-}
 
 /// A backend over any [`ObjectStore`], rooted at a key prefix.
 ///
@@ -72,6 +29,15 @@ impl StoreOptions {
 /// without conditional updates (object_store's local file system) get them emulated under a
 /// per-key lock, which is safe only within one process.
 ///
+/// **Lost replies.** The store client retries a request whose connection failed or that got a
+/// 5xx reply. For a create-only or version-checked write that means the retry can meet the write's
+/// own first attempt and be refused (412), or the client gives up although the write was applied.
+/// So each such write carries a random tag in the object's metadata (`trelliswrite`); when it
+/// fails with a precondition failure, a transport error or a 5xx, one `HEAD` checks the tag, and a
+/// write that landed is reported as written (with its version), not as a conflict or an error.
+/// A write that landed and was then replaced by another writer before the check is still reported
+/// as failed.
+///
 /// Keys are used as written: a key listed by the store that is not a valid [`VirtualPath`] (for
 /// example one holding a percent-escape) is skipped with a warning.
 #[derive(Debug, Clone)]
@@ -80,14 +46,6 @@ pub struct ObjectStoreBackend {
     prefix: StorePath,
     emulate_update: bool,
     update_locks: Arc<Mutex<HashMap<StorePath, Arc<tokio::sync::Mutex<()>>>>>,
-}
-
-/// Install the process-wide rustls crypto provider (ring) once; reqwest is built without one.
-pub(crate) fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }
 
 impl ObjectStoreBackend {
@@ -109,38 +67,7 @@ impl ObjectStoreBackend {
     /// Build from a URL: `s3://bucket/prefix`, `gs://bucket/prefix`, `az://container/prefix`,
     /// `file:///abs/dir`, `memory://` (a new, empty store each call).
     pub fn from_url(url: &str, options: &StoreOptions) -> Result<Self> {
-        install_crypto_provider();
-        let parsed = url::Url::parse(url).map_err(|e| BackendError::InvalidPath {
-            path: url.to_owned(),
-            reason: format!("not a URL: {e}"),
-        })?;
-        let mut opts: Vec<(String, String)> = Vec::new();
-        if options.from_env {
-            for (key, value) in std::env::vars() {
-                if key.starts_with("AWS_") || key.starts_with("GOOGLE_") || key.starts_with("AZURE_") {
-                    opts.push((key.to_ascii_lowercase(), value));
-                }
-            }
-        }
-        for (key, _) in &options.options {
-            check_option_key(&parsed, key).map_err(|reason| BackendError::InvalidPath {
-                path: url.to_owned(),
-                reason,
-            })?;
-        }
-        opts.extend(options.options.iter().cloned());
-        if parsed.scheme() == "file" {
-            // object_store's local store needs the directory to exist.
-            if let Ok(dir) = parsed.to_file_path() {
-                std::fs::create_dir_all(&dir).map_err(|e| BackendError::from_io(url, e))?;
-            }
-        }
-        let (store, prefix) =
-            object_store::parse_url_opts(&parsed, opts).map_err(|e| BackendError::InvalidPath {
-                path: url.to_owned(),
-                reason: e.to_string(),
-            })?;
-        let store: Arc<dyn ObjectStore> = Arc::from(store);
+        let (store, prefix) = build_store(url, options)?;
         let mut backend = Self::new(store, "")?;
         backend.prefix = prefix;
         Ok(backend)
@@ -212,6 +139,18 @@ impl ObjectStoreBackend {
         }
     }
 
+    /// The object's current version when its metadata holds `tag`: the write that carried the tag
+    /// landed and nothing has replaced it since. `None` when it did not, or cannot be told.
+    async fn landed(&self, key: &StorePath, tag: &str) -> Option<Version> {
+        let options = GetOptions {
+            head: true,
+            ..GetOptions::default()
+        };
+        let found = self.store.get_opts(key, options).await.ok()?;
+        let value = found.attributes.get(&Attribute::Metadata(WRITE_TAG.into()))?;
+        (value.as_ref() == tag).then(|| encode_version(found.meta.e_tag.clone(), found.meta.version.clone()))
+    }
+
     async fn emulated_update(
         &self,
         path: &VirtualPath,
@@ -247,24 +186,36 @@ impl ObjectStoreBackend {
     }
 }
 
-/// Refuse an explicit option the URL's store would silently ignore (object_store skips unknown
-/// keys), so a typo is an error rather than a surprise.
-fn check_option_key(url: &url::Url, key: &str) -> std::result::Result<(), String> {
-    use object_store::ObjectStoreScheme as Scheme;
-    let (scheme, _) = Scheme::parse(url).map_err(|e| e.to_string())?;
-    let lower = key.to_ascii_lowercase();
-    let known = match scheme {
-        Scheme::AmazonS3 => lower.parse::<object_store::aws::AmazonS3ConfigKey>().is_ok(),
-        Scheme::GoogleCloudStorage => lower.parse::<object_store::gcp::GoogleConfigKey>().is_ok(),
-        Scheme::MicrosoftAzure => lower.parse::<object_store::azure::AzureConfigKey>().is_ok(),
-        // Local and in-memory stores take no options.
-        _ => false,
-    };
-    if known {
-        Ok(())
-    } else {
-        Err(format!("unknown option `{key}` for this store"))
+/// Metadata key of a conditional write's tag (letters only: valid on S3, GCS and Azure alike).
+const WRITE_TAG: &str = "trelliswrite";
+
+/// A tag no other write carries: 128 random bits (or, without an entropy source, the process,
+/// the time and a counter).
+fn write_tag() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        bytes[..8].copy_from_slice(&nanos.to_le_bytes());
+        bytes[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+        bytes[12..].copy_from_slice(&(n as u32).to_le_bytes());
     }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// True when a conditional write failed in a way that may hide its own success: a precondition
+/// failure (a retry met the write's own first attempt), or a transport failure or 5xx after which
+/// the write may or may not have been applied.
+fn reply_may_be_lost(err: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    matches!(
+        err,
+        E::Precondition { .. } | E::AlreadyExists { .. } | E::NotFound { .. } | E::Generic { .. }
+    )
 }
 
 fn encode_version(e_tag: Option<String>, version: Option<String>) -> Version {
@@ -274,6 +225,23 @@ fn encode_version(e_tag: Option<String>, version: Option<String>) -> Version {
 fn decode_version(version: &Version) -> Option<UpdateVersion> {
     let (e_tag, version): (Option<String>, Option<String>) = serde_json::from_str(version.as_str()).ok()?;
     Some(UpdateVersion { e_tag, version })
+}
+
+/// True when a request in `err`'s chain of causes timed out.
+fn is_timeout(err: &object_store::Error) -> bool {
+    use object_store::client::{HttpError, HttpErrorKind};
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if e.downcast_ref::<HttpError>()
+            .is_some_and(|h| h.kind() == HttpErrorKind::Timeout)
+            || e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// Map an `object_store` error to ours.
@@ -301,6 +269,10 @@ pub(crate) fn map_error(path: &VirtualPath, err: object_store::Error) -> Backend
             reason: source.to_string(),
         },
         // Transport failures surface as `Generic` once the store's own retries are spent.
+        E::Generic { .. } if is_timeout(&err) => BackendError::Timeout {
+            path,
+            source: Box::new(err),
+        },
         E::Generic { .. } | E::JoinError { .. } => BackendError::Unavailable {
             path,
             source: Box::new(err),
@@ -463,22 +435,41 @@ impl Backend for ObjectStoreBackend {
                 }
             }
         };
-        match self
-            .store
-            .put_opts(&key, data.into(), PutOptions::from(put_mode))
-            .await
+        // A create-only or version-checked write carries a one-off tag in the object's metadata:
+        // when its reply is lost, the tag tells whether it landed (see `landed`).
+        let tag = (!self.emulate_update && !matches!(put_mode, PutMode::Overwrite)).then(write_tag);
+        let mut options = PutOptions::from(put_mode);
+        if let Some(tag) = &tag {
+            options
+                .attributes
+                .insert(Attribute::Metadata(WRITE_TAG.into()), tag.clone().into());
+        }
+        let err = match self.store.put_opts(&key, data.into(), options).await {
+            Ok(put) => {
+                return Ok(WriteOutcome {
+                    version: Some(encode_version(put.e_tag, put.version)),
+                });
+            }
+            Err(e) => e,
+        };
+        if let Some(tag) = &tag
+            && reply_may_be_lost(&err)
+            && let Some(version) = self.landed(&key, tag).await
         {
-            Ok(put) => Ok(WriteOutcome {
-                version: Some(encode_version(put.e_tag, put.version)),
-            }),
+            tracing::info!(path = %path, error = %err, "the write's reply was lost, but the write landed");
+            return Ok(WriteOutcome {
+                version: Some(version),
+            });
+        }
+        match err {
             // A version-checked write to a file that is gone has lost its race too.
-            Err(object_store::Error::NotFound { .. }) if matches!(mode, WriteMode::IfVersion(_)) => {
+            object_store::Error::NotFound { .. } if matches!(mode, WriteMode::IfVersion(_)) => {
                 Err(BackendError::Conflict {
                     path: path.to_string(),
                     kind: ConflictKind::VersionMismatch,
                 })
             }
-            Err(e) => Err(map_error(path, e)),
+            e => Err(map_error(path, e)),
         }
     }
 

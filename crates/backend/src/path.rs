@@ -93,6 +93,10 @@ impl VirtualPath {
         if out.is_empty() {
             out.push('/');
         }
+        // Relative input gains a leading `/`: the parsed path itself must fit.
+        if out.len() > MAX_PATH_BYTES {
+            return Err(PathError::TooLong);
+        }
         Ok(Self(out))
     }
 
@@ -136,18 +140,28 @@ impl VirtualPath {
         }
     }
 
-    /// Append one validated segment.
+    /// Append one validated segment; [`PathError::TooLong`] when the result would be longer than
+    /// [`MAX_PATH_BYTES`].
     pub fn join(&self, segment: &str) -> Result<Self, PathError> {
         if segment.is_empty() || segment == "." || segment.contains('/') {
             return Err(PathError::Empty);
         }
         check_segment(segment)?;
+        if self.0.len() + 1 + segment.len() > MAX_PATH_BYTES {
+            return Err(PathError::TooLong);
+        }
         Ok(self.join_unchecked(segment))
     }
 
-    /// Append a relative path of zero or more segments (`a/b`), each validated.
+    /// Append a relative path of zero or more segments (`a/b`), each validated. Below `self` a
+    /// leading `~` or `c:` is part of a name, not a host path, so every path's
+    /// [`relative_to`](Self::relative_to) joins back onto its ancestor (except whitespace-only
+    /// input, which is [`PathError::Empty`]).
     pub fn join_relative(&self, relative: &str) -> Result<Self, PathError> {
-        let tail = Self::parse(relative)?;
+        if relative.trim().is_empty() {
+            return Err(PathError::Empty);
+        }
+        let tail = Self::parse(&format!("/{relative}"))?;
         if tail.is_root() {
             return Ok(self.clone());
         }

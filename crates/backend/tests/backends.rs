@@ -185,3 +185,89 @@ async fn conformance_composite_mount() {
     })
     .await;
 }
+
+/// Create-only and version-checked writes tag the object (`trelliswrite` metadata) so that a write
+/// whose reply was lost can be recognised; the tag must survive the round trip on every store
+/// (the fault tests in `tests/tests/object_store_faults.rs` exercise the recovery on S3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_writes_carry_a_readable_write_tag() {
+    use object_store::{Attribute, GetOptions, path::Path};
+    use trellis_backend::WriteMode;
+
+    let mut stores = vec![("memory://".to_owned(), StoreOptions::default(), String::new())];
+    if let Some(endpoint) = emulator("TRELLIS_S3_ENDPOINT", "write tag (moto)") {
+        let prefix = unique("tag-s3");
+        stores.push((
+            format!("s3://{}/{prefix}", bucket()),
+            StoreOptions::s3_compatible(endpoint, "test", "test"),
+            prefix,
+        ));
+    }
+    if let (Some(endpoint), Some(account)) = (
+        emulator("TRELLIS_GCS_ENDPOINT", "write tag (fake-gcs-server)"),
+        emulator("TRELLIS_GCS_SERVICE_ACCOUNT", "write tag (fake-gcs-server)"),
+    ) {
+        let prefix = unique("tag-gcs");
+        stores.push((
+            format!("gs://{}/{prefix}", bucket()),
+            StoreOptions::default()
+                .with("google_service_account", account)
+                .with("google_base_url", endpoint),
+            prefix,
+        ));
+    }
+    if emulator("TRELLIS_AZURE_ENDPOINT", "write tag (azurite)").is_some() {
+        let prefix = unique("tag-az");
+        stores.push((
+            format!("az://{}/{prefix}", bucket()),
+            StoreOptions::default().with("azure_storage_use_emulator", "true"),
+            prefix,
+        ));
+    }
+    for (url, options, prefix) in stores {
+        let backend = ObjectStoreBackend::from_url(&url, &options).unwrap();
+        let path = VirtualPath::parse("/tagged.txt").unwrap();
+        let key = Path::from(if prefix.is_empty() {
+            "tagged.txt".to_owned()
+        } else {
+            format!("{prefix}/tagged.txt")
+        });
+        let tag = |backend: &ObjectStoreBackend| {
+            let (store, key) = (backend.store().clone(), key.clone());
+            async move {
+                let head = GetOptions {
+                    head: true,
+                    ..GetOptions::default()
+                };
+                let found = store.get_opts(&key, head).await.unwrap();
+                found
+                    .attributes
+                    .get(&Attribute::Metadata("trelliswrite".into()))
+                    .map(|v| v.to_string())
+            }
+        };
+        let first = backend
+            .write(&path, "a".into(), WriteMode::CreateNew)
+            .await
+            .unwrap();
+        let created = tag(&backend).await;
+        assert!(
+            created.as_ref().is_some_and(|t| t.len() == 32),
+            "{url}: {created:?}"
+        );
+        backend
+            .write(&path, "b".into(), WriteMode::IfVersion(first.version.unwrap()))
+            .await
+            .unwrap();
+        let updated = tag(&backend).await;
+        assert!(
+            updated.is_some() && updated != created,
+            "{url}: {created:?} then {updated:?}"
+        );
+        backend
+            .write(&path, "c".into(), WriteMode::Overwrite)
+            .await
+            .unwrap();
+        assert_eq!(tag(&backend).await, None, "{url}: an overwrite carries no tag");
+    }
+}

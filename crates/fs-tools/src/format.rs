@@ -62,6 +62,9 @@ pub(crate) fn backend_error(err: &BackendError) -> String {
         BackendError::Unavailable { path, source } => {
             format!("the storage is temporarily unavailable ({path}: {source}); try again shortly.")
         }
+        BackendError::Timeout { path, source } => {
+            format!("the storage did not answer in time ({path}: {source}); try again shortly.")
+        }
         other => format!("{other}."),
     }
 }

@@ -225,6 +225,10 @@ fn is_fence(line: &[u8]) -> bool {
 /// relative to `bytes` itself, BOM included. Scans at most [`MAX_FRONTMATTER_BYTES`]: a closing fence
 /// beyond that is reported as [`Split::Unclosed`].
 pub fn split(bytes: &[u8], complete: bool) -> Split {
+    if !complete && bytes.len() < BOM.len() && BOM.starts_with(bytes) {
+        // The start of a byte-order mark: the fence may follow.
+        return Split::Unclosed;
+    }
     let offset = if bytes.starts_with(BOM) { BOM.len() } else { 0 };
     let text = &bytes[offset..];
     let limit = text.len().min(MAX_FRONTMATTER_BYTES);
@@ -379,8 +383,19 @@ fn parse_value(text: &str) -> Result<YamlValue, FrontmatterError> {
         return Ok(shape.value);
     }
     // The second pass follows the first one's shape; if it disagrees anyway, keep the typed text.
-    let second = TextSeed { shape: &shape.value }.deserialize(serde_yaml::Deserializer::from_str(text));
-    Ok(second.unwrap_or(shape.value))
+    // It has a budget of its own: written text can be much longer than its typed form (`0x000…1`
+    // is `1`), and aliases repeat it.
+    let budget = Budget::default();
+    let second = TextSeed {
+        shape: &shape.value,
+        budget: &budget,
+    }
+    .deserialize(serde_yaml::Deserializer::from_str(text));
+    match second {
+        Ok(value) => Ok(value),
+        Err(e) if budget.exceeded() => Err(FrontmatterError::InvalidYaml(e.to_string())),
+        Err(_) => Ok(shape.value),
+    }
 }
 
 #[derive(Default)]
@@ -402,6 +417,10 @@ impl Budget {
             )));
         }
         Ok(())
+    }
+
+    fn exceeded(&self) -> bool {
+        self.nodes.get() > MAX_NODES || self.text.get() > MAX_TEXT_BYTES
     }
 }
 
@@ -514,24 +533,30 @@ impl<'de> Visitor<'de> for ShapeVisitor<'_> {
 }
 
 /// Second pass: follows a known shape and reads every non-null scalar with `deserialize_str`, which
-/// hands over the text as written.
+/// hands over the text as written, within the same bounds as the first pass.
 struct TextSeed<'a> {
     shape: &'a YamlValue,
+    budget: &'a Budget,
 }
 
 impl<'de> DeserializeSeed<'de> for TextSeed<'_> {
     type Value = YamlValue;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<YamlValue, D::Error> {
+        let visitor = TextVisitor {
+            shape: self.shape,
+            budget: self.budget,
+        };
         match self.shape {
-            YamlValue::Seq(_) => d.deserialize_seq(TextVisitor { shape: self.shape }),
-            YamlValue::Map(_) => d.deserialize_map(TextVisitor { shape: self.shape }),
-            _ => d.deserialize_str(TextVisitor { shape: self.shape }),
+            YamlValue::Seq(_) => d.deserialize_seq(visitor),
+            YamlValue::Map(_) => d.deserialize_map(visitor),
+            _ => d.deserialize_str(visitor),
         }
     }
 }
 
 struct TextVisitor<'a> {
     shape: &'a YamlValue,
+    budget: &'a Budget,
 }
 
 impl<'de> Visitor<'de> for TextVisitor<'_> {
@@ -543,8 +568,14 @@ impl<'de> Visitor<'de> for TextVisitor<'_> {
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<YamlValue, E> {
         match self.shape {
-            YamlValue::Null => Ok(YamlValue::Null),
-            YamlValue::Text(_) => Ok(YamlValue::Text(v.to_owned())),
+            YamlValue::Null => {
+                self.budget.take(0)?;
+                Ok(YamlValue::Null)
+            }
+            YamlValue::Text(_) => {
+                self.budget.take(v.len())?;
+                Ok(YamlValue::Text(v.to_owned()))
+            }
             _ => Err(E::custom("shape changed between passes")),
         }
     }
@@ -552,9 +583,11 @@ impl<'de> Visitor<'de> for TextVisitor<'_> {
         let YamlValue::Seq(shapes) = self.shape else {
             return Err(de::Error::custom("shape changed between passes"));
         };
+        self.budget.take(0)?;
+        let budget = self.budget;
         let mut items = Vec::with_capacity(shapes.len());
         for shape in shapes {
-            match seq.next_element_seed(TextSeed { shape })? {
+            match seq.next_element_seed(TextSeed { shape, budget })? {
                 Some(item) => items.push(item),
                 None => return Err(de::Error::custom("shape changed between passes")),
             }
@@ -565,19 +598,31 @@ impl<'de> Visitor<'de> for TextVisitor<'_> {
         let YamlValue::Map(shapes) = self.shape else {
             return Err(de::Error::custom("shape changed between passes"));
         };
+        self.budget.take(0)?;
+        let budget = self.budget;
         let mut entries = Vec::with_capacity(shapes.len());
         for (key_shape, value_shape) in shapes {
-            let Some(key) = map.next_key_seed(TextSeed { shape: key_shape })? else {
+            let Some(key) = map.next_key_seed(TextSeed {
+                shape: key_shape,
+                budget,
+            })?
+            else {
                 return Err(de::Error::custom("shape changed between passes"));
             };
-            let value = map.next_value_seed(TextSeed { shape: value_shape })?;
+            let value = map.next_value_seed(TextSeed {
+                shape: value_shape,
+                budget,
+            })?;
             entries.push((key, value));
         }
         Ok(YamlValue::Map(entries))
     }
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<YamlValue, A::Error> {
         let (_tag, variant): (de::IgnoredAny, _) = data.variant()?;
-        variant.newtype_variant_seed(TextSeed { shape: self.shape })
+        variant.newtype_variant_seed(TextSeed {
+            shape: self.shape,
+            budget: self.budget,
+        })
     }
 }
 

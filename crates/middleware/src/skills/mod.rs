@@ -38,6 +38,25 @@ pub mod source;
 pub mod tools;
 pub mod validate;
 
+/// Entry points for the fuzz targets (`fuzz/`) and their replay test, which check the frontmatter
+/// fast path against the full YAML parser. Not a stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::frontmatter::{Frontmatter, FrontmatterError, YamlValue};
+
+    /// The fast path alone: `Some` only for frontmatter in its simple subset, and then exactly what
+    /// [`parse_full`] gives.
+    pub fn parse_simple(text: &str) -> Option<Vec<(String, YamlValue)>> {
+        super::fastyaml::parse_simple(text)
+    }
+
+    /// The full YAML parser alone, with the nesting, value and text bounds of
+    /// [`frontmatter::parse`](super::frontmatter::parse) (not its size check).
+    pub fn parse_full(text: &str) -> Result<Frontmatter, FrontmatterError> {
+        super::frontmatter::parse_full(text)
+    }
+}
+
 pub use catalog::{RolesFromMetadata, SkillCatalog, SkillVisibility, SkippedFile, Viewer};
 pub use discovery::{Discovery, DiscoveryOptions, DiscoveryStats, discover, rescan};
 pub use middleware::{
