@@ -1,4 +1,9 @@
 //! `trellis skills list` and `trellis skills validate`.
+//!
+//! Text output prints what skill authors wrote (names, descriptions, issue messages quoting the
+//! file) and what storage services said (source warnings) through `escape_controls`: control and
+//! invisible formatting characters show as escapes, so a skill cannot start a fake line or send
+//! terminal escape sequences. `--json` output is escaped by the JSON encoder.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -6,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use serde_json::{Value, json};
-use trellis_middleware::skills::{DiscoveryOptions, SkillCatalog, discover};
+use trellis_middleware::skills::{DiscoveryOptions, SkillCatalog, discover, escape_controls as safe};
 
 use crate::workspace;
 
@@ -71,10 +76,15 @@ pub async fn list(sources: &[String], as_json: bool) -> Result<ExitCode> {
         );
     } else {
         for s in catalog.skills() {
-            println!("{}  {}\n    {}", s.name, s.path, s.description);
+            println!(
+                "{}  {}\n    {}",
+                safe(&s.name),
+                safe(s.path.as_str()),
+                safe(&s.description)
+            );
         }
         for w in &warnings {
-            eprintln!("warning: {w}");
+            eprintln!("warning: {}", safe(w));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -113,6 +123,7 @@ pub async fn validate(sources: &[String], as_json: bool) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         for (path, (e, w)) in &report {
+            let path = safe(path);
             if e.is_empty() && w.is_empty() {
                 println!("ok       {path}");
                 continue;
@@ -123,13 +134,13 @@ pub async fn validate(sources: &[String], as_json: bool) -> Result<ExitCode> {
                     println!(
                         "    {kind} [{}]: {}",
                         item["code"].as_str().unwrap_or(""),
-                        item["message"].as_str().unwrap_or("")
+                        safe(item["message"].as_str().unwrap_or(""))
                     );
                 }
             }
         }
         for w in catalog.warnings() {
-            println!("warning  {w}");
+            println!("warning  {}", safe(w));
         }
         println!(
             "{} SKILL.md file(s) checked: {errors} error(s), {warnings} warning(s)",

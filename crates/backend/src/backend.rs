@@ -228,7 +228,7 @@ pub struct GrepOutput {
     pub matches: Vec<GrepMatch>,
     /// True when more lines matched than were returned.
     pub truncated: bool,
-    /// Files skipped because they are too large or not text.
+    /// Files skipped because they are too large or not text (not UTF-8, or holding a NUL byte).
     pub skipped: Vec<VirtualPath>,
 }
 

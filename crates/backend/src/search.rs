@@ -154,10 +154,15 @@ pub(crate) async fn grep_via_reads<B: Backend + ?Sized>(
                 Err(BackendError::NotFound { .. }) => continue,
                 Err(e) => return Err(e),
             };
+            // Not text: not UTF-8, or holding a NUL byte (as `read_file` and ripgrep judge it).
             let Ok(text) = std::str::from_utf8(&bytes) else {
                 out.skipped.push(path.clone());
                 continue;
             };
+            if memchr::memchr(0, text.as_bytes()).is_some() {
+                out.skipped.push(path.clone());
+                continue;
+            }
             if finder.find(text.as_bytes()).is_none() {
                 continue;
             }

@@ -6,13 +6,16 @@ use async_trait::async_trait;
 use serde_json::Value;
 use trellis_fs_tools::{Tool, ToolContext as FsContext, UserIdentity};
 
+use crate::hidden_paths::HiddenPaths;
 use crate::tool::{AgentTool, ToolContext, ToolError, ToolOutput};
 
 /// Runs a [`trellis_fs_tools::Tool`] as an [`AgentTool`].
 ///
 /// Each call gets the configured file-tool context (backend, permissions, limits) with the call's id,
 /// the run's thread id (unless the context names one) and the run's [`UserIdentity`] extension
-/// (unless the context names a user). The tool's text and error flag become the result.
+/// (unless the context names a user). When the run carries [`HiddenPaths`], the backend is wrapped
+/// so the hidden subtrees are absent for the tool (see [`HiddenPaths::wrap`]). The tool's text and
+/// error flag become the result.
 #[derive(Debug, Clone)]
 pub struct FsTool {
     tool: Arc<dyn Tool>,
@@ -63,6 +66,9 @@ impl AgentTool for FsTool {
             && let Some(user) = cx.run().extension::<UserIdentity>()
         {
             context = context.with_user(user.clone());
+        }
+        if let Some(hidden) = cx.run().extension::<HiddenPaths>() {
+            context.backend = hidden.wrap(context.backend.clone());
         }
         let out = self.tool.call(args, &context).await;
         Ok(ToolOutput {

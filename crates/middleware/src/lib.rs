@@ -69,6 +69,7 @@ mod context;
 mod error;
 mod events;
 mod fs_tool;
+mod hidden_paths;
 pub mod memory;
 mod message;
 mod messages;
@@ -95,6 +96,7 @@ pub use context::{Extensions, InvalidThreadId, RunContext, ThreadId};
 pub use error::{AgentError, BoxError};
 pub use events::{EventSink, RunEvent};
 pub use fs_tool::FsTool;
+pub use hidden_paths::HiddenPaths;
 pub use memory::{MEMORY, MemoryMiddleware};
 pub use message::{
     AiMessage, CacheTtl, ContentBlock, HumanMessage, ImageSource, Message, MessageMeta, SystemBlock,

@@ -339,7 +339,11 @@ fn duplicate_and_unknown_keys() {
     assert_eq!(v.skill.clone().unwrap().description, "second");
     assert_eq!(codes(&v), vec![IssueCode::DuplicateKey, IssueCode::UnknownField]);
     assert_eq!(v.issues[1].severity(), Severity::Spec);
-    assert!(v.issues[1].message.contains("version, when"));
+    assert!(
+        v.issues[1].message.contains(r#""version", "when""#),
+        "{}",
+        v.issues[1].message
+    );
 }
 
 #[test]

@@ -444,11 +444,7 @@ fn skipped(candidate: &Candidate, version: Option<Version>, code: IssueCode, mes
             source: candidate.source,
             version,
         },
-        vec![SkillIssue {
-            path: candidate.path.clone(),
-            code,
-            message,
-        }],
+        vec![SkillIssue::new(candidate.path.clone(), code, message)],
     )
 }
 
@@ -560,11 +556,15 @@ fn merge(sources: &[SkillSource], outcomes: Vec<(usize, Outcome)>, warnings: Vec
             return false;
         }
         if loser.source == winner.source {
-            issues.push(SkillIssue {
-                path: loser.path.clone(),
-                code: IssueCode::DuplicateName,
-                message: format!("skill name `{}` is also used by {}, which wins", loser.name, winner.path),
-            });
+            issues.push(SkillIssue::new(
+                loser.path.clone(),
+                IssueCode::DuplicateName,
+                format!(
+                    "skill name {} is also used by {}, which wins",
+                    validate::quote(&loser.name),
+                    winner.path
+                ),
+            ));
         } else {
             tracing::debug!(name = %winner.name, winner = %winner.path, loser = %loser.path, "skill overridden by a later source");
         }

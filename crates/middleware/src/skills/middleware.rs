@@ -16,7 +16,11 @@
 //!   as one tagged message each, once per skill per thread, and activated.
 //! * **Visibility.** With a [`SkillVisibility`] policy, the viewer (a [`Viewer`] or a
 //!   [`UserIdentity`](trellis_fs_tools::UserIdentity) run extension) sees only its skills in the
-//!   section and in search, and reading an invisible skill's files is refused.
+//!   section and in search. The directories of the skills it may not see are added to the run's
+//!   [`HiddenPaths`] for every tool call, so for the file tools run through
+//!   [`FsTool`](crate::FsTool) (and for subagents, which inherit the run's extensions) they do not
+//!   exist: `ls`, `glob` and `grep` leave them out, `read_file`, `edit_file` and `delete` answer
+//!   "not found" exactly as for a missing file, and `write_file` is refused.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -24,7 +28,6 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use trellis_backend::VirtualPath;
 
 use super::SkillMetadata;
 use super::catalog::{SkillCatalog, SkillVisibility, Viewer};
@@ -34,6 +37,7 @@ use super::source::SkillSource;
 use super::tools::{BoundTools, SearchSkillsTool};
 use crate::context::RunContext;
 use crate::error::AgentError;
+use crate::hidden_paths::HiddenPaths;
 use crate::message::{
     ContentBlock, HumanMessage, Message, MessageMeta, SystemBlock, SystemMessage, ToolCall,
 };
@@ -105,6 +109,8 @@ struct View {
     generation: u64,
     viewer: Option<String>,
     visible: Arc<SkillCatalog>,
+    /// Directories of the skills this viewer may not see.
+    hidden: HiddenPaths,
     search: Arc<dyn AgentTool>,
 }
 
@@ -190,15 +196,24 @@ impl SkillsMiddleware {
         {
             return v.clone();
         }
+        let mut hidden = Vec::new();
         let visible = Arc::new(match &self.visibility {
-            Some(policy) => skills
-                .catalog
-                .visible_to(policy.as_ref(), &viewer.unwrap_or_default()),
+            Some(policy) => {
+                let viewer = viewer.unwrap_or_default();
+                skills.catalog.filtered(|s| {
+                    let visible = policy.is_visible(s, &viewer);
+                    if !visible {
+                        hidden.push(s.dir());
+                    }
+                    visible
+                })
+            }
             None => (*skills.catalog).clone(),
         });
         let view = View {
             generation: skills.generation,
             viewer: viewer_id,
+            hidden: HiddenPaths::new(hidden),
             search: Arc::new(SearchSkillsTool::new(visible.clone())),
             visible,
         };
@@ -255,11 +270,6 @@ impl SkillsMiddleware {
             "activated",
             || serde_json::json!({ "skill": skill.name }),
         );
-    }
-
-    /// The skill whose directory holds `path`, if it is one the viewer may see.
-    fn skill_for_path<'a>(&self, catalog: &'a SkillCatalog, path: &VirtualPath) -> Option<&'a SkillMetadata> {
-        catalog.skills().iter().find(|s| path.starts_with(&s.dir()))
     }
 }
 
@@ -476,26 +486,29 @@ impl Middleware for SkillsMiddleware {
         let Some(skills) = cx.state().get(&SKILLS)? else {
             return next.run(call, cx).await;
         };
-        let target = (call.name == "read_file").then(|| call.file_path()).flatten();
-        let Some(path) = target else {
+        let view = self.view(skills, cx.run());
+        if view.hidden.is_empty() {
             return next.run(call, cx).await;
-        };
-        let Some(skill) = self.skill_for_path(&skills.catalog, &path).cloned() else {
-            return next.run(call, cx).await;
-        };
-        if self.view(skills, cx.run()).visible.get(&skill.name).is_none() {
-            return Ok(ToolOutput::error(format!("file not found: {path}")));
         }
-        next.run(call, cx).await
+        // Every tool call, not only file tools: a `task` call passes the extensions to its subagent.
+        let mut run = cx.run().clone();
+        let hidden = match run.extension::<HiddenPaths>() {
+            Some(theirs) => theirs.merged(&view.hidden),
+            None => view.hidden,
+        };
+        run.extensions.insert(hidden);
+        next.run(call, &ToolContext::new(&run, cx.state(), cx.call_id()))
+            .await
     }
 }
 
 /// The message a pinned skill adds.
 fn pinned_message(skill: &SkillMetadata, body: &str) -> Message {
+    let attr = |text: &str| super::render::escape_untrusted(text).replace('"', "&quot;");
     let text = format!(
         "<pinned_skill name=\"{}\" path=\"{}\">\nThe user asked for this skill; follow it.\n\n{}\n</pinned_skill>",
-        skill.name,
-        skill.path,
+        attr(&skill.name),
+        attr(skill.path.as_str()),
         body.trim_end()
     );
     Message::Human(HumanMessage {

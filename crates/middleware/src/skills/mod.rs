@@ -63,7 +63,10 @@ pub use middleware::{
     DISCLOSURE_SOURCE, Disclosure, PIN_SKILLS, PINNED_SOURCE, RELOAD_SKILLS, SKILLS, SKILLS_ACTIVATED,
     SkillsMiddleware, SkillsState,
 };
-pub use render::{RenderOptions, RenderedSection, escape_untrusted, estimate_tokens, render};
+pub use render::{
+    RenderOptions, RenderedSection, escape_controls, escape_untrusted, estimate_tokens, inline_untrusted,
+    render,
+};
 pub use search::{SearchHit, SkillIndex};
 pub use skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};
 pub use source::{SkillSource, SourceError, SourceInfo, derive_label};

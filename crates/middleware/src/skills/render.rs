@@ -12,6 +12,11 @@
 //!    (pinned and recently used) stay whatever the cost, then skills of higher-priority sources (later
 //!    ones) before lower, by name. The section says how many skills are not listed and points to the
 //!    `search_skills` tool, which reaches every skill.
+//!
+//! Every field a skill author wrote (name, description, path, license, compatibility, allowed tools)
+//! is shown through [`inline_untrusted`]: on one line, with `&`, `<` and `>` as entities and control
+//! or invisible formatting characters as visible escapes; the path sits in a code span no backtick can
+//! close. Budgets are counted on the escaped text.
 
 use std::fmt::Write as _;
 
@@ -100,9 +105,54 @@ pub fn estimate_tokens(text: &str) -> usize {
     text.len().div_ceil(4)
 }
 
+/// True for characters that change how text looks without being visible: line and paragraph
+/// separators, bidirectional overrides and isolates, zero-width characters and the byte-order mark.
+pub(crate) fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{61c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
+}
+
+fn push_escaped_control(out: &mut String, c: char) -> bool {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if c.is_control() || is_invisible_format(c) => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// Make untrusted text safe to print on one line of a terminal or a log: control characters become
+/// visible escapes (`\n`, `\r`, `\t`, `\u{1b}`), and so do invisible formatting characters
+/// (U+2028/U+2029, bidirectional overrides, zero-width characters), so the text cannot start a new
+/// line, move the cursor or reorder what follows. Everything else, `<` included, is kept. Applying it
+/// twice changes nothing more (the escapes are plain characters).
+pub fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if !push_escaped_control(&mut out, c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Make untrusted text inert inside the prompt: `&`, `<` and `>` become entities (so no tag can be
-/// opened or closed, `</skill_load_warnings>` included) and control characters become visible
-/// escapes (`\n`, `\r`, `\t`, `\u{..}`), so the text stays on one line.
+/// opened or closed, `</skill_load_warnings>` included) and control and invisible formatting
+/// characters become visible escapes as in [`escape_controls`], so the text stays on one line.
 pub fn escape_untrusted(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -110,16 +160,40 @@ pub fn escape_untrusted(text: &str) -> String {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            c => {
+                if !push_escaped_control(&mut out, c) {
+                    out.push(c);
+                }
             }
-            c => out.push(c),
         }
     }
     out
+}
+
+/// A field of a skill (name, description, path, license, …) as the catalog shows it: whitespace runs
+/// (newlines included) collapsed to one space, then [`escape_untrusted`]. The result is one line with
+/// no `<` or `>`, so a skill's text can neither start a line that looks like prompt structure
+/// (`## New instructions`, `SYSTEM:`) nor open or close a tag (`</skills>`, `</system>`).
+pub fn inline_untrusted(text: &str) -> String {
+    escape_untrusted(&one_line(text))
+}
+
+/// `text` as a Markdown code span whose fence is longer than any run of backticks inside it, so a
+/// backtick in a path cannot end the span early (CommonMark code spans).
+fn code_span(text: &str) -> String {
+    let mut longest = 0;
+    let mut run = 0;
+    for c in text.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{text}{pad}{fence}")
 }
 
 /// A warning cut to [`MAX_WARNING_CHARS`] characters (suffix included).
@@ -171,25 +245,26 @@ pub fn render_entry(skill: &SkillMetadata, max_description: Option<usize>) -> St
 }
 
 fn write_entry(out: &mut String, skill: &SkillMetadata, max_description: Option<usize>) {
-    let description = one_line(&skill.description);
+    let description = inline_untrusted(&skill.description);
     let description = match max_description {
         Some(max) => shorten(&description, max),
         None => description,
     };
     let _ = write!(
         out,
-        "- **{}**: {description}\n  Read `{}`",
-        one_line(&skill.name),
-        skill.path
+        "- **{}**: {description}\n  Read {}",
+        inline_untrusted(&skill.name),
+        code_span(&inline_untrusted(skill.path.as_str()))
     );
     if !skill.allowed_tools.is_empty() {
-        let _ = write!(out, " · allowed tools: {}", skill.allowed_tools.join(", "));
+        let tools: Vec<String> = skill.allowed_tools.iter().map(|t| inline_untrusted(t)).collect();
+        let _ = write!(out, " · allowed tools: {}", tools.join(", "));
     }
     if let Some(license) = &skill.license {
-        let _ = write!(out, " · license: {}", one_line(license));
+        let _ = write!(out, " · license: {}", inline_untrusted(license));
     }
     if let Some(compatibility) = &skill.compatibility {
-        let _ = write!(out, " · compatibility: {}", one_line(compatibility));
+        let _ = write!(out, " · compatibility: {}", inline_untrusted(compatibility));
     }
     out.push('\n');
 }
@@ -212,6 +287,13 @@ fn shorten_slice(text: &str, max: usize) -> (&str, bool) {
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }
+    // Never end inside an entity (`&amp;`, `&lt;`, `&gt;`) of escaped text.
+    if let Some(amp) = text[..cut].rfind('&')
+        && cut - amp < "&amp;".len()
+        && !text[amp..cut].contains(';')
+    {
+        cut = amp;
+    }
     let head = &text[..cut];
     let head = match head.rfind(' ') {
         Some(space) if cut - space <= 16 && space > 0 => &head[..space],
@@ -224,13 +306,13 @@ fn shorten_slice(text: &str, max: usize) -> (&str, bool) {
 struct Sized {
     /// Entry bytes without the description.
     base: usize,
-    /// The one-line description.
+    /// The one-line, escaped description.
     description: String,
 }
 
 impl Sized {
     fn new(skill: &SkillMetadata) -> Self {
-        let description = one_line(&skill.description);
+        let description = inline_untrusted(&skill.description);
         let base = render_entry(skill, Some(0)).len() - "…".len() * usize::from(!description.is_empty());
         Self { base, description }
     }

@@ -156,6 +156,10 @@ pub enum IssueCode {
     NotAMapping,
     /// `name` missing, null, empty or not a scalar.
     NameMissing,
+    /// The name holds a line break, a control or invisible formatting character, or ASCII
+    /// punctuation other than `-`, `_` and `.` (markup such as `<`, `*` or a backtick): it could change
+    /// the structure of the prompt that lists it, so the skill is not loaded.
+    NameUnsafe,
     /// `description` missing, null, blank or not a scalar.
     DescriptionMissing,
     // --- the skill loads with a warning ---
@@ -208,7 +212,7 @@ impl IssueCode {
         use IssueCode::*;
         match self {
             Unreadable | SkillMdIsDirectory | FileTooLarge | FrontmatterMissing | NotUtf8 | InvalidYaml
-            | NotAMapping | NameMissing | DescriptionMissing => Severity::Skipped,
+            | NotAMapping | NameMissing | NameUnsafe | DescriptionMissing => Severity::Skipped,
             NameTooLong
             | NameCharset
             | NameHyphens
@@ -248,6 +252,17 @@ pub struct SkillIssue {
 }
 
 impl SkillIssue {
+    /// An issue whose message is made safe for one line of a terminal or log with
+    /// [`escape_controls`](super::render::escape_controls): messages quote text from the file (names,
+    /// keys, parser errors), and that text must not start lines or send terminal escapes.
+    pub fn new(path: VirtualPath, code: IssueCode, message: impl AsRef<str>) -> Self {
+        Self {
+            path,
+            code,
+            message: super::render::escape_controls(message.as_ref()),
+        }
+    }
+
     /// The loader's severity.
     pub fn severity(&self) -> Severity {
         self.code.severity()

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::catalog::SkillCatalog;
+use super::render::inline_untrusted;
 use super::search::SkillIndex;
 use crate::context::RunContext;
 use crate::tool::{AgentTool, ToolContext, ToolError, ToolOutput};
@@ -147,7 +148,9 @@ impl AgentTool for SearchSkillsTool {
             if let Some(skill) = self.catalog.get(&hit.name) {
                 out.push_str(&format!(
                     "- {}: {} ({})\n",
-                    skill.name, skill.description, skill.path
+                    inline_untrusted(&skill.name),
+                    inline_untrusted(&skill.description),
+                    inline_untrusted(skill.path.as_str())
                 ));
             }
         }

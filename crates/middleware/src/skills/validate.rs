@@ -3,7 +3,8 @@
 //!
 //! Three outcomes per file (the tiers of failure):
 //! * the skill is **skipped** ([`Severity::Skipped`]): missing/blank `name` or `description`, or
-//!   either one a list or mapping (and, before this module runs, unreadable, too large, no
+//!   either one a list or mapping, a name that could change the prompt's structure
+//!   ([`is_safe_name`]) (and, before this module runs, unreadable, too large, no
 //!   frontmatter, bad YAML, not a mapping, not UTF-8);
 //! * the skill **loads with warnings** ([`Severity::Warning`]): a name that breaks the spec (too
 //!   long, bad characters, hyphens, directory mismatch), a description over 1,024 characters or a
@@ -13,6 +14,9 @@
 //!   empty `compatibility`.
 //!
 //! Lengths are counted in Unicode scalar values (what the spec and the reference call characters).
+//! Messages quote file text with [`quote`] (escaped, cut to [`MAX_QUOTED_CHARS`]), and every
+//! [`SkillIssue`] message is passed through
+//! [`escape_controls`](super::render::escape_controls), so an issue is one line of plain text.
 
 use trellis_backend::VirtualPath;
 
@@ -44,14 +48,10 @@ pub struct Validated {
 }
 
 impl Validated {
-    fn skipped(path: &VirtualPath, code: IssueCode, message: impl Into<String>) -> Self {
+    fn skipped(path: &VirtualPath, code: IssueCode, message: impl AsRef<str>) -> Self {
         Self {
             skill: None,
-            issues: vec![SkillIssue {
-                path: path.clone(),
-                code,
-                message: message.into(),
-            }],
+            issues: vec![SkillIssue::new(path.clone(), code, message)],
         }
     }
 
@@ -71,11 +71,36 @@ pub fn frontmatter_issue(path: &VirtualPath, err: &FrontmatterError) -> SkillIss
         FrontmatterError::TooDeep | FrontmatterError::InvalidYaml(_) => IssueCode::InvalidYaml,
         FrontmatterError::NotAMapping(_) => IssueCode::NotAMapping,
     };
-    SkillIssue {
-        path: path.clone(),
-        code,
-        message: err.to_string(),
+    SkillIssue::new(path.clone(), code, err.to_string())
+}
+
+/// Longest piece of file text (a name, a key) quoted in an issue message, in characters.
+pub const MAX_QUOTED_CHARS: usize = 80;
+
+/// File text as an issue message quotes it: cut to [`MAX_QUOTED_CHARS`] characters (`…` marks a
+/// cut), in double quotes with Rust's debug escapes, so newlines, control and formatting characters,
+/// quotes and backslashes show as escapes (`"a\nb"`, `"\u{202e}"`).
+pub fn quote(text: &str) -> String {
+    match truncate_chars(text, MAX_QUOTED_CHARS) {
+        Some(cut) => format!("{cut:?}…"),
+        None => format!("{text:?}"),
     }
+}
+
+/// True when `name` can be shown in the prompt as it is: ASCII letters and digits, `-`, `_`, `.` and
+/// spaces, and any other printable non-ASCII character (accented letters, CJK, emoji). Other names
+/// ([`IssueCode::NameUnsafe`]) are not loaded: a line break, a control or invisible formatting
+/// character (bidirectional overrides, zero-width characters) or ASCII markup (`<`, `>`, `*`, `#`,
+/// backticks, quotes, …) could change the structure of the prompt that lists the name. The narrower
+/// Agent Skills rules are checked by [`name_problems`], as warnings.
+pub fn is_safe_name(name: &str) -> bool {
+    name.chars().all(|c| {
+        if c.is_ascii() {
+            c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' ')
+        } else {
+            !c.is_control() && !c.is_whitespace() && !super::render::is_invisible_format(c)
+        }
+    })
 }
 
 /// Validate a whole `SKILL.md` (bytes as stored). `path` is the `SKILL.md` path; its parent
@@ -93,13 +118,8 @@ pub fn validate_file(bytes: &[u8], path: &VirtualPath) -> Validated {
 /// Validate a parsed frontmatter. See the module docs for the outcomes.
 pub fn validate(fm: &Frontmatter, path: &VirtualPath) -> Validated {
     let mut issues = Vec::new();
-    let mut issue = |code: IssueCode, message: String| {
-        issues.push(SkillIssue {
-            path: path.clone(),
-            code,
-            message,
-        })
-    };
+    let mut issue =
+        |code: IssueCode, message: String| issues.push(SkillIssue::new(path.clone(), code, message));
 
     let name = match fm.get("name") {
         Some(YamlValue::Text(s)) if !s.trim().is_empty() => s.trim().to_owned(),
@@ -112,6 +132,17 @@ pub fn validate(fm: &Frontmatter, path: &VirtualPath) -> Validated {
         }
         _ => return Validated::skipped(path, IssueCode::NameMissing, "`name` is required"),
     };
+    if !is_safe_name(&name) {
+        return Validated::skipped(
+            path,
+            IssueCode::NameUnsafe,
+            format!(
+                "name {} holds a line break, a control or formatting character, or ASCII punctuation other \
+                 than `-`, `_` and `.`; not loaded",
+                quote(&name)
+            ),
+        );
+    }
     let description = match fm.get("description") {
         Some(YamlValue::Text(s)) if !s.trim().is_empty() => s.trim().to_owned(),
         Some(v @ (YamlValue::Seq(_) | YamlValue::Map(_))) => {
@@ -133,7 +164,10 @@ pub fn validate(fm: &Frontmatter, path: &VirtualPath) -> Validated {
     for dup in fm.duplicate_keys() {
         issue(
             IssueCode::DuplicateKey,
-            format!("key `{dup}` is written more than once; the last one is used"),
+            format!(
+                "key {} is written more than once; the last one is used",
+                quote(dup)
+            ),
         );
     }
     let mut unknown: Vec<&str> = fm
@@ -149,7 +183,7 @@ pub fn validate(fm: &Frontmatter, path: &VirtualPath) -> Validated {
             IssueCode::UnknownField,
             format!(
                 "fields not defined by the Agent Skills spec: {} (allowed: {})",
-                unknown.join(", "),
+                unknown.iter().map(|k| quote(k)).collect::<Vec<_>>().join(", "),
                 SPEC_FIELDS.join(", ")
             ),
         );
@@ -231,7 +265,10 @@ pub fn name_problems(name: &str, dir: &str) -> Vec<(IssueCode, String)> {
     if name.starts_with('-') || name.ends_with('-') || name.contains("--") {
         out.push((
             IssueCode::NameHyphens,
-            format!("name `{name}` must not start or end with `-` or contain `--`"),
+            format!(
+                "name {} must not start or end with `-` or contain `--`",
+                quote(name)
+            ),
         ));
     }
     if !name
@@ -240,13 +277,20 @@ pub fn name_problems(name: &str, dir: &str) -> Vec<(IssueCode, String)> {
     {
         out.push((
             IssueCode::NameCharset,
-            format!("name `{name}` may only contain lowercase letters, digits and `-`"),
+            format!(
+                "name {} may only contain lowercase letters, digits and `-`",
+                quote(name)
+            ),
         ));
     }
     if name != dir {
         out.push((
             IssueCode::NameDirectoryMismatch,
-            format!("name `{name}` must match its directory name `{dir}`"),
+            format!(
+                "name {} must match its directory name {}",
+                quote(name),
+                quote(dir)
+            ),
         ));
     }
     out
@@ -355,7 +399,8 @@ fn metadata(
                     issue(
                         IssueCode::MetadataMalformed,
                         format!(
-                            "`metadata.{key}` should be a string, found {}; kept as YAML text",
+                            "`metadata.{}` should be a string, found {}; kept as YAML text",
+                            quote(&key),
                             other.kind()
                         ),
                     );
@@ -381,7 +426,8 @@ fn include_tools(value: &YamlValue, issue: &mut impl FnMut(IssueCode, String)) -
                 issue(
                     IssueCode::IncludeToolsMalformed,
                     format!(
-                        "`metadata.{INCLUDE_TOOLS_KEY}` should be separated by spaces, not commas: {s:?}"
+                        "`metadata.{INCLUDE_TOOLS_KEY}` should be separated by spaces, not commas: {}",
+                        quote(s)
                     ),
                 );
             }
