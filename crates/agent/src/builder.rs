@@ -19,7 +19,9 @@
 //! The general-purpose subagent (`task` with `subagent_type: "general-purpose"`) runs on the same
 //! model with the same stack minus memory, attachments and subagents: filesystem, skills, patch tool
 //! calls, the caller's middleware, token usage, prompt caching, summarization, model retry, and the
-//! caller's tools. Subagents added with [`DeepAgentBuilder::subagent`] bring their own prompt, tools,
+//! caller's tools. MCP servers ([`DeepAgentBuilder::mcp_server`]) are bound through the skills
+//! middleware: a skill lists `mcp:<server>` in `metadata.include_tools` and the server's tools are
+//! disclosed when the skill is read (see [`crate::mcp`]). Subagents added with [`DeepAgentBuilder::subagent`] bring their own prompt, tools,
 //! middleware and model. Child threads are saved to the builder's checkpointer (in memory unless one
 //! is given).
 
@@ -27,13 +29,17 @@ use std::sync::Arc;
 
 use trellis_backend::{Backend, StateBackend};
 use trellis_fs_tools::{Limits, Permissions, ToolContext as FsContext};
-use trellis_middleware::skills::SkillSource;
+use trellis_middleware::skills::render::SEARCH_TOOL;
+use trellis_middleware::skills::{BoundTools, SkillSource};
+use trellis_middleware::subagents::TASK_TOOL_NAME;
 use trellis_middleware::{
     Agent, AgentError, AgentTool, AttachmentsMiddleware, ChatModel, Checkpointer, FilesystemMiddleware,
     MemoryMiddleware, Middleware, ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware,
     RetryConfig, SkillsMiddleware, SubAgent, SubAgentMiddleware, SummarizationConfig,
     SummarizationMiddleware, TokenUsageMiddleware,
 };
+
+use crate::mcp::{McpServerConfig, McpServers};
 
 /// The system prompt used when the caller gives none.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "\
@@ -61,6 +67,8 @@ pub struct DeepAgentBuilder {
     summarization: Option<SummarizationConfig>,
     subagents: Vec<SubAgent>,
     general_purpose: bool,
+    mcp: Vec<McpServerConfig>,
+    mcp_servers: Option<Arc<McpServers>>,
 }
 
 /// Start building an agent around `model`. Files live in a fresh [`StateBackend`] unless
@@ -84,6 +92,8 @@ pub fn deep_agent(model: Arc<dyn ChatModel>) -> DeepAgentBuilder {
         summarization: Some(SummarizationConfig::default()),
         subagents: Vec::new(),
         general_purpose: true,
+        mcp: Vec::new(),
+        mcp_servers: None,
     }
 }
 
@@ -192,8 +202,58 @@ impl DeepAgentBuilder {
         self
     }
 
+    /// Add an MCP server whose tools skills can bind with `mcp:<name>` in `metadata.include_tools`.
+    /// It starts when a skill that binds it is first read and stops when the agent is dropped. Needs
+    /// a skills source; cannot be combined with [`DeepAgentBuilder::skills_middleware`] (bind
+    /// [`McpServers`] in its `BoundTools` yourself) or [`DeepAgentBuilder::mcp_servers`].
+    pub fn mcp_server(mut self, config: McpServerConfig) -> Self {
+        self.mcp.push(config);
+        self
+    }
+
+    /// Use a prepared set of MCP servers; keep a clone of the `Arc` to call
+    /// [`McpServers::shutdown`] when done. Same rules as [`DeepAgentBuilder::mcp_server`].
+    pub fn mcp_servers(mut self, servers: Arc<McpServers>) -> Self {
+        self.mcp_servers = Some(servers);
+        self
+    }
+
+    /// The MCP servers to bind, if any (configuration errors become `AgentError::Config`).
+    fn mcp(&mut self) -> Result<Option<Arc<McpServers>>, AgentError> {
+        let servers = match (self.mcp_servers.take(), self.mcp.is_empty()) {
+            (None, true) => return Ok(None),
+            (Some(_), false) => {
+                return Err(AgentError::Config(
+                    "give MCP servers either one by one (mcp_server) or as a set (mcp_servers), not both"
+                        .to_owned(),
+                ));
+            }
+            (Some(servers), true) => servers,
+            (None, false) => Arc::new(
+                McpServers::new(std::mem::take(&mut self.mcp))
+                    .map_err(|e| AgentError::Config(e.to_string()))?,
+            ),
+        };
+        if self.skills_middleware.is_some() {
+            return Err(AgentError::Config(
+                "MCP servers are bound through the skills middleware: with a custom skills middleware, \
+                 add `BoundTools::new().resolver(servers)` to it instead of passing the servers here"
+                    .to_owned(),
+            ));
+        }
+        if self.skills.is_empty() {
+            return Err(AgentError::Config(
+                "MCP servers are bound to skills (`metadata.include_tools: mcp:<server>`); add a skills \
+                 source"
+                    .to_owned(),
+            ));
+        }
+        Ok(Some(servers))
+    }
+
     /// Assemble the agent.
-    pub fn build(self) -> Result<Agent, AgentError> {
+    pub fn build(mut self) -> Result<Agent, AgentError> {
+        let mcp = self.mcp()?;
         let mut fs_context = FsContext::new(self.backend.clone());
         if let Some(p) = self.permissions {
             fs_context = fs_context.with_permissions(p);
@@ -202,9 +262,23 @@ impl DeepAgentBuilder {
             fs_context = fs_context.with_limits(l);
         }
         let filesystem: Arc<dyn Middleware> = Arc::new(FilesystemMiddleware::with_context(fs_context));
+        if let Some(servers) = &mcp {
+            // MCP names always contain `__` and built-in names never do; reserving them is a second
+            // guarantee that an MCP tool never shadows one of the agent's own.
+            let own = filesystem.tools().into_iter().chain(self.tools.iter().cloned());
+            let mut names: Vec<String> = own.map(|t| t.name().to_owned()).collect();
+            names.extend([TASK_TOOL_NAME.to_owned(), SEARCH_TOOL.to_owned()]);
+            servers.reserve_names(names);
+        }
         let skills: Option<Arc<dyn Middleware>> = match self.skills_middleware {
             Some(s) => Some(Arc::new(s)),
-            None if !self.skills.is_empty() => Some(Arc::new(SkillsMiddleware::new(self.skills))),
+            None if !self.skills.is_empty() => {
+                let mut skills = SkillsMiddleware::new(self.skills);
+                if let Some(servers) = mcp {
+                    skills = skills.with_bound_tools(BoundTools::new().resolver(servers));
+                }
+                Some(Arc::new(skills))
+            }
             None => None,
         };
         let summarization: Option<Arc<dyn Middleware>> = self.summarization.map(|config| {
@@ -297,6 +371,39 @@ mod tests {
 
     fn tools(req: &ModelRequest) -> Vec<&str> {
         req.tools.iter().map(|t| t.name.as_str()).collect()
+    }
+
+    #[test]
+    fn mcp_servers_need_the_default_skills_middleware() {
+        let crm = || McpServerConfig::stdio("crm", "python3", ["server.py"]).unwrap();
+        let model = || Arc::new(ScriptedModel::new()) as Arc<dyn ChatModel>;
+        let err = |b: DeepAgentBuilder| match b.build() {
+            Err(AgentError::Config(message)) => message,
+            other => panic!("expected a configuration error, got {other:?}"),
+        };
+        assert!(err(deep_agent(model()).mcp_server(crm())).contains("add a skills source"));
+        let source = SkillSource::new(Arc::new(StateBackend::new()), "/skills").unwrap();
+        let custom = deep_agent(model())
+            .skills_middleware(SkillsMiddleware::new(vec![source.clone()]))
+            .mcp_server(crm());
+        assert!(err(custom).contains("BoundTools::new().resolver(servers)"));
+        let both = deep_agent(model())
+            .skills_source(source.clone())
+            .mcp_server(crm())
+            .mcp_servers(Arc::new(McpServers::new([]).unwrap()));
+        assert!(err(both).contains("not both"));
+        let twice = deep_agent(model())
+            .skills_source(source.clone())
+            .mcp_server(crm())
+            .mcp_server(crm());
+        assert!(err(twice).contains("two MCP servers are named \"crm\""));
+        assert!(
+            deep_agent(model())
+                .skills_source(source)
+                .mcp_server(crm())
+                .build()
+                .is_ok()
+        );
     }
 
     #[tokio::test]

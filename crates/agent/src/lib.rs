@@ -7,10 +7,13 @@
 //!   model strings such as `anthropic:claude-sonnet-4-5`;
 //! * [`builder`]: [`deep_agent`](builder::deep_agent), one call from a model to an agent with the
 //!   documented default stack (filesystem, skills, memory, prompt caching, retries);
+//! * [`mcp`]: MCP servers (stdio or streamable HTTP, on the official `rmcp` SDK) bound to skills
+//!   as tool groups, started lazily, gated by the user's roles;
 //! * [`workspace`], [`inspect`], [`skills_cli`]: what the `trellis` command line is made of.
 
 pub mod builder;
 pub mod inspect;
+pub mod mcp;
 pub mod providers;
 pub mod skills_cli;
 pub mod workspace;

@@ -3,9 +3,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_agent::{builder::deep_agent, inspect, providers, skills_cli, workspace};
 use trellis_backend::{Backend, FilesystemBackend, VirtualPath};
 use trellis_middleware::{BackendCheckpointer, EventSink, RunEvent, RunInput, ThreadId};
@@ -55,6 +57,13 @@ enum Command {
         /// Where thread checkpoints are kept.
         #[arg(long, default_value = ".trellis")]
         state_dir: PathBuf,
+        /// An MCP server skills can bind with `include_tools: mcp:NAME` (repeatable):
+        /// NAME=COMMAND (stdio; split like a shell) or NAME=http(s)://… (streamable HTTP).
+        #[arg(long = "mcp", value_name = "NAME=COMMAND|URL")]
+        mcp: Vec<String>,
+        /// Seconds an MCP tool call may take.
+        #[arg(long, value_name = "SECS", default_value_t = 60)]
+        mcp_timeout: u64,
         /// The task.
         task: String,
     },
@@ -131,8 +140,19 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             thread,
             workdir,
             state_dir,
+            mcp,
+            mcp_timeout,
             task,
-        } => run(&model, &skills, &memory, thread, workdir, state_dir, &task).await,
+        } => {
+            let options = RunOptions {
+                thread,
+                workdir,
+                state_dir,
+                mcp,
+                mcp_timeout: Duration::from_secs(mcp_timeout.max(1)),
+            };
+            run(&model, &skills, &memory, options, &task).await
+        }
         Command::Skills {
             command: SkillsCommand::List { json, sources },
         } => skills_cli::list(&sources, json).await,
@@ -142,15 +162,53 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
     }
 }
 
+/// `trellis run` settings besides the model, sources and task.
+#[derive(Debug)]
+struct RunOptions {
+    thread: Option<String>,
+    workdir: Option<PathBuf>,
+    state_dir: PathBuf,
+    mcp: Vec<String>,
+    mcp_timeout: Duration,
+}
+
 async fn run(
     model: &str,
     skills: &[String],
     memory: &[String],
-    thread: Option<String>,
-    workdir: Option<PathBuf>,
-    state_dir: PathBuf,
+    options: RunOptions,
     task: &str,
 ) -> Result<ExitCode> {
+    let mcp = options
+        .mcp
+        .iter()
+        .map(|spec| McpServerConfig::parse_spec(spec).map(|c| c.with_call_timeout(options.mcp_timeout)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let servers = (!mcp.is_empty())
+        .then(|| McpServers::new(mcp).map(Arc::new))
+        .transpose()?;
+    let result = run_agent(model, skills, memory, options, servers.clone(), task).await;
+    // Stop the MCP servers (and wait for their processes) whether the run succeeded or not.
+    if let Some(servers) = servers {
+        servers.shutdown().await;
+    }
+    result
+}
+
+async fn run_agent(
+    model: &str,
+    skills: &[String],
+    memory: &[String],
+    options: RunOptions,
+    servers: Option<Arc<McpServers>>,
+    task: &str,
+) -> Result<ExitCode> {
+    let RunOptions {
+        thread,
+        workdir,
+        state_dir,
+        ..
+    } = options;
     let model = providers::from_model_string(model)?;
     let ws = workspace::assemble(skills, memory, workdir.as_deref())?;
     std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
@@ -164,6 +222,9 @@ async fn run(
     }
     for path in &ws.memory {
         builder = builder.memory_source(path.clone());
+    }
+    if let Some(servers) = servers {
+        builder = builder.mcp_servers(servers);
     }
     let agent = builder.build()?;
     let thread_id = match thread {

@@ -1,0 +1,465 @@
+//! [`McpConnection`]: the client side of one MCP server, on the official Rust SDK (`rmcp`).
+//!
+//! * **Lazy.** Nothing is spawned or dialed until the first tool listing or call (in
+//!   practice: when a skill that binds the server is read).
+//! * **Start.** Spawn the child (stdio, in its own process group, killed if dropped) or connect
+//!   (streamable HTTP), `initialize`, `tools/list` — all within the connect timeout. The tool list
+//!   is read once per start; later `tools/list_changed` notifications are not followed.
+//! * **Crashes.** A call that finds the server gone restarts it; a failed start or a crash counts
+//!   against the restart budget, after which the server stays down and says why.
+//! * **Shutdown.** [`McpConnection::shutdown`] closes the session and waits for the child: stdin is
+//!   closed, then SIGTERM to the process group after 3 s, then SIGKILL after 3 more. Dropping the
+//!   connection starts the same sequence in the background; if the runtime is gone by then, the
+//!   child is killed when its handle drops. No child outlives the agent that started it.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use process_wrap::tokio::{CommandWrap, KillOnDrop};
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceError, ServiceExt};
+use tokio::io::AsyncBufReadExt;
+use trellis_middleware::RunContext;
+
+use super::config::{HttpServer, McpServerConfig, McpTransport, StdioServer};
+use super::error::McpError;
+use super::naming::assign_names;
+use super::tool::McpTool;
+
+/// Most time [`McpConnection::shutdown`] waits for the close sequence (which itself ends in SIGKILL
+/// after about 6 s).
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+/// Lines of the server's stderr kept for error messages.
+const STDERR_LINES: usize = 8;
+/// Longest stderr line kept, in characters.
+const STDERR_LINE_CHARS: usize = 300;
+
+/// One configured MCP server and, once started, its live session.
+#[derive(Debug)]
+pub struct McpConnection {
+    config: McpServerConfig,
+    reserved: std::sync::RwLock<Arc<BTreeSet<String>>>,
+    state: tokio::sync::Mutex<State>,
+    pid: AtomicU32,
+    starts: AtomicU32,
+    last_failure: Mutex<Option<String>>,
+}
+
+#[derive(Debug)]
+enum State {
+    Idle,
+    Live(Live),
+    ShutDown,
+}
+
+#[derive(Debug)]
+struct Live {
+    /// Which start this session came from (see [`McpConnection::starts`]).
+    start: u32,
+    service: RunningService<RoleClient, ()>,
+    tools: Arc<[Arc<McpTool>]>,
+    stderr: Arc<StderrTail>,
+}
+
+impl Live {
+    fn is_up(&self) -> bool {
+        !self.service.is_closed() && !self.service.peer().is_transport_closed()
+    }
+}
+
+/// What a call came to.
+#[derive(Debug)]
+pub(crate) enum CallOutcome {
+    /// The server answered (possibly with `isError`).
+    Answered(CallToolResult),
+    /// No answer; the text says why, for the model.
+    Failed(String),
+}
+
+impl McpConnection {
+    /// A connection that starts nothing yet.
+    pub(crate) fn new(config: McpServerConfig) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            reserved: std::sync::RwLock::default(),
+            state: tokio::sync::Mutex::new(State::Idle),
+            pid: AtomicU32::new(0),
+            starts: AtomicU32::new(0),
+            last_failure: Mutex::new(None),
+        })
+    }
+
+    /// The server's name.
+    pub fn name(&self) -> &str {
+        self.config.name()
+    }
+
+    /// The server's configuration.
+    pub fn config(&self) -> &McpServerConfig {
+        &self.config
+    }
+
+    /// The process id of the last child started for a stdio server, which may have exited since
+    /// (`None` before the first start, after [`McpConnection::shutdown`], and for HTTP servers).
+    pub fn pid(&self) -> Option<u32> {
+        match self.pid.load(Ordering::Acquire) {
+            0 => None,
+            pid => Some(pid),
+        }
+    }
+
+    /// Tool names to avoid from the next start on (the agent's own tools).
+    pub(crate) fn reserve_names(&self, names: &BTreeSet<String>) {
+        let mut reserved = self.reserved.write().unwrap_or_else(|p| p.into_inner());
+        let mut all = (**reserved).clone();
+        all.extend(names.iter().cloned());
+        *reserved = Arc::new(all);
+    }
+
+    /// Times the server was started (successfully or not).
+    pub fn starts(&self) -> u32 {
+        self.starts.load(Ordering::Acquire)
+    }
+
+    /// True while a session is up.
+    pub async fn is_running(&self) -> bool {
+        matches!(&*self.state.lock().await, State::Live(live) if live.is_up())
+    }
+
+    /// The tools this server offers (after the allow-list and filter), starting it if needed.
+    pub(crate) async fn tools(
+        self: &Arc<Self>,
+        cx: Option<&RunContext>,
+    ) -> Result<Arc<[Arc<McpTool>]>, McpError> {
+        let mut state = self.state.lock().await;
+        Ok(self.ensure(&mut state, cx).await?.tools.clone())
+    }
+
+    /// Call `tool` (its MCP name) with `args`, starting or restarting the server if needed, within
+    /// the call timeout.
+    pub(crate) async fn call(self: &Arc<Self>, tool: &str, args: JsonObject, cx: &RunContext) -> CallOutcome {
+        let name = self.name().to_owned();
+        let (peer, stderr, start) = {
+            let mut state = self.state.lock().await;
+            match self.ensure(&mut state, Some(cx)).await {
+                Ok(live) => (live.service.peer().clone(), live.stderr.clone(), live.start),
+                Err(e) => {
+                    return CallOutcome::Failed(format!("the MCP server {name:?} is not available: {e}"));
+                }
+            }
+        };
+        let timeout = self.config.call_timeout();
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(args);
+        // Dropping the call on timeout sends `notifications/cancelled` to the server.
+        let answer = tokio::time::timeout(timeout, peer.call_tool(params)).await;
+        match answer {
+            Ok(Ok(result)) => CallOutcome::Answered(result),
+            Err(_) | Ok(Err(ServiceError::Timeout { .. })) => CallOutcome::Failed(format!(
+                "{tool:?} on the MCP server {name:?} did not answer within {} and was cancelled. It may \
+                 still have taken effect. Try again with a smaller request, or tell the user the tool \
+                 is too slow.",
+                seconds(timeout)
+            )),
+            Ok(Err(ServiceError::McpError(e))) => CallOutcome::Failed(format!(
+                "the MCP server {name:?} rejected the call to {tool:?}: {} (JSON-RPC error {}). Check \
+                 the arguments against the tool's schema.",
+                e.message, e.code.0
+            )),
+            Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+                let what = match self.config.transport() {
+                    McpTransport::Stdio(_) => "the MCP server process stopped",
+                    McpTransport::Http(_) => "the connection to the MCP server was lost",
+                };
+                let tail = stderr.text();
+                let tail = if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" Its last output: {tail}")
+                };
+                let again = match (self.restarts_left() > 0, self.config.transport()) {
+                    (true, McpTransport::Stdio(_)) => "It will be started again on the next call.",
+                    (true, McpTransport::Http(_)) => "It will be connected again on the next call.",
+                    (false, _) => "It will not be started again in this session.",
+                };
+                // Whatever the transport thinks, this session is done: the next call starts anew.
+                self.discard(start).await;
+                cx.emit_middleware("mcp", "stopped", || serde_json::json!({ "server": name }));
+                let text = format!(
+                    "{what} ({name:?}) while running {tool:?}; the call may or may not have taken \
+                     effect.{tail} {again}"
+                );
+                self.note_failure(&text);
+                CallOutcome::Failed(text)
+            }
+            Ok(Err(other)) => CallOutcome::Failed(format!(
+                "the call to {tool:?} on the MCP server {name:?} failed: {other}"
+            )),
+        }
+    }
+
+    /// Close the session and wait for the child to exit (see the module docs). Later calls fail with
+    /// [`McpError::ShutDown`]; nothing is started again.
+    pub async fn shutdown(&self) {
+        let previous = std::mem::replace(&mut *self.state.lock().await, State::ShutDown);
+        if let State::Live(live) = previous {
+            let mut service = live.service;
+            if tokio::time::timeout(SHUTDOWN_WAIT, service.close())
+                .await
+                .is_err()
+            {
+                tracing::warn!(server = self.name(), "MCP server did not close in time");
+            }
+        }
+        self.pid.store(0, Ordering::Release);
+    }
+
+    /// Drop the session from start `start` if it is still the current one (closing it in the
+    /// background, as a drop does).
+    async fn discard(&self, start: u32) {
+        let mut state = self.state.lock().await;
+        if matches!(&*state, State::Live(live) if live.start == start) {
+            *state = State::Idle;
+        }
+    }
+
+    fn note_failure(&self, what: &str) {
+        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(what.to_owned());
+    }
+
+    fn restarts_left(&self) -> u32 {
+        (1 + self.config.max_restarts()).saturating_sub(self.starts())
+    }
+
+    /// The live session, started (or restarted) if needed.
+    async fn ensure<'s>(
+        self: &Arc<Self>,
+        state: &'s mut State,
+        cx: Option<&RunContext>,
+    ) -> Result<&'s Live, McpError> {
+        let up = match &*state {
+            State::Live(live) => live.is_up(),
+            State::ShutDown => {
+                return Err(McpError::ShutDown {
+                    server: self.name().to_owned(),
+                });
+            }
+            State::Idle => false,
+        };
+        if !up {
+            if matches!(state, State::Live(_)) {
+                tracing::warn!(server = self.name(), "MCP server stopped; starting it again");
+            }
+            // Drop a dead session before starting its successor.
+            *state = State::Idle;
+            let live = self.start(cx).await?;
+            *state = State::Live(live);
+        }
+        match &*state {
+            State::Live(live) => Ok(live),
+            _ => Err(McpError::ShutDown {
+                server: self.name().to_owned(),
+            }),
+        }
+    }
+
+    async fn start(self: &Arc<Self>, cx: Option<&RunContext>) -> Result<Live, McpError> {
+        let server = self.name().to_owned();
+        let attempts = self.starts.load(Ordering::Acquire);
+        if attempts > self.config.max_restarts() {
+            let last = self
+                .last_failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            return Err(McpError::GaveUp {
+                server,
+                attempts,
+                last: last.unwrap_or_else(|| "unknown".to_owned()),
+            });
+        }
+        let start = self.starts.fetch_add(1, Ordering::AcqRel) + 1;
+        let timeout = self.config.connect_timeout();
+        let stderr = Arc::new(StderrTail::default());
+        let started = tokio::time::timeout(timeout, self.connect(&stderr)).await;
+        let (service, tools) = match started {
+            Ok(Ok(ok)) => ok,
+            Ok(Err(e)) => {
+                tracing::warn!(server = %server, error = %e, "MCP server did not start");
+                self.note_failure(&e.to_string());
+                return Err(e);
+            }
+            Err(_) => {
+                tracing::warn!(server = %server, "MCP server did not start in time");
+                let e = McpError::StartTimeout {
+                    server,
+                    after: timeout,
+                };
+                self.note_failure(&e.to_string());
+                return Err(e);
+            }
+        };
+        let offered: Vec<&rmcp::model::Tool> = tools.iter().filter(|t| self.config.offers(&t.name)).collect();
+        let mcp_names: Vec<&str> = offered.iter().map(|t| t.name.as_ref()).collect();
+        let reserved = self.reserved.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let names = assign_names(&server, &mcp_names, &reserved);
+        let tools: Arc<[Arc<McpTool>]> = offered
+            .iter()
+            .zip(names)
+            .map(|(tool, name)| Arc::new(McpTool::new(Arc::downgrade(self), &server, name, tool)))
+            .collect();
+        if let Some(cx) = cx {
+            let (count, pid) = (tools.len(), self.pid());
+            cx.emit_middleware(
+                "mcp",
+                "started",
+                || serde_json::json!({ "server": server, "tools": count, "pid": pid }),
+            );
+        }
+        Ok(Live {
+            start,
+            service,
+            tools,
+            stderr,
+        })
+    }
+
+    async fn connect(
+        &self,
+        stderr: &Arc<StderrTail>,
+    ) -> Result<(RunningService<RoleClient, ()>, Vec<rmcp::model::Tool>), McpError> {
+        let server = self.name().to_owned();
+        let start_error = |message: String| McpError::Start {
+            server: server.clone(),
+            message,
+        };
+        let service = match self.config.transport() {
+            McpTransport::Stdio(stdio) => {
+                let (child, err) =
+                    spawn(stdio).map_err(|e| start_error(format!("cannot run {:?}: {e}", stdio.program)))?;
+                self.pid.store(child.id().unwrap_or(0), Ordering::Release);
+                if let Some(err) = err {
+                    stderr.follow(err, server.clone());
+                }
+                ().serve(child).await.map_err(|e| {
+                    let tail = stderr.text();
+                    start_error(if tail.is_empty() {
+                        e.to_string()
+                    } else {
+                        format!("{e}; its last output: {tail}")
+                    })
+                })?
+            }
+            McpTransport::Http(http) => {
+                install_crypto_provider();
+                let mut config = StreamableHttpClientTransportConfig::with_uri(http.url.as_str())
+                    .custom_headers(http_headers(http)?);
+                if let Some(token) = &http.bearer_token {
+                    config = config.auth_header(token.clone());
+                }
+                let transport = StreamableHttpClientTransport::from_config(config);
+                ().serve(transport)
+                    .await
+                    .map_err(|e| start_error(e.to_string()))?
+            }
+        };
+        let tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| McpError::ListTools {
+                server: server.clone(),
+                message: e.to_string(),
+            })?;
+        Ok((service, tools))
+    }
+}
+
+/// Spawn a stdio server: its own process group (so signals reach its children too), killed when
+/// the handle drops, stderr piped for error messages.
+fn spawn(stdio: &StdioServer) -> std::io::Result<(TokioChildProcess, Option<tokio::process::ChildStderr>)> {
+    let mut command = tokio::process::Command::new(&stdio.program);
+    command.args(&stdio.args);
+    command.envs(stdio.env.iter().map(|(k, v)| (k, v)));
+    if let Some(dir) = &stdio.cwd {
+        command.current_dir(dir);
+    }
+    let mut wrap = CommandWrap::from(command);
+    wrap.wrap(KillOnDrop);
+    #[cfg(unix)]
+    wrap.wrap(process_wrap::tokio::ProcessGroup::leader());
+    TokioChildProcess::builder(wrap).stderr(Stdio::piped()).spawn()
+}
+
+/// The configured headers as HTTP headers; an invalid name or value is a configuration error.
+pub(crate) fn http_headers(http: &HttpServer) -> Result<HashMap<HeaderName, HeaderValue>, McpError> {
+    http.headers
+        .iter()
+        .map(|(name, value)| {
+            let invalid = |what: &str| McpError::InvalidSpec {
+                spec: http.url.clone(),
+                reason: format!("invalid header {what} in {name:?}"),
+            };
+            Ok((
+                HeaderName::try_from(name.as_str()).map_err(|_| invalid("name"))?,
+                HeaderValue::try_from(value.as_str()).map_err(|_| invalid("value"))?,
+            ))
+        })
+        .collect()
+}
+
+/// Install the process-wide rustls crypto provider (ring) once; reqwest is built without one.
+fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+/// The last lines a stdio server wrote to stderr (each line is also logged at debug level).
+#[derive(Debug, Default)]
+struct StderrTail {
+    lines: Mutex<VecDeque<String>>,
+}
+
+impl StderrTail {
+    fn follow(self: &Arc<Self>, stderr: tokio::process::ChildStderr, server: String) {
+        let tail = self.clone();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::debug!(server = %server, "{line}");
+                let line: String = line.chars().take(STDERR_LINE_CHARS).collect();
+                let mut kept = tail.lines.lock().unwrap_or_else(|p| p.into_inner());
+                if kept.len() == STDERR_LINES {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
+    }
+
+    fn text(&self) -> String {
+        let kept = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        kept.iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+}

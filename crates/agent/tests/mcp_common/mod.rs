@@ -1,0 +1,189 @@
+//! Shared by the MCP tests: the real MCP server under `tests/mcp_server/` (official Python SDK, pinned
+//! in xtask/src/install.rs), started over stdio or streamable HTTP, and process checks.
+//!
+//! The Python interpreter comes from `TRELLIS_MCP_PYTHON` (set by `cargo xtask test`). Without it the
+//! tests print `skipped: …` and return, unless `TRELLIS_EMULATORS=required`, when they fail.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use trellis_agent::mcp::McpServerConfig;
+use trellis_backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::{ModelCapabilities, RunOutput};
+
+/// The interpreter with the `mcp` package, or `None` (after printing why) when the test should skip.
+pub fn python(test: &str) -> Option<String> {
+    match std::env::var("TRELLIS_MCP_PYTHON") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") => {
+            panic!("{test}: TRELLIS_MCP_PYTHON is not set but TRELLIS_EMULATORS=required")
+        }
+        _ => {
+            eprintln!("skipped: {test} (set TRELLIS_MCP_PYTHON or run `cargo xtask test`)");
+            None
+        }
+    }
+}
+
+/// The test server's script.
+pub fn script() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/mcp_server/server.py")
+        .display()
+        .to_string()
+}
+
+/// A stdio server named `name`; when `started` is given, the server appends its pid to that file
+/// whenever a process starts.
+pub fn stdio(python: &str, name: &str, started: Option<&Path>) -> McpServerConfig {
+    let mut args = vec![script(), "--name".to_owned(), name.to_owned()];
+    if let Some(file) = started {
+        args.push("--started-file".to_owned());
+        args.push(file.display().to_string());
+    }
+    McpServerConfig::stdio(name, python, args).unwrap()
+}
+
+/// Pids written to a `--started-file` (empty when no process started).
+pub fn started(file: &Path) -> Vec<u32> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
+}
+
+/// True while `pid` is a live (not zombie) process.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+/// Wait (bounded: 30 s) for `pid` to exit; true when it did.
+pub async fn gone(pid: u32) -> bool {
+    for _ in 0..300 {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// A streamable-HTTP server process, killed when dropped.
+#[derive(Debug)]
+pub struct HttpServer {
+    child: Child,
+    /// Its MCP endpoint.
+    pub url: String,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start the test server over streamable HTTP on a free local port and wait (bounded) until it listens.
+pub async fn http_server(python: &str, name: &str) -> HttpServer {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(python)
+        .args([
+            &script(),
+            "--name",
+            name,
+            "--transport",
+            "http",
+            "--port",
+            &port.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = HttpServer {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    };
+    for _ in 0..300 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return server;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the HTTP MCP server did not listen on port {port}");
+}
+
+/// A skills library on a state backend: `call-transcripts` binds `include`; `meeting-prep` binds
+/// nothing.
+pub async fn library(include: &str) -> Arc<StateBackend> {
+    let backend = Arc::new(StateBackend::new());
+    for (path, text) in [
+        (
+            "/skills/call-transcripts/SKILL.md",
+            format!(
+                "---\nname: call-transcripts\ndescription: Search recorded sales calls and read transcripts.\n\
+                 metadata:\n  include_tools: {include}\n---\n# Calls\nUse the CRM tools.\n"
+            ),
+        ),
+        (
+            "/skills/meeting-prep/SKILL.md",
+            "---\nname: meeting-prep\ndescription: Prepare a brief for a customer meeting.\n---\n# Prep\n"
+                .to_owned(),
+        ),
+    ] {
+        backend
+            .write(
+                &VirtualPath::parse(path).unwrap(),
+                text.into(),
+                WriteMode::Overwrite,
+            )
+            .await
+            .unwrap();
+    }
+    backend
+}
+
+/// Capabilities of a model that takes disclosed tools at the end of the tool list.
+pub fn caps() -> ModelCapabilities {
+    ModelCapabilities {
+        prompt_caching: true,
+        max_cache_breakpoints: 4,
+        tools_mid_conversation: false,
+        structured_output: false,
+        images: false,
+        context_window: Some(200_000),
+    }
+}
+
+/// (text, is_error) of every tool result of a run, in order.
+pub fn tool_results(out: &RunOutput) -> Vec<(String, bool)> {
+    out.state
+        .messages
+        .iter()
+        .filter_map(|m| m.as_tool())
+        .map(|t| {
+            (
+                t.content
+                    .iter()
+                    .filter_map(trellis_middleware::ContentBlock::as_text)
+                    .collect(),
+                t.is_error,
+            )
+        })
+        .collect()
+}

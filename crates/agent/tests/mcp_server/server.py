@@ -1,0 +1,75 @@
+"""A small MCP server for Trellis's MCP client tests, built on the official Python SDK (`mcp`, pinned
+in xtask/src/install.rs).
+
+    python server.py --name crm [--transport stdio|http] [--port N] [--started-file PATH]
+
+Tools: search_calls and get_transcript (plain answers naming the server, so a test can tell which
+server answered), accounts.lookup (a dotted name, for name sanitizing), fail (an isError result),
+slow (sleeps, for timeouts) and crash (the process exits mid-call).
+
+--started-file: the file is written when the process starts, so a test can see whether (and how
+often) a server was started. Its content is the process id.
+"""
+
+import argparse
+import asyncio
+import os
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--name", default="crm")
+    parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--started-file")
+    args = parser.parse_args()
+
+    if args.started_file:
+        with open(args.started_file, "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
+
+    server = MCPServer(args.name, log_level="WARNING")
+    name = args.name
+
+    @server.tool(description="Search recorded sales calls by account name. Returns call ids and titles.")
+    def search_calls(account: str, limit: int = 5) -> str:
+        calls = [f"call-{i}: {account} call {i}" for i in range(1, min(limit, 3) + 1)]
+        return f"[{name}] " + "; ".join(calls)
+
+    @server.tool(description="The transcript of one call, by call id.")
+    def get_transcript(call_id: str) -> str:
+        return f"[{name}] Transcript of {call_id}: the customer asked about pricing."
+
+    @server.tool(name="accounts.lookup", description="Look up an account by its exact name.")
+    def accounts_lookup(account: str) -> str:
+        return f"[{name}] {account}: 120 seats, renewal in March."
+
+    @server.tool(description="Always fails (for tests).")
+    def fail(reason: str = "no reason") -> str:
+        raise ToolError(f"the CRM refused: {reason}")
+
+    @server.tool(description="Sleeps, then answers (for tests).")
+    async def slow(seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return f"[{name}] slept {seconds}s"
+
+    @server.tool(description="Answers with a JSON-RPC error instead of a result (for tests).")
+    def protocol_error() -> str:
+        raise MCPError(code=-32603, message="the CRM backend is misconfigured")
+
+    @server.tool(description="Exits the server process in the middle of the call (for tests).")
+    def crash() -> str:
+        os._exit(3)
+
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.port)
+
+
+if __name__ == "__main__":
+    main()
