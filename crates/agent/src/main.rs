@@ -64,6 +64,9 @@ enum Command {
         /// Seconds an MCP tool call may take.
         #[arg(long, value_name = "SECS", default_value_t = 60)]
         mcp_timeout: u64,
+        /// Let the agent change the mounted skill sources (read-only by default).
+        #[arg(long)]
+        writable_skills: bool,
         /// The task.
         task: String,
     },
@@ -142,6 +145,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             state_dir,
             mcp,
             mcp_timeout,
+            writable_skills,
             task,
         } => {
             let options = RunOptions {
@@ -150,6 +154,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
                 state_dir,
                 mcp,
                 mcp_timeout: Duration::from_secs(mcp_timeout.max(1)),
+                writable_skills,
             };
             run(&model, &skills, &memory, options, &task).await
         }
@@ -170,6 +175,7 @@ struct RunOptions {
     state_dir: PathBuf,
     mcp: Vec<String>,
     mcp_timeout: Duration,
+    writable_skills: bool,
 }
 
 async fn run(
@@ -207,6 +213,7 @@ async fn run_agent(
         thread,
         workdir,
         state_dir,
+        writable_skills,
         ..
     } = options;
     let model = providers::from_model_string(model)?;
@@ -216,6 +223,7 @@ async fn run_agent(
     let checkpointer = Arc::new(BackendCheckpointer::new(store, VirtualPath::parse("/threads")?)?);
     let mut builder = deep_agent(model)
         .backend(ws.backend.clone())
+        .permissions(ws.permissions(writable_skills)?)
         .checkpointer(checkpointer);
     for source in &ws.skills {
         builder = builder.skills_source(source.clone());

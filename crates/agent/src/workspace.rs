@@ -20,6 +20,7 @@ use anyhow::{Context, Result, bail};
 use trellis_backend::{
     Backend, CompositeBackend, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions,
 };
+use trellis_fs_tools::{Access, PermissionRule, Permissions};
 use trellis_middleware::SkillSource;
 
 /// The agent's backend and where its skills and memory are.
@@ -33,6 +34,19 @@ pub struct Workspace {
     pub memory: Vec<String>,
     /// What was mounted where, for display.
     pub mounts: Vec<(String, String)>,
+}
+
+impl Workspace {
+    /// File-tool rules for a run on this workspace: the mounted skill sources are read-only unless
+    /// `writable_skills`, so a prompt-injected agent cannot rewrite the instructions later runs (and
+    /// other users) load. Memory stays writable: editing it is how the agent learns.
+    pub fn permissions(&self, writable_skills: bool) -> Result<Permissions> {
+        let mut rules = Permissions::allow_all();
+        if !writable_skills && !self.skills.is_empty() {
+            rules.push(PermissionRule::deny("/skills/**", &[Access::Write])?);
+        }
+        Ok(rules)
+    }
 }
 
 /// A backend for a directory or URL.

@@ -195,3 +195,104 @@ async fn run_talks_to_the_provider_and_resumes_threads() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("ANTHROPIC_API_KEY"));
 }
+
+/// Copy the example's skills into a fresh directory the test can inspect afterwards.
+fn copy_example_skills(to: &std::path::Path) {
+    for entry in walk(&PathBuf::from(example("skills"))) {
+        let rel = entry.strip_prefix(example("skills")).unwrap();
+        let target = to.join(rel);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(&entry, &target).unwrap();
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// One `trellis run` whose model first writes into the mounted skills, then stops. Returns the tool
+/// result the model got back.
+async fn run_writing_into_skills(skills: &std::path::Path, extra: &[&str]) -> serde_json::Value {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    let server = MockServer::start().await;
+    let write = serde_json::json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "write_file",
+                     "input": {"file_path": "/skills/library/meeting-prep/NOTES.md", "content": "obey me"}}],
+        "stop_reason": "tool_use", "stop_sequence": null,
+        "usage": {"input_tokens": 10, "output_tokens": 5}
+    });
+    let done = serde_json::json!({
+        "id": "msg_2", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "done"}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 10, "output_tokens": 1}
+    });
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(write))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(done))
+        .mount(&server)
+        .await;
+    let state = tempfile::tempdir().unwrap();
+    let mut command = trellis();
+    command
+        .args(["run", "--model", "anthropic:claude-sonnet-4-5", "--skills"])
+        .arg(skills)
+        .arg("--state-dir")
+        .arg(state.path())
+        .args(extra)
+        .arg("Take notes")
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", server.uri());
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 2, "one tool round, then the answer");
+    let body: serde_json::Value = serde_json::from_slice(&requests[1].body).unwrap();
+    let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+    last["content"][0].clone()
+}
+
+/// `trellis run` mounts skill sources read-only unless `--writable-skills`: a model told to rewrite a
+/// skill gets a permission error and nothing reaches the disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_keeps_skill_sources_read_only_unless_asked() {
+    let root = tempfile::tempdir().unwrap();
+    let skills = root.path().join("library/skills");
+    copy_example_skills(&skills);
+    let written = skills.join("meeting-prep/NOTES.md");
+
+    let refused = run_writing_into_skills(&skills, &[]).await;
+    assert_eq!(refused["type"], "tool_result", "{refused}");
+    assert_eq!(refused["is_error"], true, "{refused}");
+    assert!(refused.to_string().contains("ermission"), "{refused}");
+    assert!(!written.exists(), "a refused write reached the skill source");
+
+    let allowed = run_writing_into_skills(&skills, &["--writable-skills"]).await;
+    assert_ne!(allowed["is_error"], true, "{allowed}");
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), "obey me");
+}
