@@ -10,7 +10,7 @@
 //! Why: the full parser costs ~6 µs for a typical 300-byte frontmatter, as much as reading the file;
 //! this path costs well under 1 µs.
 
-use super::frontmatter::YamlValue;
+use super::yaml_text::YamlValue;
 
 /// Parse `text` if it is in the simple subset; `None` otherwise (never a wrong answer).
 pub fn parse_simple(text: &str) -> Option<Vec<(String, YamlValue)>> {

@@ -37,6 +37,7 @@ pub mod skill;
 pub mod source;
 pub mod tools;
 pub mod validate;
+mod yaml_text;
 
 /// Entry points for the fuzz targets (`fuzz/`) and their replay test, which check the frontmatter
 /// fast path against the full YAML parser. Not a stable API.

@@ -4,60 +4,26 @@
 //! (`POST /v1/messages`: `system` as text blocks with `cache_control`, `messages` with `user` /
 //! `assistant` turns, `tool_use` / `tool_result` / `thinking` / `image` blocks, `tools` with
 //! `input_schema`, `tool_choice`) and its errors page.
+//!
+//! This file: how a conversation is sent — system blocks and cache breakpoints, tools, tool use and
+//! results, thinking, images, and system messages in mid-conversation. Structured output, extra
+//! parameters and capabilities: `providers_anthropic_options.rs`; errors:
+//! `providers_anthropic_errors.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod providers_anthropic_common;
 mod providers_common;
 
-use std::time::Duration;
-
+use providers_anthropic_common::*;
 use providers_common::*;
 use serde_json::json;
-use trellis_agent::providers::anthropic::{self, AnthropicConfig, AnthropicModel};
+use trellis_agent::providers::anthropic;
 use trellis_middleware::{
-    AiMessage, CacheTtl, ChatModel, ContentBlock, HumanMessage, ImageSource, Message, MessageMeta,
-    ModelError, ModelRequest, ResponseFormat, StopReason, SystemBlock, SystemMessage, ToolCall, ToolChoice,
-    ToolMessage, Usage,
+    AiMessage, CacheTtl, ContentBlock, HumanMessage, ImageSource, Message, MessageMeta, ModelRequest,
+    StopReason, SystemBlock, SystemMessage, ToolCall, ToolChoice, ToolMessage, Usage,
 };
 use wiremock::ResponseTemplate;
-
-const MODEL: &str = "claude-sonnet-4-5";
-
-fn model_at(base_url: &str) -> AnthropicModel {
-    AnthropicModel::new(AnthropicConfig::new(MODEL, "test-key").with_base_url(base_url)).unwrap()
-}
-
-/// A plain text answer, as in the API reference's example response.
-fn text_response() -> serde_json::Value {
-    json!({
-        "id": "msg_013Zva2CMHLNnXjNJJKqJ2EF",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-sonnet-4-5-20250929",
-        "content": [{"type": "text", "text": "Hi! My name is Claude."}],
-        "stop_reason": "end_turn",
-        "stop_sequence": null,
-        "usage": {
-            "input_tokens": 2095,
-            "output_tokens": 503,
-            "cache_creation_input_tokens": 2051,
-            "cache_read_input_tokens": 0
-        }
-    })
-}
-
-/// Send `request`, answered with `response`; return the body sent and the result.
-async fn exchange(
-    request: ModelRequest,
-    response: ResponseTemplate,
-) -> (
-    wiremock::Request,
-    Result<trellis_middleware::ModelResponse, ModelError>,
-) {
-    let server = server_answering("/v1/messages", response).await;
-    let result = model_at(&server.uri()).invoke(request).await;
-    (only_request(&server).await, result)
-}
 
 #[tokio::test]
 async fn system_blocks_breakpoints_and_tools() {
@@ -466,244 +432,5 @@ async fn mid_conversation_system_message_becomes_marked_user_text_and_tools() {
                 }
             ]
         }),
-    );
-}
-
-fn verdict_format() -> ResponseFormat {
-    ResponseFormat {
-        name: "verdict".into(),
-        schema: json!({
-            "type": "object",
-            "properties": {"ok": {"type": "boolean"}},
-            "required": ["ok"]
-        }),
-        strict: true,
-    }
-}
-
-#[tokio::test]
-async fn structured_output_is_a_forced_tool() {
-    let request = ModelRequest {
-        messages: vec![Message::human("Is 2 + 2 = 4?")].into(),
-        response_format: Some(verdict_format()),
-        ..ModelRequest::default()
-    };
-    let response = json!({
-        "content": [{"type": "tool_use", "id": "toolu_09", "name": "verdict", "input": {"ok": true}}],
-        "stop_reason": "tool_use",
-        "usage": {"input_tokens": 30, "output_tokens": 9}
-    });
-    let (sent, result) = exchange(request, ResponseTemplate::new(200).set_body_json(response)).await;
-    assert_json_eq(
-        &body_json(&sent),
-        &json!({
-            "model": "claude-sonnet-4-5",
-            "max_tokens": 8192,
-            "messages": [{"role": "user", "content": [{"type": "text", "text": "Is 2 + 2 = 4?"}]}],
-            "tools": [{
-                "name": "verdict",
-                "description": anthropic::STRUCTURED_OUTPUT_TOOL_DESCRIPTION,
-                "input_schema": {
-                    "type": "object",
-                    "properties": {"ok": {"type": "boolean"}},
-                    "required": ["ok"]
-                }
-            }],
-            "tool_choice": {"type": "tool", "name": "verdict"}
-        }),
-    );
-    let response = result.unwrap();
-    assert_eq!(response.structured_output, Some(json!({"ok": true})));
-    assert_eq!(
-        response.message.content,
-        vec![ContentBlock::text(r#"{"ok":true}"#)]
-    );
-    assert!(
-        !response.message.has_tool_calls(),
-        "the answer call is not left for the loop to run"
-    );
-    assert_eq!(response.stop_reason, StopReason::EndTurn);
-}
-
-#[test]
-fn structured_output_with_other_tools_requires_any_tool() {
-    let model = model_at("http://localhost:1");
-    let request = ModelRequest {
-        messages: vec![Message::human("Check /a.txt")].into(),
-        tools: vec![read_file_tool()],
-        response_format: Some(verdict_format()),
-        ..ModelRequest::default()
-    };
-    let body = model.request_body(&request).unwrap();
-    assert_json_eq(&body["tool_choice"], &json!({"type": "any"}));
-    let names: Vec<&str> = body["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["read_file", "verdict"]);
-
-    let clash = ModelRequest {
-        response_format: Some(ResponseFormat {
-            name: "read_file".into(),
-            ..verdict_format()
-        }),
-        ..request
-    };
-    assert!(matches!(
-        model.request_body(&clash),
-        Err(ModelError::BadRequest { .. })
-    ));
-}
-
-#[test]
-fn extra_parameters_are_passed_through_without_overriding() {
-    let model = model_at("http://localhost:1");
-    let mut request = ModelRequest {
-        messages: vec![Message::human("x")].into(),
-        ..ModelRequest::default()
-    };
-    request.extra.insert(
-        "thinking".into(),
-        json!({"type": "enabled", "budget_tokens": 2048}),
-    );
-    request.extra.insert("model".into(), json!("other-model"));
-    let body = model.request_body(&request).unwrap();
-    assert_eq!(
-        body["thinking"],
-        json!({"type": "enabled", "budget_tokens": 2048})
-    );
-    assert_eq!(body["model"], "claude-sonnet-4-5");
-}
-
-fn error_body(kind: &str, message: &str) -> serde_json::Value {
-    json!({
-        "type": "error",
-        "error": {"type": kind, "message": message},
-        "request_id": "req_011CSHoEeqs5C35K2UUqR7Fy"
-    })
-}
-
-async fn error_for(response: ResponseTemplate) -> ModelError {
-    let request = ModelRequest {
-        messages: vec![Message::human("hi")].into(),
-        ..ModelRequest::default()
-    };
-    exchange(request, response).await.1.unwrap_err()
-}
-
-#[tokio::test]
-async fn rate_limit_carries_retry_after() {
-    let error = error_for(
-        ResponseTemplate::new(429)
-            .insert_header("retry-after", "7")
-            .set_body_json(error_body(
-                "rate_limit_error",
-                "Number of request tokens has exceeded your per-minute rate limit",
-            )),
-    )
-    .await;
-    assert!(matches!(error, ModelError::RateLimited { .. }), "{error:?}");
-    assert_eq!(error.retry_after(), Some(Duration::from_secs(7)));
-    assert!(error.is_transient());
-    assert!(error.to_string().contains("per-minute rate limit"));
-}
-
-#[tokio::test]
-async fn overloaded_is_transient() {
-    let error =
-        error_for(ResponseTemplate::new(529).set_body_json(error_body("overloaded_error", "Overloaded")))
-            .await;
-    assert!(matches!(error, ModelError::Overloaded { .. }), "{error:?}");
-    assert!(error.is_transient());
-}
-
-#[tokio::test]
-async fn prompt_too_long_is_context_too_long() {
-    let error = error_for(ResponseTemplate::new(400).set_body_json(error_body(
-        "invalid_request_error",
-        "prompt is too long: 208310 tokens > 200000 maximum",
-    )))
-    .await;
-    assert!(matches!(error, ModelError::ContextTooLong { .. }), "{error:?}");
-    assert!(!error.is_transient());
-}
-
-#[tokio::test]
-async fn other_errors_by_type_and_status() {
-    let error = error_for(
-        ResponseTemplate::new(401).set_body_json(error_body("authentication_error", "invalid x-api-key")),
-    )
-    .await;
-    assert!(matches!(error, ModelError::Auth { .. }), "{error:?}");
-
-    let error = error_for(
-        ResponseTemplate::new(403).set_body_json(error_body("permission_error", "no access to this model")),
-    )
-    .await;
-    assert!(matches!(error, ModelError::Auth { .. }), "{error:?}");
-
-    let error = error_for(
-        ResponseTemplate::new(400)
-            .set_body_json(error_body("invalid_request_error", "messages: field required")),
-    )
-    .await;
-    assert!(matches!(error, ModelError::BadRequest { .. }), "{error:?}");
-
-    let error = error_for(ResponseTemplate::new(413).set_body_json(error_body(
-        "request_too_large",
-        "Request exceeds the maximum size",
-    )))
-    .await;
-    assert!(matches!(error, ModelError::ContextTooLong { .. }), "{error:?}");
-
-    let error =
-        error_for(ResponseTemplate::new(500).set_body_json(error_body("api_error", "Internal server error")))
-            .await;
-    assert!(matches!(error, ModelError::Transport { .. }), "{error:?}");
-    assert!(error.is_transient());
-
-    // A proxy's HTML page instead of a JSON error: classified by status.
-    let error = error_for(ResponseTemplate::new(502).set_body_string("<html>Bad Gateway</html>")).await;
-    assert!(matches!(error, ModelError::Transport { .. }), "{error:?}");
-}
-
-#[tokio::test]
-async fn malformed_success_body_is_a_typed_error() {
-    let error = error_for(ResponseTemplate::new(200).set_body_string("{\"content\": [")).await;
-    assert!(matches!(error, ModelError::Other { .. }), "{error:?}");
-    let error = error_for(ResponseTemplate::new(200).set_body_json(json!({"content": "not a list"}))).await;
-    assert!(matches!(error, ModelError::Other { .. }), "{error:?}");
-}
-
-#[tokio::test]
-async fn unreachable_server_is_a_transport_error() {
-    let model = model_at(&dead_address());
-    let error = model
-        .invoke(ModelRequest {
-            messages: vec![Message::human("hi")].into(),
-            ..ModelRequest::default()
-        })
-        .await
-        .unwrap_err();
-    assert!(matches!(error, ModelError::Transport { .. }), "{error:?}");
-}
-
-#[test]
-fn capabilities_are_declared() {
-    let model = model_at("https://api.anthropic.com");
-    let caps = model.capabilities();
-    assert!(caps.prompt_caching);
-    assert_eq!(caps.max_cache_breakpoints, 4);
-    assert!(!caps.tools_mid_conversation);
-    assert!(caps.structured_output);
-    assert!(caps.images);
-    assert_eq!(caps.context_window, Some(200_000));
-    assert_eq!(model.id(), "claude-sonnet-4-5");
-    assert_eq!(model.endpoint(), "https://api.anthropic.com/v1/messages");
-    assert!(
-        !format!("{model:?}").contains("test-key"),
-        "Debug must not show the key"
     );
 }
