@@ -1,6 +1,7 @@
 //! Cross-crate integration tests live in tests/; this library holds what they share.
 //!
-//! * [`fault_proxy`]: a loopback HTTP proxy that injects faults in front of an emulator;
+//! * [`fault_proxy`]: a loopback HTTP proxy that injects faults in front of an emulator or a mock
+//!   model provider;
 //! * [`emulator`]: where the emulators are, and skipping (or failing) when they are not;
 //! * [`fuzz`]: the invariants the fuzz targets in `fuzz/` check, replayed by `tests/fuzz_replay.rs`.
 

@@ -103,12 +103,24 @@ def quote(text):
     return urllib.parse.quote(text, safe="")
 
 
+class IncompleteBody(Exception):
+    """The client closed its connection before the body's announced end."""
+
+
 def guarded(method):
-    """Answer 502 instead of dropping the connection when a handler fails."""
+    """Answer 400 to a body cut short and 502 when a handler fails, instead of dropping the
+    connection."""
 
     def run(self):
         try:
             return method(self)
+        except IncompleteBody as err:
+            self.close_connection = True
+            try:
+                self.respond_error(400, "IncompleteBody", str(err))
+            except OSError:
+                pass
+            return None
         except Exception as err:  # noqa: BLE001 - reported to the client
             self.log_error("%s %s failed: %r", self.command, self.path, err)
             self.close_connection = True
@@ -142,20 +154,30 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # ------------------------------------------------------------ plumbing
 
     def read_body(self):
+        """The whole request body; IncompleteBody when the client closes before its end (a
+        client that died mid-upload), so that a short body is never stored, as on GCS."""
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             chunks = []
             while True:
                 size_line = self.rfile.readline()
+                if not size_line.endswith(b"\n"):
+                    raise IncompleteBody("the connection closed inside a chunked body")
                 size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
                 if size == 0:
                     # Skip trailers up to the blank line.
                     while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass
                     return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
+                chunk = self.rfile.read(size)
+                if len(chunk) < size:
+                    raise IncompleteBody("the connection closed inside a chunk")
+                chunks.append(chunk)
                 self.rfile.readline()  # CRLF after each chunk
         length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+        body = self.rfile.read(length) if length else b""
+        if len(body) < length:
+            raise IncompleteBody(f"{len(body)} of {length} body bytes before the connection closed")
+        return body
 
     def lower_headers(self):
         return {k.lower(): v for k, v in self.headers.items()}

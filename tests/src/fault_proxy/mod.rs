@@ -1,6 +1,7 @@
 //! [`FaultProxy`]: a loopback HTTP/1.1 proxy that sits in front of a real server (an object-store
-//! emulator) and injects faults by rule: error replies, latency, dropped or reset connections before
-//! or after the request reached the server, truncated uploads, and stalls.
+//! emulator, a mock model provider) and injects faults by rule: error replies, latency, dropped or
+//! reset connections before or after the request reached the server, truncated uploads, replies cut
+//! off or stalled mid-body, and stalls.
 //!
 //! Each client connection carries exactly one request: the proxy answers with `Connection: close`
 //! and closes, so a client's connection pool never reuses a connection the proxy dropped, and the
@@ -10,19 +11,21 @@
 //! Rules are checked in the order they were added; the first that matches a request and still has
 //! a budget ([`Rule::times`]) applies to it. Requests that match no rule pass through unchanged.
 //! The proxy checks no signatures and rewrites no `Host` header: use it in front of servers that
-//! accept any credentials (moto does).
+//! accept any credentials (moto, the GCS shim) or whose signatures do not cover the host (Azurite's
+//! shared key signs the account and path, not the `Host` header).
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-/// Largest request or response head the proxy reads.
-const MAX_HEAD: usize = 64 * 1024;
+use wire::{Request, RequestHead, find_head_end, read_request, with_connection_close};
+
+mod wire;
 
 /// What the proxy does to a matching request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +34,7 @@ pub enum Fault {
     Respond {
         /// HTTP status.
         status: u16,
-        /// Body (sent as `application/xml`).
+        /// Body (sent as `application/json` when it starts with `{`, else as `application/xml`).
         body: String,
     },
     /// Wait this long, then forward the request normally.
@@ -52,10 +55,23 @@ pub enum Fault {
         /// Body.
         body: String,
     },
-    /// Send the server the request head and only this many body bytes, then close both connections.
+    /// Send the server the request head and only this many body bytes, then reset the server
+    /// connection and close the client's.
     TruncateBody(usize),
+    /// Send the server the request head and only this many body bytes, then close (FIN) the
+    /// server connection, as the kernel does for a client process that dies mid-upload; the
+    /// server's answer is logged ([`Seen::upstream_status`]) and the client's connection closed.
+    AbandonUpload(usize),
     /// Read the request and never answer (until the proxy is dropped).
     Stall,
+    /// Forward the request (it is applied), send the client the reply's head and only this many
+    /// bytes of its body, then close (FIN): a reply cut short of its announced length.
+    CutReply(usize),
+    /// Like [`Fault::CutReply`], but reset (RST) the client's connection mid-body.
+    ResetMidReply(usize),
+    /// Forward the request, send the reply's head and this many body bytes, then send nothing more
+    /// (until the proxy is dropped): a server that stalls mid-body.
+    StallMidReply(usize),
 }
 
 impl Fault {
@@ -70,7 +86,11 @@ impl Fault {
             Fault::ResetAfterForward => "reset-after",
             Fault::RespondAfterForward { .. } => "respond-after",
             Fault::TruncateBody(_) => "truncate",
+            Fault::AbandonUpload(_) => "abandon-upload",
             Fault::Stall => "stall",
+            Fault::CutReply(_) => "cut-reply",
+            Fault::ResetMidReply(_) => "reset-mid-reply",
+            Fault::StallMidReply(_) => "stall-mid-reply",
         }
     }
 
@@ -171,11 +191,17 @@ pub struct Seen {
     pub target: String,
     /// The fault applied ([`Fault::name`]), if any.
     pub fault: Option<&'static str>,
+    /// The status the server answered, when the request was forwarded and answered (the client
+    /// may not have seen it: see the fault).
+    pub upstream_status: Option<u16>,
 }
 
 impl fmt::Display for Seen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.method, self.target)?;
+        if let Some(status) = self.upstream_status {
+            write!(f, " -> {status}")?;
+        }
         if let Some(fault) = self.fault {
             write!(f, " [{fault}]")?;
         }
@@ -191,8 +217,8 @@ struct Shared {
 }
 
 impl Shared {
-    /// The fault for `request` (consuming one use of its rule), and the log entry.
-    fn decide(&self, request: &RequestHead) -> Option<Fault> {
+    /// The fault for `request` (consuming one use of its rule), and the index of its log entry.
+    fn decide(&self, request: &RequestHead) -> (Option<Fault>, usize) {
         let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         let fault = rules.iter_mut().find(|r| r.matches(request)).map(|rule| {
             if let Some(n) = rule.times.as_mut() {
@@ -201,12 +227,39 @@ impl Shared {
             rule.fault.clone()
         });
         drop(rules);
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).push(Seen {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.push(Seen {
             method: request.method.clone(),
             target: request.target.clone(),
             fault: fault.as_ref().map(Fault::name),
+            upstream_status: None,
         });
-        fault
+        (fault, seen.len() - 1)
+    }
+
+    /// Forward `request` (log entry `entry`) and note the server's status in the log.
+    async fn forward(&self, entry: usize, request: &Request) -> std::io::Result<Vec<u8>> {
+        self.forward_cut(entry, request, None).await
+    }
+
+    /// [`Self::forward`], with the body cut short when `cut` says so.
+    async fn forward_cut(
+        &self,
+        entry: usize,
+        request: &Request,
+        cut: Option<Cut>,
+    ) -> std::io::Result<Vec<u8>> {
+        let reply = forward(self.upstream, request, cut).await?;
+        let status = std::str::from_utf8(&reply[..reply.len().min(16)])
+            .ok()
+            .and_then(|line| line.split(' ').nth(1))
+            .and_then(|code| code.parse().ok());
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        // `reset_log` may have emptied the log meanwhile.
+        if let Some(seen) = seen.get_mut(entry) {
+            seen.upstream_status = status;
+        }
+        Ok(reply)
     }
 }
 
@@ -305,22 +358,6 @@ impl Drop for FaultProxy {
     }
 }
 
-/// A parsed request head.
-#[derive(Debug)]
-struct RequestHead {
-    method: String,
-    target: String,
-    /// Lower-cased names, values as sent.
-    headers: Vec<(String, String)>,
-}
-
-/// One request: its head (raw and parsed) and its raw body (chunked framing kept).
-struct Request {
-    head: RequestHead,
-    raw_head: Vec<u8>,
-    body: Vec<u8>,
-}
-
 async fn serve(
     mut client: TcpStream,
     shared: &Shared,
@@ -329,75 +366,112 @@ async fn serve(
     let Some(request) = read_request(&mut client).await? else {
         return Ok(());
     };
-    let fault = shared.decide(&request.head);
+    let (fault, entry) = shared.decide(&request.head);
     match fault {
         None => {
-            let reply = forward(shared.upstream, &request, None).await?;
+            let reply = shared.forward(entry, &request).await?;
             client.write_all(&reply).await?;
         }
         Some(Fault::Delay(delay)) => {
             tokio::time::sleep(delay).await;
-            let reply = forward(shared.upstream, &request, None).await?;
+            let reply = shared.forward(entry, &request).await?;
             client.write_all(&reply).await?;
         }
         Some(Fault::Respond { status, body }) => client.write_all(&reply(status, &body)).await?,
         Some(Fault::DropBeforeForward) => {}
         Some(Fault::ResetBeforeForward) => client.set_zero_linger()?,
         Some(Fault::DropAfterForward) => {
-            forward(shared.upstream, &request, None).await?;
+            shared.forward(entry, &request).await?;
         }
         Some(Fault::ResetAfterForward) => {
-            forward(shared.upstream, &request, None).await?;
+            shared.forward(entry, &request).await?;
             client.set_zero_linger()?;
         }
         Some(Fault::RespondAfterForward { status, body }) => {
-            forward(shared.upstream, &request, None).await?;
+            shared.forward(entry, &request).await?;
             client.write_all(&reply(status, &body)).await?;
         }
         Some(Fault::TruncateBody(keep)) => {
             // The server sees a body shorter than announced; what it does with it is the test.
-            let _ = forward(shared.upstream, &request, Some(keep)).await;
+            let _ = forward(shared.upstream, &request, Some(Cut::Reset(keep))).await;
         }
-        Some(Fault::Stall) => {
-            // Hold the connection open until the proxy stops; the client must time out.
-            while !*stop.borrow() {
-                if stop.changed().await.is_err() {
-                    break;
-                }
-            }
+        Some(Fault::AbandonUpload(keep)) => {
+            let _ = shared.forward_cut(entry, &request, Some(Cut::Close(keep))).await;
+        }
+        Some(Fault::Stall) => stall(&mut stop).await,
+        Some(Fault::CutReply(keep)) => {
+            let reply = shared.forward(entry, &request).await?;
+            client.write_all(partial_reply(&reply, keep)).await?;
+        }
+        Some(Fault::ResetMidReply(keep)) => {
+            let reply = shared.forward(entry, &request).await?;
+            client.write_all(partial_reply(&reply, keep)).await?;
+            client.flush().await?;
+            client.set_zero_linger()?;
+            return Ok(());
+        }
+        Some(Fault::StallMidReply(keep)) => {
+            let reply = shared.forward(entry, &request).await?;
+            client.write_all(partial_reply(&reply, keep)).await?;
+            client.flush().await?;
+            stall(&mut stop).await;
         }
     }
     client.flush().await?;
     Ok(())
 }
 
+/// Hold a connection open until the proxy stops; the client must time out.
+async fn stall(stop: &mut watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            break;
+        }
+    }
+}
+
+/// The reply's head and the first `keep` bytes of its body.
+fn partial_reply(reply: &[u8], keep: usize) -> &[u8] {
+    let head = find_head_end(reply).unwrap_or(reply.len());
+    &reply[..(head + keep).min(reply.len())]
+}
+
 fn reply(status: u16, body: &str) -> Vec<u8> {
+    let kind = if body.starts_with('{') { "json" } else { "xml" };
     format!(
-        "HTTP/1.1 {status} Fault\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} Fault\r\nContent-Type: application/{kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()
 }
 
-/// Send `request` upstream on a new connection (only `truncate` body bytes when given, then close)
-/// and return the whole reply with its `Connection` header replaced by `Connection: close`.
-async fn forward(
-    upstream: SocketAddr,
-    request: &Request,
-    truncate: Option<usize>,
-) -> std::io::Result<Vec<u8>> {
+/// How [`forward`] cuts a request body short.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    /// Send this many body bytes, then reset the connection (no reply is read).
+    Reset(usize),
+    /// Send this many body bytes, then close the sending half and read the reply.
+    Close(usize),
+}
+
+/// Send `request` upstream on a new connection (cut short when `cut` says so) and return the whole
+/// reply with its `Connection` header replaced by `Connection: close`.
+async fn forward(upstream: SocketAddr, request: &Request, cut: Option<Cut>) -> std::io::Result<Vec<u8>> {
     let mut server = TcpStream::connect(upstream).await?;
     server
         .write_all(&with_connection_close(&request.raw_head))
         .await?;
-    match truncate {
-        Some(keep) => {
-            server
-                .write_all(&request.body[..keep.min(request.body.len())])
-                .await?;
+    let part = |keep: usize| &request.body[..keep.min(request.body.len())];
+    match cut {
+        Some(Cut::Reset(keep)) => {
+            server.write_all(part(keep)).await?;
             server.flush().await?;
             server.set_zero_linger()?;
             return Ok(Vec::new());
+        }
+        Some(Cut::Close(keep)) => {
+            server.write_all(part(keep)).await?;
+            server.shutdown().await?;
         }
         None => server.write_all(&request.body).await?,
     }
@@ -409,174 +483,4 @@ async fn forward(
     let mut out = with_connection_close(&reply[..end]);
     out.extend_from_slice(&reply[end..]);
     Ok(out)
-}
-
-/// A message head (ending in `\r\n\r\n`) with every `Connection` header replaced by one
-/// `Connection: close`.
-fn with_connection_close(head: &[u8]) -> Vec<u8> {
-    let text = String::from_utf8_lossy(head);
-    let mut lines: Vec<&str> = text
-        .trim_end_matches("\r\n")
-        .split("\r\n")
-        .filter(|line| {
-            !line
-                .split_once(':')
-                .is_some_and(|(name, _)| name.trim().eq_ignore_ascii_case("connection"))
-        })
-        .collect();
-    lines.push("Connection: close");
-    let mut out = lines.join("\r\n").into_bytes();
-    out.extend_from_slice(b"\r\n\r\n");
-    out
-}
-
-fn find_head_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
-}
-
-/// Read one whole request (head and body), or `None` when the client closed first.
-async fn read_request(client: &mut TcpStream) -> std::io::Result<Option<Request>> {
-    let mut buf = Vec::with_capacity(8192);
-    let end = loop {
-        if let Some(end) = find_head_end(&buf) {
-            break end;
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(std::io::Error::other("request head too large"));
-        }
-        if !read_more(client, &mut buf).await? {
-            return Ok(None);
-        }
-    };
-    let raw_head = buf[..end].to_vec();
-    let head = parse_head(&raw_head)?;
-    let mut body = buf.split_off(end);
-    let header = |name: &str| {
-        head.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.trim().to_owned())
-    };
-    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        while !chunked_complete(&body)? {
-            if !read_more(client, &mut body).await? {
-                return Err(std::io::Error::other("client closed inside a chunked body"));
-            }
-        }
-    } else if let Some(length) = header("content-length") {
-        let length: usize = length
-            .parse()
-            .map_err(|_| std::io::Error::other(format!("bad content-length {length:?}")))?;
-        while body.len() < length {
-            if !read_more(client, &mut body).await? {
-                return Err(std::io::Error::other("client closed inside the body"));
-            }
-        }
-    }
-    Ok(Some(Request { head, raw_head, body }))
-}
-
-async fn read_more(stream: &mut (impl AsyncRead + Unpin), buf: &mut Vec<u8>) -> std::io::Result<bool> {
-    let mut chunk = [0u8; 16 * 1024];
-    let n = stream.read(&mut chunk).await?;
-    buf.extend_from_slice(&chunk[..n]);
-    Ok(n > 0)
-}
-
-/// True when `body` holds a complete chunked body (last chunk and trailer included).
-fn chunked_complete(body: &[u8]) -> std::io::Result<bool> {
-    let mut at = 0;
-    loop {
-        let Some(line_end) = body[at..].windows(2).position(|w| w == b"\r\n") else {
-            return Ok(false);
-        };
-        let line = String::from_utf8_lossy(&body[at..at + line_end]);
-        let size_text = line.split(';').next().unwrap_or("").trim();
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| std::io::Error::other(format!("bad chunk size {size_text:?}")))?;
-        at += line_end + 2;
-        if size == 0 {
-            // Trailer lines, then an empty line.
-            return Ok(find_head_end(&body[at - 2..]).is_some());
-        }
-        if body.len() < at + size + 2 {
-            return Ok(false);
-        }
-        at += size + 2;
-    }
-}
-
-fn parse_head(raw: &[u8]) -> std::io::Result<RequestHead> {
-    let text = String::from_utf8_lossy(raw);
-    let mut lines = text.split("\r\n");
-    let request_line = lines.next().unwrap_or("");
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
-        return Err(std::io::Error::other(format!(
-            "bad request line {request_line:?}"
-        )));
-    };
-    let headers = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
-        .collect();
-    Ok(RequestHead {
-        method: method.to_ascii_uppercase(),
-        target: percent_decode(target),
-        headers,
-    })
-}
-
-/// `%XX` escapes decoded (invalid ones kept as written); `+` is left alone.
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let Some(b) = std::str::from_utf8(&bytes[i + 1..i + 3])
-                .ok()
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(b);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decodes_targets() {
-        assert_eq!(
-            percent_decode("/b?prefix=p%2Fskills%2F&x=%zz%4"),
-            "/b?prefix=p/skills/&x=%zz%4"
-        );
-    }
-
-    #[test]
-    fn chunked_bodies_end_at_the_last_chunk() {
-        assert!(!chunked_complete(b"5\r\nhello\r\n").unwrap());
-        assert!(!chunked_complete(b"5\r\nhello\r\n0\r\n").unwrap());
-        assert!(chunked_complete(b"5\r\nhello\r\n0\r\n\r\n").unwrap());
-        assert!(chunked_complete(b"0\r\nx-trailer: 1\r\n\r\n").unwrap());
-        assert!(chunked_complete(b"zz\r\n").is_err());
-    }
-
-    #[test]
-    fn connection_header_is_replaced() {
-        let head = b"GET / HTTP/1.1\r\nHost: a\r\nconnection: keep-alive\r\n\r\n";
-        assert_eq!(
-            String::from_utf8(with_connection_close(head)).unwrap(),
-            "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
-        );
-    }
 }
