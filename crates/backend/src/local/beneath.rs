@@ -1,5 +1,6 @@
-//! Blocking reads and listings for [`FilesystemBackend`](super::FilesystemBackend), batched onto the
-//! blocking pool, with containment enforced by the kernel where it can be.
+//! Blocking reads for [`FilesystemBackend`](super::FilesystemBackend), batched onto the blocking
+//! pool, and the beneath-the-root open ([`Beneath::open_at`]) that listings, writes and deletes
+//! build on, with containment enforced by the kernel where it can be.
 //!
 //! On Linux 5.6+ files are opened with `openat2(root, path, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`:
 //! the kernel resolves the path (symlinks included) and refuses anything that would leave the root,
@@ -10,7 +11,7 @@
 use std::fs::{File, Metadata};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
@@ -22,6 +23,7 @@ use crate::backend::ByteRange;
 #[derive(Debug)]
 pub(super) struct Beneath {
     root: OwnedFd,
+    root_path: PathBuf,
     supported: AtomicBool,
 }
 
@@ -44,6 +46,7 @@ impl Beneath {
         .ok()?;
         Some(Self {
             root: fd,
+            root_path: root.to_path_buf(),
             supported: AtomicBool::new(true),
         })
     }
@@ -72,6 +75,82 @@ impl Beneath {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Why [`Beneath::open_at`] gave no descriptor.
+#[derive(Debug)]
+pub(super) enum AtError {
+    /// The path resolves outside the root.
+    Escape,
+    /// This kernel has no `openat2`: the caller must use its check-then-use path.
+    Unsupported,
+    /// Any other failure, as the kernel reported it.
+    Io(std::io::Error),
+}
+
+impl From<Errno> for AtError {
+    fn from(e: Errno) -> Self {
+        Self::Io(e.into())
+    }
+}
+
+impl Beneath {
+    /// Whether `openat2` is still believed to work here.
+    pub(super) fn supported(&self) -> bool {
+        self.supported.load(Ordering::Relaxed)
+    }
+
+    /// Open `relative` (no leading `/`; empty means the root itself) with `flags`, resolved by the
+    /// kernel beneath the root: every component, symlinks included, stays inside it.
+    ///
+    /// When the kernel refuses a path only because a symlink is absolute (or loops), the path is
+    /// canonicalized once, checked against the root, and opened again beneath the root; the
+    /// canonical form names no symlink, and if one was swapped in meanwhile the kernel still refuses
+    /// to leave the root. So an absolute link that points inside the root keeps working, and no
+    /// open ever resolves outside it.
+    pub(super) fn open_at(&self, relative: &str, flags: OFlags) -> Result<OwnedFd, AtError> {
+        if !self.supported() {
+            return Err(AtError::Unsupported);
+        }
+        let target = if relative.is_empty() { "." } else { relative };
+        match self.openat2(target, flags) {
+            Err(AtError::Io(e))
+                if [Errno::XDEV, Errno::LOOP, Errno::AGAIN]
+                    .iter()
+                    .any(|n| is(&e, *n)) => {}
+            other => return other,
+        }
+        let real = std::fs::canonicalize(self.root_path.join(relative)).map_err(AtError::Io)?;
+        let Ok(inside) = real.strip_prefix(&self.root_path) else {
+            return Err(AtError::Escape);
+        };
+        let inside = if inside.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            inside
+        };
+        match self.openat2(inside, flags) {
+            Err(AtError::Io(e)) if is(&e, Errno::XDEV) => Err(AtError::Escape),
+            other => other,
+        }
+    }
+
+    fn openat2(&self, path: impl rustix::path::Arg, flags: OFlags) -> Result<OwnedFd, AtError> {
+        let how = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+        match rustix::fs::openat2(&self.root, path, flags | OFlags::CLOEXEC, Mode::empty(), how) {
+            Ok(fd) => Ok(fd),
+            Err(e) if e == Errno::NOSYS || e == Errno::PERM => {
+                self.supported.store(false, Ordering::Relaxed);
+                Err(AtError::Unsupported)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Whether `e` carries the kernel error `errno`.
+pub(super) fn is(e: &std::io::Error, errno: Errno) -> bool {
+    e.raw_os_error() == Some(errno.raw_os_error())
 }
 
 /// Read `range` of an open file; `Err(IsADirectory)` for a directory.

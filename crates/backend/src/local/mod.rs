@@ -1,5 +1,6 @@
 //! [`FilesystemBackend`]: a directory on local disk.
 
+mod at;
 mod beneath;
 
 use std::collections::HashMap;
@@ -186,18 +187,21 @@ fn nanos(t: SystemTime) -> u128 {
 }
 
 fn version_of(meta: &std::fs::Metadata) -> Version {
-    let mtime = meta.modified().map(nanos).unwrap_or(0);
-    Version::new(format!("{mtime:x}-{:x}", meta.len()))
+    version_parts(meta.modified().ok(), meta.len())
+}
+
+/// The version tag of a file modified at `modified` holding `len` bytes.
+fn version_parts(modified: Option<SystemTime>, len: u64) -> Version {
+    let mtime = modified.map(nanos).unwrap_or(0);
+    Version::new(format!("{mtime:x}-{len:x}"))
 }
 
 fn temp_name(target: &Path) -> PathBuf {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    target.with_file_name(format!(".{name}.trellis-tmp-{}-{n}", std::process::id()))
+    target.with_file_name(at::temp_for(&name))
 }
 
 #[async_trait]
@@ -211,6 +215,17 @@ impl Backend for FilesystemBackend {
     }
 
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
+        if let Some(beneath) = self.beneath.clone()
+            && beneath.supported()
+        {
+            let shown = dir.clone();
+            let listed = tokio::task::spawn_blocking(move || at::list(&beneath, &shown))
+                .await
+                .map_err(|e| BackendError::other(dir, e))?;
+            if let Some(listed) = listed {
+                return listed;
+            }
+        }
         let real = self.resolve_existing(dir).await?;
         let root = self.root.clone();
         let shown = dir.clone();
@@ -310,6 +325,21 @@ impl Backend for FilesystemBackend {
             return Err(BackendError::IsADirectory {
                 path: path.to_string(),
             });
+        }
+        if let Some(beneath) = self.beneath.clone()
+            && beneath.supported()
+        {
+            let lock = self.lock_for(path);
+            let _guard = lock.lock().await;
+            let (shown, data, mode) = (path.clone(), data.clone(), mode.clone());
+            let written = tokio::task::spawn_blocking(move || at::write(&beneath, &shown, &data, &mode))
+                .await
+                .map_err(|e| BackendError::other(path, e))?;
+            if let Some(written) = written {
+                return written.map(|version| WriteOutcome {
+                    version: Some(version),
+                });
+            }
         }
         self.check_ancestors(path).await?;
         let target = self.lexical(path);
@@ -426,6 +456,17 @@ impl Backend for FilesystemBackend {
             return Err(BackendError::IsADirectory {
                 path: path.to_string(),
             });
+        }
+        if let Some(beneath) = self.beneath.clone()
+            && beneath.supported()
+        {
+            let shown = path.clone();
+            let deleted = tokio::task::spawn_blocking(move || at::delete(&beneath, &shown))
+                .await
+                .map_err(|e| BackendError::other(path, e))?;
+            if let Some(deleted) = deleted {
+                return deleted;
+            }
         }
         self.check_ancestors(path).await?;
         let target = self.lexical(path);

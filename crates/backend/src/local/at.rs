@@ -1,0 +1,321 @@
+//! Listings, writes and deletes for [`FilesystemBackend`](super::FilesystemBackend) done relative
+//! to directory descriptors that the kernel opened beneath the root, so a directory swapped for a
+//! symlink between two steps can never lead an operation outside the root.
+//!
+//! Every directory is opened with [`Beneath::open_at`] (`openat2` with `RESOLVE_BENEATH |
+//! RESOLVE_NO_MAGICLINKS` from the root). Missing parents are created one level at a time with
+//! `mkdirat` inside the directory opened for the level above, and each new level is opened beneath
+//! the root again. The final name is then only ever used relative to its parent's descriptor:
+//! `statat(.., AT_SYMLINK_NOFOLLOW)`, `openat(.., O_CREAT | O_EXCL | O_NOFOLLOW)` for the temporary
+//! file, `renameat` / `linkat` / `unlinkat` within that one directory. Nothing here takes a host path.
+//!
+//! Each function returns `None` when the kernel has no `openat2`; the caller then uses its older
+//! check-then-use path.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, SystemTime};
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
+
+use super::beneath::{AtError, Beneath, is};
+use crate::backend::{Entry, EntryKind, Version, WriteMode};
+use crate::error::{BackendError, ConflictKind, Result};
+use crate::path::VirtualPath;
+
+/// Why an operation stopped.
+enum Stop {
+    /// No `openat2` here: fall back.
+    Unsupported,
+    /// A decided failure.
+    Failed(BackendError),
+}
+
+impl From<BackendError> for Stop {
+    fn from(e: BackendError) -> Self {
+        Self::Failed(e)
+    }
+}
+
+fn finish<T>(r: std::result::Result<T, Stop>) -> Option<Result<T>> {
+    match r {
+        Ok(v) => Some(Ok(v)),
+        Err(Stop::Unsupported) => None,
+        Err(Stop::Failed(e)) => Some(Err(e)),
+    }
+}
+
+fn stop(path: &VirtualPath, e: AtError) -> Stop {
+    match e {
+        AtError::Unsupported => Stop::Unsupported,
+        AtError::Escape => Stop::Failed(super::FilesystemBackend::escape(path)),
+        AtError::Io(e) => Stop::Failed(BackendError::from_io(path, e)),
+    }
+}
+
+fn io(path: &VirtualPath, e: impl Into<std::io::Error>) -> Stop {
+    Stop::Failed(BackendError::from_io(path, e.into()))
+}
+
+fn relative(path: &VirtualPath) -> &str {
+    path.as_str().trim_start_matches('/')
+}
+
+fn kind(st: &Stat) -> FileType {
+    FileType::from_raw_mode(st.st_mode)
+}
+
+/// The modification time recorded in `st`, when it is after the epoch.
+pub(super) fn modified(st: &Stat) -> Option<SystemTime> {
+    let secs = u64::try_from(st.st_mtime).ok()?;
+    let nanos = u32::try_from(st.st_mtime_nsec).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
+}
+
+/// The version tag of a file with status `st` (the same tag `version_of` gives for its metadata).
+pub(super) fn version(st: &Stat) -> Version {
+    super::version_parts(modified(st), st.st_size as u64)
+}
+
+fn entry(path: VirtualPath, st: &Stat) -> Option<Entry> {
+    let when = modified(st).map(chrono::DateTime::<chrono::Utc>::from);
+    match kind(st) {
+        FileType::Directory => Some(Entry {
+            modified: when,
+            ..Entry::directory(path)
+        }),
+        FileType::RegularFile => Some(Entry {
+            path,
+            kind: EntryKind::File,
+            size: st.st_size as u64,
+            modified: when,
+            version: Some(version(st)),
+        }),
+        _ => None,
+    }
+}
+
+/// A name for the temporary file that a write of `name` renames into place.
+pub(super) fn temp_for(name: &str) -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!(".{name}.trellis-tmp-{}-{n}", std::process::id())
+}
+
+/// The children of `dir`, sorted; links that lead out of the root, broken links, names that are
+/// not valid paths and special files are left out.
+pub(super) fn list(beneath: &Beneath, dir: &VirtualPath) -> Option<Result<Vec<Entry>>> {
+    finish(list_inner(beneath, dir))
+}
+
+fn list_inner(beneath: &Beneath, dir: &VirtualPath) -> std::result::Result<Vec<Entry>, Stop> {
+    let fd = beneath
+        .open_at(relative(dir), OFlags::RDONLY | OFlags::DIRECTORY)
+        .map_err(|e| stop(dir, e))?;
+    let reader = Dir::read_from(&fd).map_err(|e| io(dir, e))?;
+    let mut out = Vec::new();
+    for item in reader {
+        let item = item.map_err(|e| io(dir, e))?;
+        let raw = item.file_name();
+        if raw.to_bytes() == b"." || raw.to_bytes() == b".." {
+            continue;
+        }
+        let Ok(name) = raw.to_str() else {
+            tracing::warn!(dir = %dir, name = ?raw, "skipping a name that is not UTF-8");
+            continue;
+        };
+        let Ok(child) = dir.join(name) else {
+            tracing::warn!(dir = %dir, name, "skipping a name that is not a valid virtual path");
+            continue;
+        };
+        let Ok(mut st) = rustix::fs::statat(&fd, raw, AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        if kind(&st) == FileType::Symlink {
+            // Follow the link only as far as the kernel allows beneath the root.
+            let followed = beneath
+                .open_at(relative(&child), OFlags::PATH)
+                .ok()
+                .and_then(|target| rustix::fs::fstat(&target).ok());
+            match followed {
+                Some(target) => st = target,
+                None => continue,
+            }
+        }
+        if let Some(e) = entry(child, &st) {
+            out.push(e);
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// Open the parent directory of `path`, creating missing levels one at a time.
+fn parent_dir(beneath: &Beneath, path: &VirtualPath, create: bool) -> std::result::Result<OwnedFd, Stop> {
+    let parent = path.parent().unwrap_or_else(VirtualPath::root);
+    let flags = OFlags::PATH | OFlags::DIRECTORY;
+    let not_a_dir = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::NotADirectory if create => {
+            Stop::Failed(BackendError::NotADirectory {
+                path: path.to_string(),
+            })
+        }
+        _ => io(path, e),
+    };
+    match beneath.open_at(relative(&parent), flags) {
+        Ok(fd) => return Ok(fd),
+        Err(AtError::Io(e)) if create && is(&e, Errno::NOENT) => {}
+        Err(AtError::Io(e)) => return Err(not_a_dir(e)),
+        Err(e) => return Err(stop(path, e)),
+    }
+    let mut dir = beneath.open_at("", flags).map_err(|e| stop(path, e))?;
+    let mut prefix = String::new();
+    for segment in parent.segments() {
+        match rustix::fs::mkdirat(&dir, segment, Mode::RWXU | Mode::RWXG | Mode::RWXO) {
+            Ok(()) => {}
+            Err(e) if e == Errno::EXIST => {}
+            Err(e) => return Err(not_a_dir(e.into())),
+        }
+        if !prefix.is_empty() {
+            prefix.push('/');
+        }
+        prefix.push_str(segment);
+        dir = match beneath.open_at(&prefix, flags) {
+            Ok(fd) => fd,
+            // The name exists (mkdirat said so) yet leads nowhere: a broken link, not a directory.
+            Err(AtError::Io(e)) if is(&e, Errno::NOENT) => {
+                return Err(not_a_dir(std::io::ErrorKind::NotADirectory.into()));
+            }
+            Err(AtError::Io(e)) => return Err(not_a_dir(e)),
+            Err(e) => return Err(stop(path, e)),
+        };
+    }
+    Ok(dir)
+}
+
+/// Write `data` to `path` under `mode`; the caller holds the per-path lock.
+pub(super) fn write(
+    beneath: &Beneath,
+    path: &VirtualPath,
+    data: &[u8],
+    mode: &WriteMode,
+) -> Option<Result<Version>> {
+    finish(write_inner(beneath, path, data, mode))
+}
+
+fn write_inner(
+    beneath: &Beneath,
+    path: &VirtualPath,
+    data: &[u8],
+    mode: &WriteMode,
+) -> std::result::Result<Version, Stop> {
+    let name = path.file_name().ok_or_else(|| BackendError::IsADirectory {
+        path: path.to_string(),
+    })?;
+    let dir = parent_dir(beneath, path, true)?;
+    let existing = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Some(st),
+        Err(e) if e == Errno::NOENT => None,
+        Err(e) => return Err(io(path, e)),
+    };
+    let mut followed = existing;
+    if let Some(st) = &existing {
+        match kind(st) {
+            FileType::Directory => {
+                return Err(Stop::Failed(BackendError::IsADirectory {
+                    path: path.to_string(),
+                }));
+            }
+            FileType::Symlink => {
+                // Writing replaces the link itself; its target must still be inside the root.
+                followed = match beneath.open_at(relative(path), OFlags::PATH) {
+                    Ok(fd) => rustix::fs::fstat(&fd).ok(),
+                    Err(AtError::Io(e)) if is(&e, Errno::NOENT) => None,
+                    Err(e) => return Err(stop(path, e)),
+                };
+            }
+            _ => {}
+        }
+    }
+    match (mode, &existing) {
+        (WriteMode::CreateNew, Some(_)) => {
+            return Err(Stop::Failed(BackendError::Conflict {
+                path: path.to_string(),
+                kind: ConflictKind::AlreadyExists,
+            }));
+        }
+        (WriteMode::IfVersion(want), _) if followed.as_ref().map(version).as_ref() != Some(want) => {
+            return Err(Stop::Failed(BackendError::Conflict {
+                path: path.to_string(),
+                kind: ConflictKind::VersionMismatch,
+            }));
+        }
+        _ => {}
+    }
+    let previous = existing.as_ref().and_then(modified);
+    let temp = temp_for(name);
+    let result = (|| -> std::io::Result<Stat> {
+        let fd = rustix::fs::openat(
+            &dir,
+            temp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )?;
+        let mut file = File::from(fd);
+        file.write_all(data)?;
+        // Move the modification time strictly forward so the version tag always changes.
+        let mut mtime = SystemTime::now();
+        if let Some(prev) = previous
+            && mtime <= prev
+        {
+            mtime = prev + Duration::from_micros(1);
+        }
+        file.set_modified(mtime)?;
+        let st = rustix::fs::fstat(&file)?;
+        drop(file);
+        if *mode == WriteMode::CreateNew {
+            rustix::fs::linkat(&dir, temp.as_str(), &dir, name, AtFlags::empty())?;
+            rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty())?;
+        } else {
+            rustix::fs::renameat(&dir, temp.as_str(), &dir, name)?;
+        }
+        Ok(st)
+    })();
+    match result {
+        Ok(st) => Ok(version(&st)),
+        Err(e) => {
+            let _ = rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty());
+            Err(io(path, e))
+        }
+    }
+}
+
+/// Remove the file (or link) `path`; never a directory, never a link's target.
+pub(super) fn delete(beneath: &Beneath, path: &VirtualPath) -> Option<Result<()>> {
+    finish(delete_inner(beneath, path))
+}
+
+fn delete_inner(beneath: &Beneath, path: &VirtualPath) -> std::result::Result<(), Stop> {
+    let name = path.file_name().ok_or_else(|| BackendError::IsADirectory {
+        path: path.to_string(),
+    })?;
+    let dir = parent_dir(beneath, path, false)?;
+    let st = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| io(path, e))?;
+    match kind(&st) {
+        FileType::Directory => {
+            return Err(Stop::Failed(BackendError::IsADirectory {
+                path: path.to_string(),
+            }));
+        }
+        FileType::Symlink => {
+            // Only links that stay inside the root are visible, so only those can be deleted.
+            beneath
+                .open_at(relative(path), OFlags::PATH)
+                .map_err(|e| stop(path, e))?;
+        }
+        _ => {}
+    }
+    rustix::fs::unlinkat(&dir, name, AtFlags::empty()).map_err(|e| io(path, e))
+}
