@@ -9,13 +9,12 @@ mod mcp_common;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use mcp_common::{caps, http_server, library, python, started, stdio, tool_results};
+use mcp_common::{agent_on, caps, http_server, library, python, started, stdio, tool_results};
 use serde_json::json;
-use trellis_agent::deep_agent;
 use trellis_agent::mcp::McpServerConfig;
 use trellis_fs_tools::UserIdentity;
 use trellis_middleware::skills::Viewer;
-use trellis_middleware::{ModelRequest, RunInput, ScriptedModel, SkillSource, ToolCall, ToolSpec};
+use trellis_middleware::{ModelRequest, RunInput, ScriptedModel, ToolCall, ToolSpec};
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 
@@ -55,9 +54,7 @@ async fn tools_are_hidden_until_the_skill_is_read_then_run_for_real() {
             )])
             .then_text("Found the Acme calls."),
     );
-    let agent = deep_agent(model.clone())
-        .backend(backend.clone())
-        .skills_source(SkillSource::new(backend, "/skills").unwrap())
+    let agent = agent_on(model.clone(), &backend)
         .mcp_server(stdio(&python, "crm", Some(&started_file)))
         .build()
         .unwrap();
@@ -139,9 +136,7 @@ async fn users_without_the_role_never_see_or_run_the_tools() {
                     )])
                     .then_text("done"),
             );
-            let agent = deep_agent(model.clone())
-                .backend(backend.clone())
-                .skills_source(SkillSource::new(backend, "/skills").unwrap())
+            let agent = agent_on(model.clone(), &backend)
                 .mcp_server(config)
                 .build()
                 .unwrap();
@@ -211,9 +206,7 @@ async fn streamable_http_servers_work_and_labels_can_name_one_tool() {
             )])
             .then_text("the server is gone"),
     );
-    let agent = deep_agent(model.clone())
-        .backend(backend.clone())
-        .skills_source(SkillSource::new(backend, "/skills").unwrap())
+    let agent = agent_on(model.clone(), &backend)
         .mcp_server(McpServerConfig::http("docs", &server.url).unwrap())
         .build()
         .unwrap();
@@ -269,9 +262,7 @@ async fn two_servers_with_the_same_tools_never_collide() {
             ])
             .then_text("done"),
     );
-    let agent = deep_agent(model.clone())
-        .backend(backend.clone())
-        .skills_source(SkillSource::new(backend, "/skills").unwrap())
+    let agent = agent_on(model.clone(), &backend)
         .mcp_server(stdio(&python, "crm", None).allow_tools(["search_calls", "accounts.lookup"]))
         .mcp_server(stdio(&python, "crm-eu", None))
         .build()

@@ -8,11 +8,10 @@ mod mcp_common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_common::{alive, caps, gone, library, python, started, stdio, tool_results};
+use mcp_common::{agent_on, alive, caps, gone, library, python, started, stdio, tool_results};
 use serde_json::json;
-use trellis_agent::deep_agent;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
-use trellis_middleware::{RunContext, RunInput, ScriptedModel, SkillSource, ToolCall};
+use trellis_middleware::{RunContext, RunInput, ScriptedModel, ToolCall};
 
 fn detached() -> RunContext {
     RunContext::detached(Arc::new(ScriptedModel::new()))
@@ -80,9 +79,7 @@ async fn an_agent_starts_its_server_only_when_a_skill_needs_it_and_dropping_it_s
             )])
             .then_text("ready for calls"),
     );
-    let agent = deep_agent(model)
-        .backend(backend.clone())
-        .skills_source(SkillSource::new(backend, "/skills").unwrap())
+    let agent = agent_on(model, &backend)
         .mcp_server(stdio(&python, "crm", Some(&file)))
         .build()
         .unwrap();
@@ -147,9 +144,7 @@ async fn failures_become_tool_results_the_model_can_act_on() {
         McpServers::new([stdio(&python, "crm", Some(&file)).with_call_timeout(Duration::from_secs(5))])
             .unwrap(),
     );
-    let agent = deep_agent(model)
-        .backend(backend.clone())
-        .skills_source(SkillSource::new(backend, "/skills").unwrap())
+    let agent = agent_on(model, &backend)
         .mcp_servers(servers.clone())
         .build()
         .unwrap();

@@ -32,6 +32,7 @@ use super::config::{HttpServer, McpServerConfig, McpTransport, StdioServer};
 use super::error::McpError;
 use super::naming::assign_names;
 use super::tool::McpTool;
+use crate::providers::http::install_crypto_provider;
 
 /// Most time [`McpConnection::shutdown`] waits for the close sequence (which itself ends in SIGKILL
 /// after about 6 s).
@@ -412,14 +413,6 @@ pub(crate) fn http_headers(http: &HttpServer) -> Result<HashMap<HeaderName, Head
             ))
         })
         .collect()
-}
-
-/// Install the process-wide rustls crypto provider (ring) once; reqwest is built without one.
-fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }
 
 fn seconds(d: Duration) -> String {

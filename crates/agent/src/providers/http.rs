@@ -260,8 +260,9 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     message
 }
 
-/// Install the process-wide rustls crypto provider (ring) once; reqwest is built without one.
-fn install_crypto_provider() {
+/// Install the process-wide rustls crypto provider (ring) once; reqwest is built without one. Every
+/// HTTP client the crate builds (providers, MCP over HTTP) calls this first.
+pub(crate) fn install_crypto_provider() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();

@@ -19,7 +19,7 @@
 
 pub mod anthropic;
 mod error;
-mod http;
+pub(crate) mod http;
 pub mod openai;
 mod registry;
 

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use trellis_agent::mcp::McpServerConfig;
+use trellis_agent::{DeepAgentBuilder, deep_agent};
 use trellis_backend::{Backend, StateBackend, VirtualPath, WriteMode};
-use trellis_middleware::{ModelCapabilities, RunOutput};
+use trellis_middleware::{ChatModel, ModelCapabilities, RunOutput, SkillSource};
 
 /// The interpreter with the `mcp` package, or `None` (after printing why) when the test should skip.
 pub fn python(test: &str) -> Option<String> {
@@ -159,6 +160,13 @@ pub async fn library(include: &str) -> Arc<StateBackend> {
 }
 
 /// Capabilities of a model that takes disclosed tools at the end of the tool list.
+/// The default stack on `backend`, with its `/skills` as the one skill source; add the MCP servers.
+pub fn agent_on(model: Arc<dyn ChatModel>, backend: &Arc<StateBackend>) -> DeepAgentBuilder {
+    deep_agent(model)
+        .backend(backend.clone())
+        .skills_source(SkillSource::new(backend.clone(), "/skills").unwrap())
+}
+
 pub fn caps() -> ModelCapabilities {
     ModelCapabilities {
         prompt_caching: true,
