@@ -126,3 +126,14 @@ pub fn tool_result<'a>(messages: impl IntoIterator<Item = &'a Message>, call_id:
         .find(|t| t.call_id == call_id)
         .unwrap_or_else(|| panic!("no result for {call_id}"))
 }
+
+/// Store `messages` as the latest checkpoint of `thread`, as if an earlier run had left them.
+pub async fn seed_thread(checkpointer: &InMemoryCheckpointer, thread: &ThreadId, messages: Vec<Message>) {
+    checkpointer
+        .save(
+            Checkpoint::new(thread.clone(), 0, State::with_messages(messages)),
+            None,
+        )
+        .await
+        .unwrap();
+}
