@@ -62,9 +62,12 @@ fn ensure_venv(layout: &Layout, timings: &mut Timings) -> Result<()> {
     }
     let start = Instant::now();
     eprintln!("xtask: creating Python venv in {}", layout.venv().display());
-    let mut cmd = Command::new("python3");
-    cmd.arg("-m").arg("venv").arg(layout.venv());
-    run_logged(cmd, &layout.log("install-venv"), "python3 -m venv")?;
+    let venv = || {
+        let mut cmd = Command::new("python3");
+        cmd.arg("-m").arg("venv").arg("--clear").arg(layout.venv());
+        cmd
+    };
+    run_logged(venv, &layout.log("install-venv"), "python3 -m venv", None)?;
     timings.since("install: python venv", start);
     Ok(())
 }
@@ -85,11 +88,14 @@ fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
     let specs: Vec<&str> = missing.iter().map(|p| p.spec).collect();
     eprintln!("xtask: pip install {}", specs.join(" "));
     let start = Instant::now();
-    let mut cmd = Command::new(layout.venv_python());
-    cmd.args(["-m", "pip", "install", "--no-input", "--progress-bar", "off"])
-        .args(&specs)
-        .env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
-    run_logged(cmd, &layout.log("install-pip"), "pip install")?;
+    let pip = || {
+        let mut cmd = Command::new(layout.venv_python());
+        cmd.args(["-m", "pip", "install", "--no-input", "--progress-bar", "off"])
+            .args(&specs)
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
+        cmd
+    };
+    run_logged(pip, &layout.log("install-pip"), "pip install", None)?;
     timings.since(format!("install: {}", specs.join(" + ")), start);
     for pin in missing {
         let have = pip_version(layout, pin.dist)?;
@@ -163,18 +169,25 @@ fn ensure_azurite(layout: &Layout, timings: &mut Timings) -> Result<()> {
     }
     eprintln!("xtask: npm install {spec}");
     let start = Instant::now();
-    let mut cmd = Command::new("npm");
-    cmd.args([
-        "install",
-        "--no-audit",
-        "--no-fund",
-        "--save-exact",
-        "--loglevel=warn",
-    ])
-    .arg(&spec)
-    .current_dir(&node_dir)
-    .env("npm_config_update_notifier", "false");
-    run_logged(cmd, &layout.log("install-npm"), "npm install")?;
+    // npm's own debug log goes next to ours, so a failure that prints
+    // nothing (it has happened in CI) still leaves its reason on record.
+    let npm_logs = layout.logs().join("npm-debug");
+    let npm = || {
+        let mut cmd = Command::new("npm");
+        cmd.args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--save-exact",
+            "--loglevel=warn",
+        ])
+        .arg(format!("--logs-dir={}", npm_logs.display()))
+        .arg(&spec)
+        .current_dir(&node_dir)
+        .env("npm_config_update_notifier", "false");
+        cmd
+    };
+    run_logged(npm, &layout.log("install-npm"), "npm install", Some(&npm_logs))?;
     timings.since(format!("install: {spec}"), start);
     if npm_version(&manifest).as_deref() != Some(AZURITE_VERSION) {
         bail!("after npm install, {} is not {spec}", manifest.display());
@@ -192,26 +205,88 @@ fn npm_version(manifest: &Path) -> Option<String> {
     Some(value[..value.find('"')?].to_string())
 }
 
-/// Runs `cmd` with output going to `log`; on failure prints the log tail and errors.
-fn run_logged(mut cmd: Command, log: &Path, what: &str) -> Result<()> {
-    let out = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let err = out.try_clone()?;
-    let status = cmd
-        .stdin(std::process::Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .status()
-        .with_context(|| format!("could not run {what} ({:?})", cmd.get_program()))?;
-    if !status.success() {
+/// How many times an install command runs before its failure is final.
+/// Package registries and CI networks have transient failures; every
+/// install here is idempotent, so running it again is safe.
+const INSTALL_ATTEMPTS: u32 = 3;
+
+/// Runs the command `make` builds, output going to `log`, up to
+/// [`INSTALL_ATTEMPTS`] times. After each failure it prints the log tail, the
+/// newest file in `extra_logs` (a tool's own debug log) and the free disk
+/// space, because an install that fails on a full disk often cannot even
+/// write its error message.
+fn run_logged(make: impl Fn() -> Command, log: &Path, what: &str, extra_logs: Option<&Path>) -> Result<()> {
+    let mut last = None;
+    for attempt in 1..=INSTALL_ATTEMPTS {
+        let mut cmd = make();
+        let out = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone()?;
+        let status = cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .status()
+            .with_context(|| format!("could not run {what} ({:?})", cmd.get_program()))?;
+        if status.success() {
+            return Ok(());
+        }
+        eprintln!("xtask: {what} failed ({status}), attempt {attempt} of {INSTALL_ATTEMPTS}");
         procs::print_tail(what, log);
-        bail!("{what} failed ({status}); full log: {}", log.display());
+        if let Some(newest) = extra_logs.and_then(newest_file) {
+            procs::print_tail(&format!("{what} debug"), &newest);
+        }
+        eprintln!("xtask: free space where the installs go:\n{}", disk_free(log));
+        last = Some(status);
+        if attempt < INSTALL_ATTEMPTS {
+            std::thread::sleep(std::time::Duration::from_secs(5 * u64::from(attempt)));
+        }
     }
-    Ok(())
+    bail!(
+        "{what} failed {INSTALL_ATTEMPTS} times (last: {}); full log: {}",
+        last.map_or_else(|| "?".into(), |s| s.to_string()),
+        log.display()
+    )
+}
+
+/// The most recently modified file directly inside `dir`.
+fn newest_file(dir: &Path) -> Option<PathBuf> {
+    fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max()
+        .map(|(_, p)| p)
+}
+
+/// `df -h` of the filesystem holding `path`, or why it could not be read.
+fn disk_free(path: &Path) -> String {
+    let dir = path.parent().unwrap_or(path);
+    match Command::new("df").arg("-h").arg(dir).output() {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).trim_end().to_string(),
+        Err(e) => format!("(df failed: {e})"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn newest_file_picks_latest_modification() -> Result<()> {
+        let dir = std::env::temp_dir().join(format!("xtask-newest-{}", std::process::id()));
+        fs::create_dir_all(&dir)?;
+        assert_eq!(newest_file(&dir), None);
+        let old = dir.join("old.log");
+        let new = dir.join("new.log");
+        fs::write(&old, "a")?;
+        fs::write(&new, "b")?;
+        let past = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        fs::File::options().write(true).open(&old)?.set_modified(past)?;
+        assert_eq!(newest_file(&dir), Some(new));
+        assert_eq!(newest_file(&dir.join("missing")), None);
+        fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
 
     #[test]
     fn reads_npm_version() -> Result<()> {
