@@ -1,25 +1,29 @@
-//! Skills, memory and checkpoints on the S3 emulator behind the fault-injecting proxy, through the
-//! real `ObjectStoreBackend`, middlewares and `BackendCheckpointer`: an unreadable skills source is
-//! a warning and the agent runs; an unreadable memory source stops the run with an error naming
-//! it; a checkpoint save whose reply was lost is neither a conflict nor a doubled turn.
+//! Skills, memory and checkpoints on each object-store emulator (S3, GCS, Azure) behind the
+//! fault-injecting proxy, through the real `ObjectStoreBackend`, middlewares and
+//! `BackendCheckpointer`: an unreadable skills source is a warning and the agent runs; an
+//! unreadable memory source stops the run with an error naming it; a checkpoint save whose reply
+//! was lost is neither a conflict nor a doubled turn.
+//!
+//! Each scenario takes the [`Cloud`] it runs on; the macro at the bottom makes one test per store.
+//! Proxy rules match on folder names that read the same whether or not a store percent-encodes
+//! `/` in its listing query (`teamsrc`, not `/skills/team/`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use trellis_backend::{
-    Backend, BackendError, ObjectStoreBackend, RetryOptions, StoreOptions, VirtualPath, WriteMode,
-};
+use trellis_backend::{Backend, BackendError, RetryOptions, StoreOptions, VirtualPath, WriteMode};
 use trellis_middleware::memory::MemoryError;
 use trellis_middleware::*;
-use trellis_tests::emulator::{s3_target, unique};
+use trellis_tests::emulator::{Cloud, cloud_target, unique};
 use trellis_tests::fault_proxy::{Fault, FaultProxy, Rule};
 
 /// Only a guard against a hang: no assertion here is about speed.
 const HANG_GUARD: Duration = Duration::from_secs(120);
 
-fn options(endpoint: &str) -> StoreOptions {
-    StoreOptions::s3_compatible(endpoint, "test", "test")
+/// Short timeout, fast backoff, default retry count: the count is what the tests check.
+fn options() -> StoreOptions {
+    StoreOptions::default()
         .with_timeout(Duration::from_millis(500))
         .with_retry(RetryOptions {
             init_backoff: Duration::from_millis(10),
@@ -29,12 +33,13 @@ fn options(endpoint: &str) -> StoreOptions {
 }
 
 /// A backend through a new proxy and one straight to the emulator, on the same fresh prefix.
-async fn setup(suite: &str) -> Option<(FaultProxy, Arc<dyn Backend>, Arc<dyn Backend>)> {
-    let target = s3_target(suite)?;
+async fn setup(cloud: Cloud, suite: &str) -> Option<(FaultProxy, Arc<dyn Backend>, Arc<dyn Backend>)> {
+    let suite = format!("{suite}-{cloud:?}").to_lowercase();
+    let target = cloud_target(cloud, &suite)?;
     let proxy = FaultProxy::start(&target.endpoint).await.unwrap();
-    let url = format!("s3://{}/{}", target.bucket, unique(suite));
-    let faulty = ObjectStoreBackend::from_url(&url, &options(&proxy.url())).unwrap();
-    let direct = ObjectStoreBackend::from_url(&url, &options(&target.endpoint)).unwrap();
+    let prefix = unique(&suite);
+    let faulty = target.backend(&proxy.url(), &prefix, options()).unwrap();
+    let direct = target.backend(&target.endpoint, &prefix, options()).unwrap();
     Some((proxy, Arc::new(faulty), Arc::new(direct)))
 }
 
@@ -59,25 +64,24 @@ fn system_text(request: &ModelRequest) -> String {
         .join("\n")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreadable_skills_source_is_a_warning_and_the_agent_runs() {
-    let Some((proxy, faulty, direct)) = setup("faults-skills").await else {
+async fn an_unreadable_skills_source_is_a_warning_and_the_agent_runs(cloud: Cloud) {
+    let Some((proxy, faulty, direct)) = setup(cloud, "faults-skills").await else {
         return;
     };
     for (dir, name) in [
         ("base", "greeting"),
         ("base", "unreadable"),
-        ("team", "team-skill"),
-        ("shared", "shared-skill"),
+        ("teamsrc", "team-skill"),
+        ("sharedsrc", "shared-skill"),
     ] {
         put(&direct, &format!("/skills/{dir}/{name}/SKILL.md"), &skill(name)).await;
     }
-    // `team` answers 500, `shared` drops every connection, and one file of `base` answers 503.
-    proxy.add(Rule::new(Fault::internal_error()).target_contains("/skills/team/"));
-    proxy.add(Rule::new(Fault::DropBeforeForward).target_contains("/skills/shared/"));
+    // `teamsrc` answers 500, `sharedsrc` drops every connection, one file of `base` answers 503.
+    proxy.add(Rule::new(Fault::internal_error()).target_contains("teamsrc"));
+    proxy.add(Rule::new(Fault::DropBeforeForward).target_contains("sharedsrc"));
     proxy.add(Rule::new(Fault::service_unavailable()).target_contains("/unreadable/SKILL.md"));
 
-    let sources = ["base", "team", "shared"]
+    let sources = ["base", "teamsrc", "sharedsrc"]
         .map(|dir| SkillSource::new(faulty.clone(), &format!("/skills/{dir}")).unwrap())
         .to_vec();
     let model = Arc::new(ScriptedModel::new().then_text("done"));
@@ -93,7 +97,7 @@ async fn an_unreadable_skills_source_is_a_warning_and_the_agent_runs() {
 
     let system = system_text(&model.requests()[0]);
     assert!(system.contains("greeting"), "{system}");
-    for dir in ["team", "shared"] {
+    for dir in ["teamsrc", "sharedsrc"] {
         assert!(
             system.contains(&format!("cannot list skill source `/skills/{dir}`")),
             "{dir}: {system}"
@@ -107,18 +111,8 @@ async fn an_unreadable_skills_source_is_a_warning_and_the_agent_runs() {
 
     // Every failing listing and read was tried 1 + 3 times, no more.
     let attempts = 1 + RetryOptions::default().max_retries;
-    assert_eq!(
-        proxy.count("GET", "/skills/team/"),
-        attempts,
-        "{:#?}",
-        proxy.seen()
-    );
-    assert_eq!(
-        proxy.count("GET", "/skills/shared/"),
-        attempts,
-        "{:#?}",
-        proxy.seen()
-    );
+    assert_eq!(proxy.count("GET", "teamsrc"), attempts, "{:#?}", proxy.seen());
+    assert_eq!(proxy.count("GET", "sharedsrc"), attempts, "{:#?}", proxy.seen());
     assert_eq!(
         proxy.count("GET", "/unreadable/SKILL.md"),
         attempts,
@@ -127,9 +121,8 @@ async fn an_unreadable_skills_source_is_a_warning_and_the_agent_runs() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreadable_memory_source_stops_the_run_and_names_the_source() {
-    let Some((proxy, faulty, direct)) = setup("faults-memory").await else {
+async fn an_unreadable_memory_source_stops_the_run_and_names_the_source(cloud: Cloud) {
+    let Some((proxy, faulty, direct)) = setup(cloud, "faults-memory").await else {
         return;
     };
     put(&direct, "/memory/AGENTS.md", "Always answer in French.\n").await;
@@ -191,9 +184,8 @@ async fn an_unreadable_memory_source_stops_the_run_and_names_the_source() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_checkpoint_save_whose_reply_was_lost_is_not_a_conflict() {
-    let Some((proxy, faulty, direct)) = setup("faults-checkpoint").await else {
+async fn a_checkpoint_save_whose_reply_was_lost_is_not_a_conflict(cloud: Cloud) {
+    let Some((proxy, faulty, direct)) = setup(cloud, "faults-checkpoint").await else {
         return;
     };
     let root = VirtualPath::parse("/threads").unwrap();
@@ -219,7 +211,7 @@ async fn a_checkpoint_save_whose_reply_was_lost_is_not_a_conflict() {
     proxy.add(
         Rule::new(Fault::DropAfterForward)
             .method("PUT")
-            .with_header("if-match")
+            .with_header(cloud.update_header())
             .target_contains("/checkpoint.json")
             .times(1),
     );
@@ -240,3 +232,31 @@ async fn a_checkpoint_save_whose_reply_was_lost_is_not_a_conflict() {
     assert_eq!(texts, ["start", "hello", "next", "again"]);
     assert_eq!(out.state.messages.len(), 4);
 }
+
+/// One test per scenario for the store `$cloud`, in module `$module`.
+macro_rules! cloud_tests {
+    ($module:ident, $cloud:expr) => {
+        mod $module {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_unreadable_skills_source_is_a_warning_and_the_agent_runs() {
+                super::an_unreadable_skills_source_is_a_warning_and_the_agent_runs($cloud).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn an_unreadable_memory_source_stops_the_run_and_names_the_source() {
+                super::an_unreadable_memory_source_stops_the_run_and_names_the_source($cloud).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_checkpoint_save_whose_reply_was_lost_is_not_a_conflict() {
+                super::a_checkpoint_save_whose_reply_was_lost_is_not_a_conflict($cloud).await;
+            }
+        }
+    };
+}
+
+cloud_tests!(s3, Cloud::S3);
+cloud_tests!(gcs, Cloud::Gcs);
+cloud_tests!(azure, Cloud::Azure);
