@@ -21,19 +21,8 @@ use trellis_fs_tools::ToolContext as FsContext;
 use trellis_middleware::skills::{RolesFromMetadata, Viewer};
 use trellis_middleware::*;
 
-fn tool_texts(out: &RunOutput) -> Vec<(String, bool)> {
-    out.state
-        .messages
-        .iter()
-        .filter_map(|m| m.as_tool())
-        .map(|t| {
-            (
-                t.content.iter().filter_map(ContentBlock::as_text).collect(),
-                t.is_error,
-            )
-        })
-        .collect()
-}
+mod common;
+use common::tool_texts;
 
 // --------------------------------------------------------- 4. symlinks and encodings: file tools
 

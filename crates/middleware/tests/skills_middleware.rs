@@ -9,6 +9,10 @@ use trellis_backend::{Backend, StateBackend, VirtualPath, WriteMode};
 use trellis_middleware::skills::{PIN_SKILLS, RELOAD_SKILLS, RolesFromMetadata, SKILLS_ACTIVATED, Viewer};
 use trellis_middleware::*;
 
+mod common;
+use common::caps;
+use common::tool_texts;
+
 async fn put(backend: &dyn Backend, path: &str, text: &str) {
     backend
         .write(
@@ -55,31 +59,6 @@ fn search_calls() -> Arc<dyn AgentTool> {
 fn skills_mw(backend: Arc<StateBackend>) -> SkillsMiddleware {
     let source = SkillSource::new(backend, "/skills").unwrap();
     SkillsMiddleware::new(vec![source]).with_bound_tools(BoundTools::new().tool(search_calls()))
-}
-
-fn caps(mid_conversation: bool) -> ModelCapabilities {
-    ModelCapabilities {
-        prompt_caching: true,
-        max_cache_breakpoints: 4,
-        tools_mid_conversation: mid_conversation,
-        structured_output: false,
-        images: false,
-        context_window: Some(200_000),
-    }
-}
-
-fn tool_texts(out: &RunOutput) -> Vec<(String, bool)> {
-    out.state
-        .messages
-        .iter()
-        .filter_map(|m| m.as_tool())
-        .map(|t| {
-            (
-                t.content.iter().filter_map(ContentBlock::as_text).collect(),
-                t.is_error,
-            )
-        })
-        .collect()
 }
 
 async fn bound_tool_flow(mid_conversation: bool) -> (Vec<ModelRequest>, RunOutput) {

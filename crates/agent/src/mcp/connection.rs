@@ -3,8 +3,13 @@
 //! * **Lazy.** Nothing is spawned or dialed until the first tool listing or call (in
 //!   practice: when a skill that binds the server is read).
 //! * **Start.** Spawn the child (stdio, in its own process group, killed if dropped) or connect
-//!   (streamable HTTP), `initialize`, `tools/list` — all within the connect timeout. The tool list
-//!   is read once per start; later `tools/list_changed` notifications are not followed.
+//!   (streamable HTTP), `initialize`, `tools/list` — all within the connect timeout.
+//! * **Changing tools.** A `notifications/tools/list_changed` from the server marks the list
+//!   stale; the next listing (in practice the next model call that offers the server's tools)
+//!   reads `tools/list` again. A tool the server added is offered from then on, a removed one is
+//!   no longer offered. Names are assigned afresh over the new list, so a new tool whose name
+//!   clashes with an old one can change the old one's suffix. If the re-read fails, the previous
+//!   list stays in use and the next listing tries again.
 //! * **Crashes.** A call that finds the server gone restarts it; a failed start or a crash counts
 //!   against the restart budget, after which the server stays down and says why.
 //! * **Shutdown.** [`McpConnection::shutdown`] closes the session and waits for the child: stdin is
@@ -14,17 +19,17 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use process_wrap::tokio::{CommandWrap, KillOnDrop};
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
-use rmcp::service::RunningService;
+use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{RoleClient, ServiceError, ServiceExt};
+use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
 use tokio::io::AsyncBufReadExt;
 use trellis_middleware::RunContext;
 
@@ -64,9 +69,35 @@ enum State {
 struct Live {
     /// Which start this session came from (see [`McpConnection::starts`]).
     start: u32,
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, ToolsChanged>,
     tools: Arc<[Arc<McpTool>]>,
     stderr: Arc<StderrTail>,
+}
+
+/// The client side's notification handler: records `notifications/tools/list_changed`. (rmcp
+/// also drops its own cached `tools/list` answer on that notification.)
+#[derive(Debug, Clone, Default)]
+struct ToolsChanged(Arc<AtomicBool>);
+
+impl ToolsChanged {
+    /// True if the list changed since the last call (and clears the mark).
+    fn take(&self) -> bool {
+        self.0.swap(false, Ordering::AcqRel)
+    }
+
+    fn mark(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+impl ClientHandler for ToolsChanged {
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.mark();
+        std::future::ready(())
+    }
 }
 
 impl Live {
@@ -140,7 +171,57 @@ impl McpConnection {
         cx: Option<&RunContext>,
     ) -> Result<Arc<[Arc<McpTool>]>, McpError> {
         let mut state = self.state.lock().await;
-        Ok(self.ensure(&mut state, cx).await?.tools.clone())
+        let live = self.ensure(&mut state, cx).await?;
+        let changed = live.service.service();
+        if !changed.take() {
+            return Ok(live.tools.clone());
+        }
+        let server = self.name().to_owned();
+        let listed = tokio::time::timeout(
+            self.config.connect_timeout(),
+            live.service.peer().list_all_tools(),
+        )
+        .await;
+        let listed = match listed {
+            Ok(Ok(listed)) => listed,
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no answer within {}", seconds(self.config.connect_timeout())),
+                };
+                tracing::warn!(server = %server, %error, "MCP tool list changed but could not be read again");
+                changed.mark();
+                return Ok(live.tools.clone());
+            }
+        };
+        let tools = self.offered_tools(&listed);
+        if let Some(cx) = cx {
+            let count = tools.len();
+            cx.emit_middleware(
+                "mcp",
+                "tools_changed",
+                || serde_json::json!({ "server": server, "tools": count }),
+            );
+        }
+        if let State::Live(live) = &mut *state {
+            live.tools = tools.clone();
+        }
+        Ok(tools)
+    }
+
+    /// The tools of `listed` this server offers (allow-list and filter), under their model names.
+    fn offered_tools(self: &Arc<Self>, listed: &[rmcp::model::Tool]) -> Arc<[Arc<McpTool>]> {
+        let server = self.name();
+        let offered: Vec<&rmcp::model::Tool> =
+            listed.iter().filter(|t| self.config.offers(&t.name)).collect();
+        let mcp_names: Vec<&str> = offered.iter().map(|t| t.name.as_ref()).collect();
+        let reserved = self.reserved.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let names = assign_names(server, &mcp_names, &reserved);
+        offered
+            .iter()
+            .zip(names)
+            .map(|(tool, name)| Arc::new(McpTool::new(Arc::downgrade(self), server, name, tool)))
+            .collect()
     }
 
     /// Call `tool` (its MCP name) with `args`, starting or restarting the server if needed, within
@@ -306,15 +387,7 @@ impl McpConnection {
                 return Err(e);
             }
         };
-        let offered: Vec<&rmcp::model::Tool> = tools.iter().filter(|t| self.config.offers(&t.name)).collect();
-        let mcp_names: Vec<&str> = offered.iter().map(|t| t.name.as_ref()).collect();
-        let reserved = self.reserved.read().unwrap_or_else(|p| p.into_inner()).clone();
-        let names = assign_names(&server, &mcp_names, &reserved);
-        let tools: Arc<[Arc<McpTool>]> = offered
-            .iter()
-            .zip(names)
-            .map(|(tool, name)| Arc::new(McpTool::new(Arc::downgrade(self), &server, name, tool)))
-            .collect();
+        let tools = self.offered_tools(&tools);
         if let Some(cx) = cx {
             let (count, pid) = (tools.len(), self.pid());
             cx.emit_middleware(
@@ -334,7 +407,7 @@ impl McpConnection {
     async fn connect(
         &self,
         stderr: &Arc<StderrTail>,
-    ) -> Result<(RunningService<RoleClient, ()>, Vec<rmcp::model::Tool>), McpError> {
+    ) -> Result<(RunningService<RoleClient, ToolsChanged>, Vec<rmcp::model::Tool>), McpError> {
         let server = self.name().to_owned();
         let start_error = |message: String| McpError::Start {
             server: server.clone(),
@@ -348,7 +421,7 @@ impl McpConnection {
                 if let Some(err) = err {
                     stderr.follow(err, server.clone());
                 }
-                ().serve(child).await.map_err(|e| {
+                ToolsChanged::default().serve(child).await.map_err(|e| {
                     let tail = stderr.text();
                     start_error(if tail.is_empty() {
                         e.to_string()
@@ -365,7 +438,8 @@ impl McpConnection {
                     config = config.auth_header(token.clone());
                 }
                 let transport = StreamableHttpClientTransport::from_config(config);
-                ().serve(transport)
+                ToolsChanged::default()
+                    .serve(transport)
                     .await
                     .map_err(|e| start_error(e.to_string()))?
             }

@@ -1,11 +1,14 @@
 """A small MCP server for Trellis's MCP client tests, built on the official Python SDK (`mcp`, pinned
 in xtask/src/install.rs).
 
-    python server.py --name crm [--transport stdio|http] [--port N] [--started-file PATH]
+    python server.py --name crm [--transport stdio|http] [--port N] [--started-file PATH] [--dynamic]
 
 Tools: search_calls and get_transcript (plain answers naming the server, so a test can tell which
 server answered), accounts.lookup (a dotted name, for name sanitizing), fail (an isError result),
 slow (sleeps, for timeouts) and crash (the process exits mid-call).
+
+--dynamic: also offer add_tool and remove_tool, which change the tool list while the server runs
+and send notifications/tools/list_changed. An added tool answers with its own name and argument.
 
 --started-file: the file is written when the process starts, so a test can see whether (and how
 often) a server was started. Its content is the process id.
@@ -15,7 +18,7 @@ import argparse
 import asyncio
 import os
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 
@@ -26,6 +29,7 @@ def main() -> None:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--started-file")
+    parser.add_argument("--dynamic", action="store_true")
     args = parser.parse_args()
 
     if args.started_file:
@@ -64,6 +68,23 @@ def main() -> None:
     @server.tool(description="Exits the server process in the middle of the call (for tests).")
     def crash() -> str:
         os._exit(3)
+
+    if args.dynamic:
+
+        @server.tool(description="Adds a tool named `tool` to this server (for tests).")
+        async def add_tool(tool: str, ctx: Context) -> str:
+            def added(text: str) -> str:
+                return f"[{name}] {tool} says {text}"
+
+            server.add_tool(added, name=tool, description=f"A tool added at run time: {tool}.")
+            await ctx.session.send_tool_list_changed()
+            return f"[{name}] added {tool}"
+
+        @server.tool(description="Removes the tool named `tool` from this server (for tests).")
+        async def remove_tool(tool: str, ctx: Context) -> str:
+            server.remove_tool(tool)
+            await ctx.session.send_tool_list_changed()
+            return f"[{name}] removed {tool}"
 
     if args.transport == "stdio":
         server.run("stdio")

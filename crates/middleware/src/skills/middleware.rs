@@ -12,6 +12,11 @@
 //!   arrive in a system message inserted where the skill was activated (so the cached prefix above is
 //!   untouched); for others they are appended to the end of the tool list. A bound tool that was not
 //!   disclosed is not offered, so calling it fails like an unknown tool.
+//! * **Changing bindings.** A label in `include_tools` (such as `mcp:crm`) can resolve to other
+//!   tools over time: an MCP server adds or removes tools, or was unavailable when the skill was
+//!   read. Before each model call the labels of activated skills are resolved again; a tool that
+//!   appeared is disclosed then, in a new message at the end of the conversation, and a tool that
+//!   is gone is no longer offered.
 //! * **Pinning.** Skill names given in [`PIN_SKILLS`] with a run are added before the next model call
 //!   as one tagged message each, once per skill per thread, and activated.
 //! * **Visibility.** With a [`SkillVisibility`] policy, the viewer (a [`Viewer`] or a
@@ -30,6 +35,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::SkillMetadata;
+use super::activation::{activations, pinned_message};
 use super::catalog::{SkillCatalog, SkillVisibility, Viewer};
 use super::discovery::{DiscoveryOptions, discover, rescan};
 use super::render::{RenderOptions, render};
@@ -38,9 +44,7 @@ use super::tools::{BoundTools, SearchSkillsTool};
 use crate::context::RunContext;
 use crate::error::AgentError;
 use crate::hidden_paths::HiddenPaths;
-use crate::message::{
-    ContentBlock, HumanMessage, Message, MessageMeta, SystemBlock, SystemMessage, ToolCall,
-};
+use crate::message::{ContentBlock, Message, MessageMeta, SystemBlock, SystemMessage, ToolCall};
 use crate::middleware::{Middleware, Next, ToolNext};
 use crate::model::{ModelRequest, ModelResponse};
 use crate::state::{Slot, State};
@@ -244,6 +248,50 @@ impl SkillsMiddleware {
         self.bound.resolve(&skill.include_tools, cx).await
     }
 
+    /// Tools that the labels of activated skills resolve to now but that were never disclosed (an
+    /// MCP server's tool list changed, or the server was unavailable at activation), as
+    /// disclosures at message `at`.
+    async fn appeared_tools(
+        &self,
+        skills: &SkillsState,
+        activated: &[String],
+        at: usize,
+        cx: &RunContext,
+    ) -> Vec<Disclosure> {
+        let mut appeared: Vec<Disclosure> = Vec::new();
+        if activated.is_empty() {
+            return appeared;
+        }
+        let view = self.view(skills, cx);
+        for name in activated {
+            let Some(skill) = view.visible.get(name) else {
+                continue;
+            };
+            if !self.bound.has_labels(&skill.include_tools) {
+                continue;
+            }
+            for tool in self.bound_for(skill, cx).await {
+                let known = |d: &Disclosure| d.tool == tool.name();
+                if !skills.disclosed.iter().any(known) && !appeared.iter().any(known) {
+                    appeared.push(Disclosure {
+                        tool: tool.name().to_owned(),
+                        skill: skill.name.clone(),
+                        at_message: at,
+                    });
+                }
+            }
+        }
+        if !appeared.is_empty() {
+            let tools: Vec<&str> = appeared.iter().map(|d| d.tool.as_str()).collect();
+            cx.emit_middleware(
+                "skills",
+                "tools_appeared",
+                || serde_json::json!({ "tools": tools }),
+            );
+        }
+        appeared
+    }
+
     /// Record an activation: the skill's name and the tools it discloses.
     async fn activate(
         &self,
@@ -368,6 +416,16 @@ impl Middleware for SkillsMiddleware {
     }
 
     async fn before_model(&self, state: &mut State, cx: &RunContext) -> Result<(), AgentError> {
+        let Some(current) = state.get(&SKILLS)? else {
+            return Ok(());
+        };
+        let activated = state.get(&SKILLS_ACTIVATED)?.cloned().unwrap_or_default();
+        let appeared = self
+            .appeared_tools(current, &activated, state.messages.len(), cx)
+            .await;
+        if !appeared.is_empty() {
+            state.update(&SKILLS, |s| s.disclosed.extend(appeared))?;
+        }
         let Some(current) = state.get(&SKILLS)? else {
             return Ok(());
         };
@@ -500,51 +558,4 @@ impl Middleware for SkillsMiddleware {
         next.run(call, &ToolContext::new(&run, cx.state(), cx.call_id()))
             .await
     }
-}
-
-/// The message a pinned skill adds.
-fn pinned_message(skill: &SkillMetadata, body: &str) -> Message {
-    let attr = |text: &str| super::render::escape_untrusted(text).replace('"', "&quot;");
-    let text = format!(
-        "<pinned_skill name=\"{}\" path=\"{}\">\nThe user asked for this skill; follow it.\n\n{}\n</pinned_skill>",
-        attr(&skill.name),
-        attr(skill.path.as_str()),
-        body.trim_end()
-    );
-    Message::Human(HumanMessage {
-        content: vec![ContentBlock::text(text)],
-        meta: MessageMeta {
-            source: Some(PINNED_SOURCE.to_owned()),
-            display_name: Some(format!("/{}", skill.name)),
-            ..MessageMeta::default()
-        },
-    })
-}
-
-/// Skills activated by messages from `from` on: a `read_file` call naming a skill's `SKILL.md` whose
-/// result is not an error (a partial read counts).
-fn activations(
-    messages: &crate::messages::Messages,
-    from: usize,
-    visible: &SkillCatalog,
-) -> Vec<SkillMetadata> {
-    let mut out: Vec<SkillMetadata> = Vec::new();
-    for (i, message) in messages.iter().enumerate().skip(from.min(messages.len())) {
-        let Some(ai) = message.as_ai() else { continue };
-        for call in ai.calls().filter(|c| c.name == "read_file") {
-            let Some(path) = call.file_path() else { continue };
-            let Some(skill) = visible.skills().iter().find(|s| s.path == path) else {
-                continue;
-            };
-            let succeeded = messages
-                .iter()
-                .skip(i + 1)
-                .filter_map(|m| m.as_tool())
-                .any(|t| t.call_id == call.id && !t.is_error);
-            if succeeded && !out.iter().any(|s| s.name == skill.name) {
-                out.push(skill.clone());
-            }
-        }
-    }
-    out
 }

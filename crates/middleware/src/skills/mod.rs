@@ -26,6 +26,7 @@
 //!    untrusted-diagnostics block ([`render::render_warnings`], escaped by
 //!    [`render::escape_untrusted`]).
 
+mod activation;
 pub mod catalog;
 pub mod discovery;
 mod fastyaml;

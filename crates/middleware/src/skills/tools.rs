@@ -52,6 +52,12 @@ impl BoundTools {
         self.by_name.is_empty() && self.resolvers.is_empty()
     }
 
+    /// True when some entry is left to a resolver (a label such as `mcp:crm`), whose tools can
+    /// change while the agent runs; tool names alone always bind the same tools.
+    pub fn has_labels(&self, entries: &[String]) -> bool {
+        !self.resolvers.is_empty() && entries.iter().any(|e| !self.by_name.contains_key(e))
+    }
+
     /// Every tool named or labelled by `entries`, deduplicated by name, in entry order.
     pub async fn resolve(&self, entries: &[String], cx: &RunContext) -> Vec<Arc<dyn AgentTool>> {
         let mut out: Vec<Arc<dyn AgentTool>> = Vec::new();

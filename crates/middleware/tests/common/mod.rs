@@ -137,3 +137,31 @@ pub async fn seed_thread(checkpointer: &InMemoryCheckpointer, thread: &ThreadId,
         .await
         .unwrap();
 }
+
+/// (text, is_error) of every tool result of a run, in order.
+pub fn tool_texts(out: &RunOutput) -> Vec<(String, bool)> {
+    out.state
+        .messages
+        .iter()
+        .filter_map(|m| m.as_tool())
+        .map(|t| {
+            (
+                t.content.iter().filter_map(ContentBlock::as_text).collect(),
+                t.is_error,
+            )
+        })
+        .collect()
+}
+
+/// Capabilities of a caching model; `mid_conversation` says whether it takes tools in system
+/// messages mid-conversation (else disclosed tools are appended to the tool list).
+pub fn caps(mid_conversation: bool) -> ModelCapabilities {
+    ModelCapabilities {
+        prompt_caching: true,
+        max_cache_breakpoints: 4,
+        tools_mid_conversation: mid_conversation,
+        structured_output: false,
+        images: false,
+        context_window: Some(200_000),
+    }
+}
