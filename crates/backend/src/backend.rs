@@ -262,6 +262,18 @@ pub trait Backend: Send + Sync + Debug {
     /// Metadata of one file or directory. Errors: `NotFound`.
     async fn stat(&self, path: &VirtualPath) -> Result<Entry>;
 
+    /// Metadata of many paths: one result per path, in the order given, as [`Backend::stat`] would
+    /// give it. Like [`Backend::read_many`], the stats run concurrently (at most
+    /// [`DEFAULT_READ_CONCURRENCY`] at once by default) and one failure never fails the others;
+    /// local disk batches them in the blocking pool.
+    async fn stat_many(&self, paths: &[VirtualPath]) -> Vec<Result<Entry>> {
+        futures::stream::iter(paths.iter().cloned())
+            .map(|p| async move { self.stat(&p).await })
+            .buffered(DEFAULT_READ_CONCURRENCY)
+            .collect()
+            .await
+    }
+
     /// Read a file, or a byte range of it. Errors: `NotFound`, `IsADirectory`.
     async fn read(&self, path: &VirtualPath, range: Option<ByteRange>) -> Result<ReadOutput>;
 

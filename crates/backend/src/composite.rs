@@ -24,6 +24,17 @@ pub struct CompositeBackend {
     mounts: Vec<(VirtualPath, Arc<dyn Backend>)>,
 }
 
+/// Paths routed to one backend (see `CompositeBackend::by_backend`).
+struct Routed<'a> {
+    backend: &'a dyn Backend,
+    /// The mount point (`None`: the default backend).
+    mount: Option<&'a VirtualPath>,
+    /// Positions in the caller's list.
+    index: Vec<usize>,
+    /// The same paths, inside `backend`.
+    inner: Vec<VirtualPath>,
+}
+
 impl CompositeBackend {
     /// Everything goes to `default` until something is mounted.
     pub fn new(default: Arc<dyn Backend>) -> Self {
@@ -86,6 +97,29 @@ impl CompositeBackend {
         self.mounts
             .iter()
             .filter(move |(at, _)| at != dir && at.starts_with(dir))
+    }
+
+    /// `paths[i]` for each `i` in `index`, grouped by the backend they route to (in order of first
+    /// appearance), with their paths inside that backend.
+    fn by_backend<'a>(&'a self, paths: &[VirtualPath], index: &[usize]) -> Vec<Routed<'a>> {
+        let mut groups: Vec<Routed<'a>> = Vec::new();
+        for &i in index {
+            let (backend, inner, mount) = self.route(&paths[i]);
+            let same = |g: &&mut Routed<'a>| std::ptr::addr_eq(g.backend, backend);
+            match groups.iter_mut().find(same) {
+                Some(group) => {
+                    group.index.push(i);
+                    group.inner.push(inner);
+                }
+                None => groups.push(Routed {
+                    backend,
+                    mount,
+                    index: vec![i],
+                    inner: vec![inner],
+                }),
+            }
+        }
+        groups
     }
 
     fn with_mount_path(err: BackendError, inner: &VirtualPath, outer: &VirtualPath) -> BackendError {
@@ -181,33 +215,43 @@ impl Backend for CompositeBackend {
             .map_err(|e| Self::with_mount_path(e, &inner, path))
     }
 
-    async fn read_many(&self, paths: &[VirtualPath], range: Option<ByteRange>) -> Vec<Result<ReadOutput>> {
-        // One batched read per backend, all backends at once; results go back in input order.
-        let mut groups: Vec<(&dyn Backend, Vec<usize>, Vec<VirtualPath>)> = Vec::new();
-        for (i, path) in paths.iter().enumerate() {
-            let (backend, inner, _) = self.route(path);
-            let key = backend as *const dyn Backend as *const () as usize;
-            match groups
-                .iter_mut()
-                .find(|(b, _, _)| *b as *const dyn Backend as *const () as usize == key)
-            {
-                Some((_, idx, inners)) => {
-                    idx.push(i);
-                    inners.push(inner);
-                }
-                None => groups.push((backend, vec![i], vec![inner])),
+    async fn stat_many(&self, paths: &[VirtualPath]) -> Vec<Result<Entry>> {
+        // Paths with mount points below them keep the composite's own answer (a missing one is a
+        // synthetic directory); the rest go to their backend in one batch per backend.
+        let (direct, routed): (Vec<usize>, Vec<usize>) =
+            (0..paths.len()).partition(|&i| self.mounts_below(&paths[i]).next().is_some());
+        let mut out: Vec<Option<Result<Entry>>> = paths.iter().map(|_| None).collect();
+        for i in direct {
+            out[i] = Some(self.stat(&paths[i]).await);
+        }
+        let groups = self.by_backend(paths, &routed);
+        let results = futures::future::join_all(groups.iter().map(|g| g.backend.stat_many(&g.inner))).await;
+        for (group, results) in groups.iter().zip(results) {
+            for ((&i, inner), result) in group.index.iter().zip(&group.inner).zip(results) {
+                out[i] = Some(match result {
+                    Ok(entry) => {
+                        Self::outward(entry, group.mount).ok_or_else(|| BackendError::not_found(&paths[i]))
+                    }
+                    Err(e) => Err(Self::with_mount_path(e, inner, &paths[i])),
+                });
             }
         }
-        let results = futures::future::join_all(
-            groups
-                .iter()
-                .map(|(backend, _, inners)| backend.read_many(inners, range)),
-        )
-        .await;
+        out.into_iter()
+            .zip(paths)
+            .map(|(r, p)| r.unwrap_or_else(|| Err(BackendError::not_found(p))))
+            .collect()
+    }
+
+    async fn read_many(&self, paths: &[VirtualPath], range: Option<ByteRange>) -> Vec<Result<ReadOutput>> {
+        // One batched read per backend, all backends at once; results go back in input order.
+        let all: Vec<usize> = (0..paths.len()).collect();
+        let groups = self.by_backend(paths, &all);
+        let results =
+            futures::future::join_all(groups.iter().map(|g| g.backend.read_many(&g.inner, range))).await;
         let mut out: Vec<Option<Result<ReadOutput>>> = paths.iter().map(|_| None).collect();
-        for ((_, idx, inners), group) in groups.iter().zip(results) {
-            for ((i, inner), result) in idx.iter().zip(inners).zip(group) {
-                out[*i] = Some(result.map_err(|e| Self::with_mount_path(e, inner, &paths[*i])));
+        for (group, results) in groups.iter().zip(results) {
+            for ((&i, inner), result) in group.index.iter().zip(&group.inner).zip(results) {
+                out[i] = Some(result.map_err(|e| Self::with_mount_path(e, inner, &paths[i])));
             }
         }
         out.into_iter()

@@ -180,6 +180,42 @@ fn fast_read(
     }
 }
 
+/// `op` on every path beneath the root, in batches of [`READ_BATCH`] per blocking task with two in
+/// flight: far fewer hops to the blocking pool than one per path, and the kernel checks containment
+/// on every open. One answer per path, in order; `None` where `op` cannot decide (or its task
+/// panicked), for the caller to settle the checked way.
+async fn in_batches<T: Send + 'static>(
+    beneath: &Arc<Beneath>,
+    paths: &[VirtualPath],
+    op: impl Fn(&Beneath, &VirtualPath) -> Option<T> + Clone + Send + 'static,
+) -> Vec<Option<T>> {
+    let chunks: Vec<Vec<VirtualPath>> = paths.chunks(READ_BATCH).map(<[VirtualPath]>::to_vec).collect();
+    let batches: Vec<Vec<Option<T>>> = futures::stream::iter(chunks)
+        .map(|chunk| {
+            let (beneath, op) = (beneath.clone(), op.clone());
+            async move {
+                let len = chunk.len();
+                tokio::task::spawn_blocking(move || chunk.iter().map(|p| op(&beneath, p)).collect())
+                    .await
+                    .unwrap_or_else(|_| (0..len).map(|_| None).collect())
+            }
+        })
+        .buffered(2)
+        .collect()
+        .await;
+    batches.into_iter().flatten().collect()
+}
+
+/// Metadata of a file opened beneath the root, or `None` when the fast path cannot decide (a
+/// directory, or a symlink to resolve the checked way).
+fn fast_metadata(beneath: &Beneath, relative: &str) -> Option<std::io::Result<std::fs::Metadata>> {
+    match beneath.open(relative) {
+        Ok(Opened::File(file)) => Some(file.metadata()),
+        Ok(Opened::Undecided) => None,
+        Err(e) => Some(Err(e)),
+    }
+}
+
 fn nanos(t: SystemTime) -> u128 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -244,14 +280,10 @@ impl Backend for FilesystemBackend {
             && !path.is_root()
         {
             let relative = path.as_str().trim_start_matches('/').to_owned();
-            let fast = tokio::task::spawn_blocking(move || match beneath.open(&relative) {
-                Ok(Opened::File(file)) => Some(file.metadata()),
-                Ok(Opened::Undecided) => None,
-                Err(e) => Some(Err(e)),
-            })
-            .await
-            .ok()
-            .flatten();
+            let fast = tokio::task::spawn_blocking(move || fast_metadata(&beneath, &relative))
+                .await
+                .ok()
+                .flatten();
             if let Some(meta) = fast {
                 let meta = meta.map_err(|e| BackendError::from_io(path, e))?;
                 return Ok(self.entry_for_sync(path.clone(), &meta));
@@ -276,6 +308,33 @@ impl Backend for FilesystemBackend {
         }
     }
 
+    async fn stat_many(&self, paths: &[VirtualPath]) -> Vec<Result<Entry>> {
+        let Some(beneath) = self.beneath.clone() else {
+            return futures::stream::iter(paths.iter().cloned())
+                .map(|p| async move { self.stat(&p).await })
+                .buffered(crate::backend::DEFAULT_READ_CONCURRENCY)
+                .collect()
+                .await;
+        };
+        let fast = in_batches(&beneath, paths, |beneath, p| {
+            if p.is_root() {
+                return None;
+            }
+            fast_metadata(beneath, p.as_str().trim_start_matches('/'))
+        })
+        .await;
+        let mut out = Vec::with_capacity(paths.len());
+        for (path, fast) in paths.iter().zip(fast) {
+            out.push(match fast {
+                Some(meta) => meta
+                    .map(|meta| self.entry_for_sync(path.clone(), &meta))
+                    .map_err(|e| BackendError::from_io(path, e)),
+                None => self.stat(path).await,
+            });
+        }
+        out
+    }
+
     async fn read_many(&self, paths: &[VirtualPath], range: Option<ByteRange>) -> Vec<Result<ReadOutput>> {
         let Some(beneath) = self.beneath.clone() else {
             return futures::stream::iter(paths.iter().cloned())
@@ -284,34 +343,15 @@ impl Backend for FilesystemBackend {
                 .collect()
                 .await;
         };
-        // Batches of paths per blocking task, two in flight: far fewer hops to the blocking pool
-        // than one per file, and the kernel checks containment on every open.
-        let chunks: Vec<Vec<VirtualPath>> = paths.chunks(READ_BATCH).map(<[VirtualPath]>::to_vec).collect();
-        let batches: Vec<Vec<Option<Result<ReadOutput>>>> = futures::stream::iter(chunks)
-            .map(|chunk| {
-                let beneath = beneath.clone();
-                async move {
-                    let len = chunk.len();
-                    tokio::task::spawn_blocking(move || {
-                        chunk
-                            .iter()
-                            .map(|p| {
-                                if p.is_root() {
-                                    return Some(Err(BackendError::IsADirectory { path: p.to_string() }));
-                                }
-                                fast_read(&beneath, p.as_str().trim_start_matches('/'), range, p)
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                    .await
-                    .unwrap_or_else(|_| (0..len).map(|_| None).collect())
-                }
-            })
-            .buffered(2)
-            .collect()
-            .await;
+        let fast = in_batches(&beneath, paths, move |beneath, p| {
+            if p.is_root() {
+                return Some(Err(BackendError::IsADirectory { path: p.to_string() }));
+            }
+            fast_read(beneath, p.as_str().trim_start_matches('/'), range, p)
+        })
+        .await;
         let mut out = Vec::with_capacity(paths.len());
-        for (path, fast) in paths.iter().zip(batches.into_iter().flatten()) {
+        for (path, fast) in paths.iter().zip(fast) {
             out.push(match fast {
                 Some(result) => result,
                 None => self.read_checked(path, range).await,

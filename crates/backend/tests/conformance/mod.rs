@@ -11,8 +11,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt;
 use trellis_backend::{
-    Backend, BackendError, BackendExt, ByteRange, ConflictKind, EntryKind, GrepQuery, VirtualPath, WriteMode,
+    Backend, BackendError, BackendExt, ByteRange, ConflictKind, EntryKind, VirtualPath, WriteMode,
 };
+
+mod batch;
+mod search;
+
+use batch::{read_many_keeps_order_and_isolates_failures, stat_many_matches_stat_in_order};
+use search::{glob_matrix, grep_literal};
 
 /// A backend under test and the directory the suite works in.
 pub struct Target {
@@ -58,6 +64,7 @@ where
     check!(ranged_reads);
     check!(empty_large_and_binary_files);
     check!(read_many_keeps_order_and_isolates_failures);
+    check!(stat_many_matches_stat_in_order);
     check!(error_kinds_name_their_path);
     check!(strict_hierarchy);
     check!(delete_removes_files_only);
@@ -317,37 +324,6 @@ async fn empty_large_and_binary_files(t: &Target) {
     assert!(names.contains(&"ünïcødé 日本.md".to_owned()), "{names:?}");
 }
 
-async fn read_many_keeps_order_and_isolates_failures(t: &Target) {
-    put(t, "many/a.md", "alpha-content").await;
-    put(t, "many/b.md", "beta-content").await;
-    let paths = [
-        t.path("many/a.md"),
-        t.path("many/missing.md"),
-        t.path("many/b.md"),
-        t.path("many"),
-    ];
-    let results = t.backend.read_many(&paths, Some(ByteRange::prefix(5))).await;
-    assert_eq!(results.len(), 4);
-    let first = results[0].as_ref().unwrap();
-    assert_eq!(first.bytes.as_ref(), b"alpha");
-    assert_eq!(first.size, 13);
-    assert!(!first.is_complete());
-    assert!(
-        matches!(results[1], Err(BackendError::NotFound { .. })),
-        "{:?}",
-        results[1]
-    );
-    assert_eq!(results[1].as_ref().unwrap_err().path(), paths[1].as_str());
-    assert_eq!(results[2].as_ref().unwrap().bytes.as_ref(), b"beta-");
-    assert!(
-        matches!(results[3], Err(BackendError::IsADirectory { .. })),
-        "{:?}",
-        results[3]
-    );
-    let whole = t.backend.read_many(&paths[..1], None).await;
-    assert_eq!(whole[0].as_ref().unwrap().bytes.as_ref(), b"alpha-content");
-}
-
 async fn error_kinds_name_their_path(t: &Target) {
     put(t, "err/file.txt", "0123456789").await;
     let missing = t.path("err/missing.txt");
@@ -441,142 +417,6 @@ async fn delete_removes_files_only(t: &Target) {
         .map(|e| e.path)
         .collect();
     assert_eq!(names, vec![t.path("del/sub")]);
-}
-
-const GLOB_TREE: &[&str] = &[
-    "a.py",
-    "sub/b.py",
-    "sub/nested/c.py",
-    "readme.md",
-    ".hidden.py",
-    ".hidden/x.py",
-    ".github/workflows/ci.yml",
-];
-
-async fn glob_matrix(t: &Target) {
-    let root = t.path("g");
-    for rel in GLOB_TREE {
-        put(t, &format!("g/{rel}"), "x").await;
-    }
-    let py = ["a.py", ".hidden/x.py", "sub/b.py", "sub/nested/c.py"];
-    let rows: Vec<(&str, &str, Vec<&str>)> = vec![
-        ("*.py", "", py.to_vec()),
-        ("**/*.py", "", vec!["a.py", "sub/b.py", "sub/nested/c.py"]),
-        ("*.md", "", vec!["readme.md"]),
-        ("sub/*.py", "", vec!["sub/b.py"]),
-        ("sub/**/*.py", "", vec!["sub/b.py", "sub/nested/c.py"]),
-        ("/*.py", "", vec!["a.py"]),
-        ("a.py/**", "", vec![]),
-        ("*.py", "sub", vec!["sub/b.py", "sub/nested/c.py"]),
-        ("*.yml", "", vec![".github/workflows/ci.yml"]),
-        ("**/*.yml", "", vec![]),
-        (".github/**/*.yml", "", vec![".github/workflows/ci.yml"]),
-        (".hidden.py", "", vec![".hidden.py"]),
-        (".*.py", "", vec![".hidden.py"]),
-        (
-            "*",
-            "",
-            vec![
-                ".github/workflows/ci.yml",
-                ".hidden/x.py",
-                "a.py",
-                "readme.md",
-                "sub/b.py",
-                "sub/nested/c.py",
-            ],
-        ),
-        (
-            "*.{py,md}",
-            "",
-            vec!["a.py", ".hidden/x.py", "readme.md", "sub/b.py", "sub/nested/c.py"],
-        ),
-        ("*.{yml,yaml}", "", vec![".github/workflows/ci.yml"]),
-        ("?.py", "", py.to_vec()),
-        ("[ab].py", "", vec!["a.py", "sub/b.py"]),
-        ("[!a].py", "", vec![".hidden/x.py", "sub/b.py", "sub/nested/c.py"]),
-        ("[^a].py", "", vec![".hidden/x.py", "sub/b.py", "sub/nested/c.py"]),
-    ];
-    for (pattern, under, want) in rows {
-        let base = if under.is_empty() {
-            root.clone()
-        } else {
-            root.join_relative(under).unwrap()
-        };
-        let out = t
-            .backend
-            .glob(pattern, &base)
-            .await
-            .unwrap_or_else(|e| panic!("{pattern}: {e}"));
-        let mut got: Vec<String> = out
-            .matches
-            .iter()
-            .map(|e| e.path.relative_to(&root).unwrap().to_owned())
-            .collect();
-        let mut want: Vec<String> = want.into_iter().map(str::to_owned).collect();
-        got.sort();
-        want.sort();
-        assert_eq!(got, want, "glob {pattern:?} under {under:?}");
-        assert!(out.matches.iter().all(|e| e.kind == EntryKind::File));
-        assert!(!out.truncated);
-    }
-}
-
-async fn grep_literal(t: &Target) {
-    put(t, "s/a.md", "alpha\nneedle one\nbeta needle\n").await;
-    put(t, "s/b.txt", "needle in txt\r\nnothing\n").await;
-    put(t, "s/deep/c.md", "no match here\n(a.*b) literal\n").await;
-    put(
-        t,
-        "s/bin.dat",
-        Bytes::from_static(&[0xff, b'n', b'e', b'e', b'd', b'l', b'e']),
-    )
-    .await;
-    let mut query = GrepQuery::new("needle", t.path("s"));
-    let out = t.backend.grep(&query).await.unwrap();
-    let got: Vec<(String, u64, String)> = out
-        .matches
-        .iter()
-        .map(|m| {
-            (
-                m.path.relative_to(&t.base).unwrap().to_owned(),
-                m.line,
-                m.text.clone(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            ("s/a.md".to_owned(), 2, "needle one".to_owned()),
-            ("s/a.md".to_owned(), 3, "beta needle".to_owned()),
-            ("s/b.txt".to_owned(), 1, "needle in txt".to_owned()),
-        ]
-    );
-    assert!(!out.truncated);
-    assert_eq!(
-        out.skipped,
-        vec![t.path("s/bin.dat")],
-        "binary files are skipped, and said so"
-    );
-    query.file_glob = Some("*.md".to_owned());
-    assert_eq!(t.backend.grep(&query).await.unwrap().matches.len(), 2);
-    query.file_glob = None;
-    query.max_matches = 2;
-    let capped = t.backend.grep(&query).await.unwrap();
-    assert_eq!(capped.matches.len(), 2);
-    assert!(capped.truncated);
-    let literal = t
-        .backend
-        .grep(&GrepQuery::new("(a.*b)", t.path("s")))
-        .await
-        .unwrap();
-    assert_eq!(literal.matches.len(), 1, "the query is literal text, not a regex");
-    let single = t
-        .backend
-        .grep(&GrepQuery::new("needle", t.path("s/b.txt")))
-        .await
-        .unwrap();
-    assert_eq!(single.matches.len(), 1, "a file base searches that file");
 }
 
 async fn more_than_a_thousand_entries(t: &Target) {
