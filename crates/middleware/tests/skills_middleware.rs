@@ -259,14 +259,6 @@ async fn reload_picks_up_new_skills_and_rereads_only_changed_files() {
         .await
         .unwrap();
     let requests = model.requests();
-    let section = |r: &ModelRequest| {
-        r.system
-            .iter()
-            .find(|b| b.source.as_deref() == Some("skills"))
-            .unwrap()
-            .text
-            .clone()
-    };
     assert!(!section(&requests[0]).contains("competitive-intel-card"));
     assert!(section(&requests[1]).contains("competitive-intel-card"));
     let mut reloaded = None;
@@ -280,6 +272,85 @@ async fn reload_picks_up_new_skills_and_rereads_only_changed_files() {
     let data = reloaded.expect("a reload event");
     assert_eq!(data["read"], 1, "only the new SKILL.md is read: {data}");
     assert_eq!(data["reused"], 3, "{data}");
+}
+
+/// The skills section of a request.
+fn section(r: &ModelRequest) -> String {
+    r.system
+        .iter()
+        .find(|b| b.source.as_deref() == Some("skills"))
+        .unwrap()
+        .text
+        .clone()
+}
+
+/// The `loaded` event of one run on a new thread.
+async fn loaded_on_a_new_thread(agent: &Agent) -> serde_json::Value {
+    let (sink, mut events) = EventSink::channel();
+    agent.run(RunInput::human("hi").events(sink)).await.unwrap();
+    let mut loaded = None;
+    while let Ok(event) = events.try_recv() {
+        if let RunEvent::Middleware {
+            middleware,
+            kind,
+            data,
+        } = event
+            && middleware == "skills"
+            && kind == "loaded"
+        {
+            loaded = Some(data);
+        }
+    }
+    loaded.expect("a loaded event")
+}
+
+#[tokio::test]
+async fn new_threads_rescan_against_the_latest_catalog() {
+    let backend = library().await;
+    let model = Arc::new(
+        ScriptedModel::new()
+            .then_text("one")
+            .then_text("two")
+            .then_text("three"),
+    );
+    let agent = Agent::builder(model.clone())
+        .middleware(skills_mw(backend.clone()))
+        .build()
+        .unwrap();
+
+    let first = loaded_on_a_new_thread(&agent).await;
+    assert_eq!(
+        (&first["read"], &first["reused"]),
+        (&json!(3), &json!(0)),
+        "{first}"
+    );
+
+    // Nothing changed: nothing is read again, and the section is byte-identical.
+    let second = loaded_on_a_new_thread(&agent).await;
+    assert_eq!(
+        (&second["read"], &second["reused"]),
+        (&json!(0), &json!(3)),
+        "{second}"
+    );
+
+    // One skill changed: only it is read, and the new thread sees the change.
+    put(
+        backend.as_ref(),
+        "/skills/meeting-prep/SKILL.md",
+        "---\nname: meeting-prep\ndescription: Prepare a brief and an agenda for a customer meeting.\n---\n",
+    )
+    .await;
+    let third = loaded_on_a_new_thread(&agent).await;
+    assert_eq!(
+        (&third["read"], &third["reused"]),
+        (&json!(1), &json!(2)),
+        "{third}"
+    );
+
+    let requests = model.requests();
+    assert_eq!(section(&requests[0]), section(&requests[1]));
+    assert!(!section(&requests[1]).contains("and an agenda"));
+    assert!(section(&requests[2]).contains("and an agenda"));
 }
 
 #[tokio::test]

@@ -27,8 +27,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use trellis_backend::{
-    Backend, BackendError, ByteRange, DEFAULT_LIST_LIMIT, DEFAULT_READ_CONCURRENCY, ReadOutput, Version,
-    VirtualPath,
+    Backend, BackendError, ByteRange, DEFAULT_LIST_LIMIT, ReadOutput, Version, VirtualPath,
 };
 
 use super::catalog::{SkillCatalog, SkippedFile};
@@ -259,23 +258,21 @@ async fn list_with_versions(index: usize, source: &SkillSource) -> Result<Vec<Ca
         return Ok(found);
     }
     let dirs = list_dirs(index, source).await?;
-    let stats: Vec<Candidate> = futures::stream::iter(dirs)
-        .map(|c| async move {
-            match backend.stat(&c.path).await {
-                Ok(entry) if !entry.is_dir() => Some(Candidate {
-                    listed: entry.version,
-                    ..c
-                }),
-                Err(BackendError::NotFound { .. }) => None,
-                // A directory or an error: read it, which reports the problem.
-                _ => Some(c),
-            }
+    let paths: Vec<VirtualPath> = dirs.iter().map(|c| c.path.clone()).collect();
+    let stats = backend.stat_many(&paths).await;
+    Ok(dirs
+        .into_iter()
+        .zip(stats)
+        .filter_map(|(c, stat)| match stat {
+            Ok(entry) if !entry.is_dir() => Some(Candidate {
+                listed: entry.version,
+                ..c
+            }),
+            Err(BackendError::NotFound { .. }) => None,
+            // A directory or an error: read it, which reports the problem.
+            _ => Some(c),
         })
-        .buffered(DEFAULT_READ_CONCURRENCY)
-        .filter_map(futures::future::ready)
-        .collect()
-        .await;
-    Ok(stats)
+        .collect())
 }
 
 /// What an earlier scan learned, by path.

@@ -1,7 +1,11 @@
 //! [`SkillsMiddleware`]: progressive disclosure of skills in a running agent.
 //!
-//! * **Loading.** The first run of a thread discovers every source ([`discover`]) and keeps the
-//!   catalog in the thread's private state; later runs reuse it. A run input of [`RELOAD_SKILLS`]
+//! * **Loading.** The first run of a thread scans every source and keeps the catalog in the
+//!   thread's private state; later runs reuse it. The first thread of a middleware discovers from
+//!   scratch ([`discover`]); later new threads [`rescan`] against the newest catalog any thread
+//!   loaded, so only `SKILL.md` files whose version tag changed are read again (on object stores
+//!   that is one listing instead of one GET per skill), and when nothing changed they share that
+//!   catalog outright. A run input of [`RELOAD_SKILLS`]
 //!   `true` rescans before the next call, re-reading only `SKILL.md` files whose version changed
 //!   ([`rescan`]), and recomputes the disclosed tools against the new catalog.
 //! * **The section.** The catalog, filtered for the run's viewer, is rendered once per catalog (and
@@ -105,6 +109,14 @@ pub struct SkillsMiddleware {
     bound: BoundTools,
     visibility: Option<Arc<dyn SkillVisibility>>,
     views: Arc<Mutex<Vec<View>>>,
+    latest: Arc<Mutex<Option<Latest>>>,
+}
+
+/// The newest catalog any thread loaded through this middleware (shared by its clones).
+#[derive(Clone)]
+struct Latest {
+    catalog: Arc<SkillCatalog>,
+    generation: u64,
 }
 
 /// A catalog as one viewer sees it, and its search tool: built once per (generation, viewer).
@@ -154,6 +166,7 @@ impl SkillsMiddleware {
             bound: BoundTools::new(),
             visibility: None,
             views: Arc::default(),
+            latest: Arc::default(),
         }
     }
 
@@ -366,9 +379,11 @@ impl Middleware for SkillsMiddleware {
         let mut skills = match (current, reload) {
             (Some(s), false) => s,
             (previous, _) => {
-                let found = match &previous {
-                    Some(p) => rescan(&self.sources, &p.catalog, &self.discovery).await,
-                    None => discover(&self.sources, &self.discovery).await,
+                let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let found = match (&previous, &latest) {
+                    (Some(p), _) => rescan(&self.sources, &p.catalog, &self.discovery).await,
+                    (None, Some(l)) => rescan(&self.sources, &l.catalog, &self.discovery).await,
+                    (None, None) => discover(&self.sources, &self.discovery).await,
                 };
                 let stats = found.stats.clone();
                 cx.emit_middleware(
@@ -381,9 +396,19 @@ impl Middleware for SkillsMiddleware {
                         })
                     },
                 );
+                // Unchanged since another thread loaded it: share that catalog and its generation,
+                // and with them the per-viewer views (rendered section, search index).
+                let latest = match latest {
+                    Some(l) if *l.catalog == found.catalog => l,
+                    _ => Latest {
+                        catalog: Arc::new(found.catalog),
+                        generation: next_generation(),
+                    },
+                };
+                *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(latest.clone());
                 let mut fresh = SkillsState {
-                    catalog: Arc::new(found.catalog),
-                    generation: next_generation(),
+                    catalog: latest.catalog,
+                    generation: latest.generation,
                     pinned: previous.as_ref().map(|p| p.pinned.clone()).unwrap_or_default(),
                     ..SkillsState::default()
                 };
