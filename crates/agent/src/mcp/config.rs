@@ -21,6 +21,12 @@ pub const DEFAULT_MAX_RESULT_CHARS: usize = 100_000;
 /// Default number of restarts after a failed start or a crash.
 pub const DEFAULT_MAX_RESTARTS: u32 = 3;
 
+/// The environment variable that carries the user id to a per-user stdio server
+/// ([`McpServerConfig::session_per_user`]).
+pub const USER_ENV: &str = "TRELLIS_MCP_USER_ID";
+/// The header that carries the user id to a per-user HTTP server, on every request.
+pub const USER_HEADER: &str = "x-trellis-user-id";
+
 /// How to reach a server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -70,6 +76,8 @@ pub struct McpServerConfig {
     connect_timeout: Duration,
     max_result_chars: usize,
     max_restarts: u32,
+    /// `Some(max)`: one session per user, at most `max` live at once.
+    per_user: Option<usize>,
 }
 
 impl fmt::Debug for McpServerConfig {
@@ -82,6 +90,7 @@ impl fmt::Debug for McpServerConfig {
             .field("required_roles", &self.required_roles)
             .field("call_timeout", &self.call_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("per_user", &self.per_user)
             .finish_non_exhaustive()
     }
 }
@@ -112,6 +121,7 @@ impl McpServerConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_result_chars: DEFAULT_MAX_RESULT_CHARS,
             max_restarts: DEFAULT_MAX_RESTARTS,
+            per_user: None,
         })
     }
 
@@ -210,6 +220,31 @@ impl McpServerConfig {
     pub fn with_max_restarts(mut self, restarts: u32) -> Self {
         self.max_restarts = restarts;
         self
+    }
+
+    /// One session per user instead of one shared by everyone: each user id gets its own server
+    /// process (stdio, with [`USER_ENV`] set to the id) or its own HTTP session (with the
+    /// [`USER_HEADER`] header on every request). At most `max_sessions` (at least 1) are live at
+    /// once; starting one more stops the least recently used. A run without a user id gets no tools
+    /// from such a server. The server learns the id from the agent: over HTTP it must authenticate
+    /// the agent (a bearer token) and trust it to speak for its users.
+    pub fn session_per_user(mut self, max_sessions: usize) -> Self {
+        self.per_user = Some(max_sessions.max(1));
+        self
+    }
+
+    /// `Some(max)` for a per-user server ([`Self::session_per_user`]).
+    pub fn per_user_sessions(&self) -> Option<usize> {
+        self.per_user
+    }
+
+    /// This configuration for the session of `user`: the user id in the environment (stdio) or in
+    /// a header (HTTP).
+    pub(crate) fn for_user(&self, user: &str) -> Self {
+        match &self.transport {
+            McpTransport::Stdio(_) => self.clone().env(USER_ENV, user),
+            McpTransport::Http(_) => self.clone().header(USER_HEADER, user),
+        }
     }
 
     /// Add an environment variable (stdio servers; ignored for HTTP).

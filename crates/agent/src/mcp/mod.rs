@@ -11,6 +11,7 @@
 //! | [`tool`] | [`McpTool`]: one MCP tool as an `AgentTool`; results and failures as tool results |
 //! | [`naming`] | the `<server>__<tool>` names the model sees, sanitized and made unique |
 //! | [`resolver`] | [`McpServers`]: the servers of an agent, and the `ToolResolver` for `mcp:` labels |
+//! | `sessions` | one session per server, shared, or one per user ([`McpServerConfig::session_per_user`]) |
 //! | [`error`] | [`McpError`] |
 //!
 //! ```no_run
@@ -30,9 +31,10 @@ pub mod connection;
 pub mod error;
 pub mod naming;
 pub mod resolver;
+mod sessions;
 pub mod tool;
 
-pub use config::{HttpServer, McpServerConfig, McpTransport, StdioServer};
+pub use config::{HttpServer, McpServerConfig, McpTransport, StdioServer, USER_ENV, USER_HEADER};
 pub use connection::McpConnection;
 pub use error::McpError;
 pub use resolver::{LABEL_PREFIX, McpServers, parse_label};

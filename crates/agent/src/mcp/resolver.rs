@@ -11,6 +11,9 @@
 //! ([`McpServerConfig::required_roles`]) gets no tools, so they never appear in the tool list and a
 //! call fails like a call to an unknown tool; the server is not even started for them.
 //!
+//! A per-user server ([`McpServerConfig::session_per_user`]) gives each user id a session of its
+//! own; a run without a user id gets none of its tools.
+//!
 //! A server that cannot be started yields no tools (the reason is logged and sent as an `mcp`
 //! middleware event); the resolver is asked again before the next model call, within the server's
 //! restart budget.
@@ -25,6 +28,7 @@ use trellis_middleware::{AgentTool, RunContext};
 use super::config::{McpServerConfig, McpTransport};
 use super::connection::{McpConnection, http_headers};
 use super::error::McpError;
+use super::sessions::ServerSessions;
 
 /// Prefix of the labels this resolver answers.
 pub const LABEL_PREFIX: &str = "mcp:";
@@ -33,21 +37,21 @@ pub const LABEL_PREFIX: &str = "mcp:";
 /// [`McpServers::shutdown`] or when the last handle is dropped (see [`super::connection`]).
 #[derive(Debug)]
 pub struct McpServers {
-    servers: Vec<Arc<McpConnection>>,
+    servers: Vec<ServerSessions>,
 }
 
 impl McpServers {
     /// Servers from `configs`; names must be unique and HTTP headers valid. Nothing starts yet.
     pub fn new(configs: impl IntoIterator<Item = McpServerConfig>) -> Result<Self, McpError> {
-        let mut servers: Vec<Arc<McpConnection>> = Vec::new();
+        let mut servers: Vec<ServerSessions> = Vec::new();
         for config in configs {
-            if servers.iter().any(|s| s.name() == config.name()) {
+            if servers.iter().any(|s| s.config().name() == config.name()) {
                 return Err(McpError::DuplicateServer(config.name().to_owned()));
             }
             if let McpTransport::Http(http) = config.transport() {
                 http_headers(http)?;
             }
-            servers.push(McpConnection::new(config));
+            servers.push(ServerSessions::new(config));
         }
         Ok(Self { servers })
     }
@@ -61,14 +65,28 @@ impl McpServers {
         }
     }
 
-    /// The server named `name`.
-    pub fn server(&self, name: &str) -> Option<&Arc<McpConnection>> {
-        self.servers.iter().find(|s| s.name() == name)
+    /// The session of the shared server named `name` (`None` for a per-user server: see
+    /// [`McpServers::user_session`]).
+    pub fn server(&self, name: &str) -> Option<Arc<McpConnection>> {
+        match self.sessions(name)? {
+            ServerSessions::Shared(connection) => Some(connection.clone()),
+            ServerSessions::PerUser(_) => None,
+        }
     }
 
-    /// Every server, in configuration order.
-    pub fn servers(&self) -> &[Arc<McpConnection>] {
-        &self.servers
+    /// The live session of `user` on the per-user server `name` (for a shared server: its one
+    /// session). Creates nothing.
+    pub fn user_session(&self, name: &str, user: &str) -> Option<Arc<McpConnection>> {
+        self.sessions(name)?.existing(Some(user))
+    }
+
+    /// The configured servers, in configuration order.
+    pub fn configs(&self) -> impl Iterator<Item = &McpServerConfig> {
+        self.servers.iter().map(ServerSessions::config)
+    }
+
+    fn sessions(&self, name: &str) -> Option<&ServerSessions> {
+        self.servers.iter().find(|s| s.config().name() == name)
     }
 
     /// True when no server is configured.
@@ -86,13 +104,16 @@ impl McpServers {
         let Some((server, tool)) = parse_label(label) else {
             return Vec::new();
         };
-        let Some(connection) = self.server(server) else {
+        let Some(sessions) = self.sessions(server) else {
             tracing::warn!(label, "a skill binds an MCP server that is not configured");
             return Vec::new();
         };
-        if !connection.config().admits_run(cx) {
+        if !sessions.config().admits_run(cx) {
             return Vec::new();
         }
+        let Some(connection) = sessions.for_run(cx) else {
+            return Vec::new();
+        };
         match connection.tools(Some(cx)).await {
             Ok(tools) => tools
                 .iter()

@@ -96,6 +96,11 @@ impl Drop for HttpServer {
 
 /// Start the test server over streamable HTTP on a free local port and wait (bounded) until it listens.
 pub async fn http_server(python: &str, name: &str) -> HttpServer {
+    http_server_with(python, name, &[]).await
+}
+
+/// [`http_server`] with extra arguments for server.py (e.g. `--identity`).
+pub async fn http_server_with(python: &str, name: &str, extra: &[&str]) -> HttpServer {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -111,6 +116,7 @@ pub async fn http_server(python: &str, name: &str) -> HttpServer {
             "--port",
             &port.to_string(),
         ])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -2,6 +2,7 @@
 in xtask/src/install.rs).
 
     python server.py --name crm [--transport stdio|http] [--port N] [--started-file PATH] [--dynamic]
+                     [--identity]
 
 Tools: search_calls and get_transcript (plain answers naming the server, so a test can tell which
 server answered), accounts.lookup (a dotted name, for name sanitizing), fail (an isError result),
@@ -9,6 +10,10 @@ slow (sleeps, for timeouts) and crash (the process exits mid-call).
 
 --dynamic: also offer add_tool and remove_tool, which change the tool list while the server runs
 and send notifications/tools/list_changed. An added tool answers with its own name and argument.
+
+--identity: also offer whoami, which answers with the user id the client sent (the
+TRELLIS_MCP_USER_ID environment variable over stdio, the x-trellis-user-id header over HTTP) and
+the server's process id.
 
 --started-file: the file is written when the process starts, so a test can see whether (and how
 often) a server was started. Its content is the process id.
@@ -30,6 +35,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--started-file")
     parser.add_argument("--dynamic", action="store_true")
+    parser.add_argument("--identity", action="store_true")
     args = parser.parse_args()
 
     if args.started_file:
@@ -85,6 +91,14 @@ def main() -> None:
             server.remove_tool(tool)
             await ctx.session.send_tool_list_changed()
             return f"[{name}] removed {tool}"
+
+    if args.identity:
+
+        @server.tool(description="Who the client says the user is (for tests).")
+        def whoami(ctx: Context) -> str:
+            headers = ctx.headers or {}
+            user = headers.get("x-trellis-user-id") or os.environ.get("TRELLIS_MCP_USER_ID") or "nobody"
+            return f"[{name}] user={user} pid={os.getpid()}"
 
     if args.transport == "stdio":
         server.run("stdio")
