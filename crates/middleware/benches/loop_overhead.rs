@@ -2,6 +2,11 @@
 //! turns and a final answer per run, so everything measured is the loop, the middleware stack, the
 //! tool dispatch and the checkpointing. Prints one JSON object.
 //!
+//! The `backend_checkpointer` scenarios save every step through `BackendCheckpointer` on an
+//! in-memory `StateBackend` with a 5,000-skill catalog in the state: with the catalog stored once
+//! as a blob (the default) and inline in every checkpoint file. They also report the bytes written
+//! per run.
+//!
 //! `cargo bench -p trellis-middleware --bench loop_overhead`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use trellis_middleware::*;
+
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 const TURNS: usize = 50;
 const CALLS_PER_RUN: usize = TURNS + 1;
@@ -92,6 +100,14 @@ fn core_stack(builder: AgentBuilder) -> AgentBuilder {
 
 /// An agent with the core stack and a skills library of `n` skills, and the loaded skills state.
 async fn skills_agent(n: usize) -> (Agent, trellis_middleware::skills::SkillsState) {
+    skills_agent_with(n, None).await
+}
+
+/// [`skills_agent`], saving through `checkpointer` when given.
+async fn skills_agent_with(
+    n: usize,
+    checkpointer: Option<Arc<dyn Checkpointer>>,
+) -> (Agent, trellis_middleware::skills::SkillsState) {
     use trellis_backend::{Backend, StateBackend, VirtualPath, WriteMode};
     let backend = Arc::new(StateBackend::new());
     for i in 0..n {
@@ -115,15 +131,52 @@ async fn skills_agent(n: usize) -> (Agent, trellis_middleware::skills::SkillsSta
         section: section.text,
         ..SkillsState::default()
     };
-    let agent = core_stack(
-        Agent::builder(model())
-            .system_prompt("You are a benchmark.")
-            .tool(noop_tool())
-            .middleware(SkillsMiddleware::new(vec![source])),
-    )
-    .build()
-    .unwrap();
-    (agent, loaded)
+    let mut builder = Agent::builder(model())
+        .system_prompt("You are a benchmark.")
+        .tool(noop_tool())
+        .middleware(SkillsMiddleware::new(vec![source]));
+    if let Some(checkpointer) = checkpointer {
+        builder = builder.checkpointer(checkpointer);
+    }
+    (core_stack(builder).build().unwrap(), loaded)
+}
+
+/// Per-call time and bytes written per run with a 5,000-skill catalog saved through
+/// `BackendCheckpointer` (blob threshold `threshold`).
+fn backend_checkpointer_scenario(rt: &tokio::runtime::Runtime, threshold: usize) -> (Duration, u64) {
+    use trellis_backend::{StateBackend, VirtualPath};
+    let spy = common::Spy::new(Arc::new(StateBackend::new()));
+    let checkpointer = BackendCheckpointer::new(spy.clone(), VirtualPath::parse("/threads").unwrap())
+        .unwrap()
+        .with_blob_threshold(threshold);
+    let n = if smoke() { 200 } else { 5_000 };
+    let (agent, loaded) = rt.block_on(skills_agent_with(n, Some(Arc::new(checkpointer))));
+    let one = || {
+        rt.block_on(async {
+            spy.take();
+            let start = Instant::now();
+            let out = agent
+                .run(RunInput::human("go").slot(&trellis_middleware::skills::SKILLS, loaded.clone()))
+                .await
+                .unwrap();
+            let elapsed = start.elapsed();
+            assert_eq!(out.model_calls as usize, CALLS_PER_RUN);
+            let written: u64 = spy
+                .take()
+                .iter()
+                .filter(|o| o.op == "write")
+                .map(|o| o.bytes)
+                .sum();
+            (elapsed, written)
+        })
+    };
+    let (warmup, runs) = if smoke() { (0, 1) } else { (2, 9) };
+    for _ in 0..warmup {
+        one();
+    }
+    let samples: Vec<(Duration, u64)> = (0..runs).map(|_| one()).collect();
+    let bytes = samples[0].1;
+    (median(samples.into_iter().map(|(d, _)| d).collect()), bytes)
 }
 
 fn median(mut xs: Vec<Duration>) -> Duration {
@@ -173,6 +226,18 @@ fn model_floor(rt: &tokio::runtime::Runtime) -> Duration {
     median((0..runs).map(|_| one()).collect())
 }
 
+/// One result: the median run, per call, and per call above the model's own cost.
+fn row(scenario: &str, per_run: Duration, floor: Duration) -> serde_json::Value {
+    let per_call = per_run.as_secs_f64() * 1e6 / CALLS_PER_RUN as f64;
+    let overhead = per_run.saturating_sub(floor).as_secs_f64() * 1e6 / CALLS_PER_RUN as f64;
+    json!({
+        "scenario": scenario,
+        "median_run_us": (per_run.as_secs_f64() * 1e6 * 10.0).round() / 10.0,
+        "per_call_us": (per_call * 100.0).round() / 100.0,
+        "overhead_per_call_us": (overhead * 100.0).round() / 100.0,
+    })
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -212,24 +277,25 @@ fn main() {
     let skills_run = measure_with(&rt, &skills_agent, || {
         RunInput::human("go").slot(&trellis_middleware::skills::SKILLS, loaded.clone())
     });
-    let per_call = skills_run.as_secs_f64() * 1e6 / CALLS_PER_RUN as f64;
-    let overhead = skills_run.saturating_sub(floor).as_secs_f64() * 1e6 / CALLS_PER_RUN as f64;
-    results.push(json!({
-        "scenario": "core_stack_in_memory_checkpointer_skills_5000",
-        "median_run_us": (skills_run.as_secs_f64() * 1e6 * 10.0).round() / 10.0,
-        "per_call_us": (per_call * 100.0).round() / 100.0,
-        "overhead_per_call_us": (overhead * 100.0).round() / 100.0,
-    }));
+    results.push(row(
+        "core_stack_in_memory_checkpointer_skills_5000",
+        skills_run,
+        floor,
+    ));
+    for (name, threshold) in [
+        (
+            "core_stack_backend_checkpointer_skills_5000",
+            DEFAULT_BLOB_THRESHOLD,
+        ),
+        ("core_stack_backend_checkpointer_skills_5000_inline", usize::MAX),
+    ] {
+        let (per_run, bytes) = backend_checkpointer_scenario(&rt, threshold);
+        let mut result = row(name, per_run, floor);
+        result["bytes_written_per_run"] = json!(bytes);
+        results.push(result);
+    }
     for (name, agent) in &scenarios {
-        let per_run = measure(&rt, agent);
-        let per_call = per_run.as_secs_f64() * 1e6 / CALLS_PER_RUN as f64;
-        let overhead = per_run.saturating_sub(floor).as_secs_f64() * 1e6 / CALLS_PER_RUN as f64;
-        results.push(json!({
-            "scenario": name,
-            "median_run_us": (per_run.as_secs_f64() * 1e6 * 10.0).round() / 10.0,
-            "per_call_us": (per_call * 100.0).round() / 100.0,
-            "overhead_per_call_us": (overhead * 100.0).round() / 100.0,
-        }));
+        results.push(row(name, measure(&rt, agent), floor));
     }
     let report = json!({
         "benchmark": "loop_overhead",

@@ -90,7 +90,7 @@ pub use agent::{Agent, AgentBuilder, DEFAULT_MAX_STEPS};
 pub use attachments::{ATTACHMENTS, Attachment, AttachmentStore, AttachmentsMiddleware};
 pub use checkpoint::{
     BackendCheckpointer, CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointVersion, Checkpointer,
-    InMemoryCheckpointer, StoredCheckpoint,
+    DEFAULT_BLOB_THRESHOLD, InMemoryCheckpointer, StoredCheckpoint,
 };
 pub use context::{Extensions, InvalidThreadId, RunContext, ThreadId};
 pub use error::{AgentError, BoxError};

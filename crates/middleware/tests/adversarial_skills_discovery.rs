@@ -17,100 +17,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod adversarial_skills_common;
+mod common;
 
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use adversarial_skills_common::*;
-use async_trait::async_trait;
-use bytes::Bytes;
 use serde_json::{Value, json};
-use trellis_backend::{
-    Backend, ByteRange, Capabilities, Entry, FilesystemBackend, ReadOutput, VirtualPath, WriteMode,
-    WriteOutcome,
-};
+use trellis_backend::{Backend, FilesystemBackend};
 use trellis_fs_tools::ToolContext as FsContext;
 use trellis_middleware::skills::validate;
 use trellis_middleware::skills::{DiscoveryOptions, IssueCode, discover};
 use trellis_middleware::*;
-
-/// Counts the bytes every read returns, over a real backend.
-#[derive(Debug)]
-struct CountingReads {
-    inner: Arc<dyn Backend>,
-    bytes: AtomicU64,
-    per_path: Mutex<Vec<(String, u64)>>,
-}
-
-impl CountingReads {
-    fn new(inner: Arc<dyn Backend>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            bytes: AtomicU64::new(0),
-            per_path: Mutex::new(Vec::new()),
-        })
-    }
-
-    fn read_of(&self, path: &str) -> u64 {
-        let per = self.per_path.lock().unwrap();
-        per.iter().filter(|(p, _)| p == path).map(|(_, n)| n).sum()
-    }
-
-    fn count(&self, path: &VirtualPath, out: &trellis_backend::Result<ReadOutput>) {
-        if let Ok(o) = out {
-            self.bytes.fetch_add(o.bytes.len() as u64, Ordering::Relaxed);
-            self.per_path
-                .lock()
-                .unwrap()
-                .push((path.to_string(), o.bytes.len() as u64));
-        }
-    }
-}
-
-#[async_trait]
-impl Backend for CountingReads {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn ls(&self, dir: &VirtualPath) -> trellis_backend::Result<Vec<Entry>> {
-        self.inner.ls(dir).await
-    }
-    async fn stat(&self, path: &VirtualPath) -> trellis_backend::Result<Entry> {
-        self.inner.stat(path).await
-    }
-    async fn read(
-        &self,
-        path: &VirtualPath,
-        range: Option<ByteRange>,
-    ) -> trellis_backend::Result<ReadOutput> {
-        let out = self.inner.read(path, range).await;
-        self.count(path, &out);
-        out
-    }
-    async fn read_many(
-        &self,
-        paths: &[VirtualPath],
-        range: Option<ByteRange>,
-    ) -> Vec<trellis_backend::Result<ReadOutput>> {
-        let out = self.inner.read_many(paths, range).await;
-        for (p, r) in paths.iter().zip(&out) {
-            self.count(p, r);
-        }
-        out
-    }
-    async fn write(
-        &self,
-        path: &VirtualPath,
-        data: Bytes,
-        mode: WriteMode,
-    ) -> trellis_backend::Result<WriteOutcome> {
-        self.inner.write(path, data, mode).await
-    }
-    async fn delete(&self, path: &VirtualPath) -> trellis_backend::Result<()> {
-        self.inner.delete(path).await
-    }
-}
 
 // --------------------------------------------------------------- 1. alias bombs and deep nesting
 
@@ -184,7 +102,7 @@ async fn ten_megabyte_frontmatter_is_skipped_after_a_bounded_read() {
     write(root, "skills/alpha/SKILL.md", skill_md("alpha", "First."));
     write(root, "skills/omega/SKILL.md", skill_md("omega", "Last."));
 
-    let counting = CountingReads::new(Arc::new(FilesystemBackend::new(root).unwrap()));
+    let counting = common::Spy::new(Arc::new(FilesystemBackend::new(root).unwrap()));
     let source = SkillSource::new(counting.clone(), "/skills").unwrap();
     let found = discover(&[source], &DiscoveryOptions::default()).await;
     let catalog = &found.catalog;
@@ -195,11 +113,11 @@ async fn ten_megabyte_frontmatter_is_skipped_after_a_bounded_read() {
         message.contains("not closed within its first 64 KiB"),
         "{message}"
     );
-    let read = counting.read_of("/skills/huge/SKILL.md");
+    let read = counting.bytes_read(Some("/skills/huge/SKILL.md"));
     let bound = 4096 + frontmatter_span();
     assert!(read <= bound, "read {read} bytes of a 10 MB file, bound {bound}");
     assert!(
-        counting.bytes.load(Ordering::Relaxed) < 200 * 1024,
+        counting.bytes_read(None) < 200 * 1024,
         "the whole scan stays small"
     );
     assert_eq!(found.stats.read_on, 1, "one second read, for the huge file");

@@ -7,6 +7,7 @@
 //! [`CheckpointError::Conflict`] and can reload and retry.
 
 mod backend;
+mod blobs;
 mod memory;
 
 use std::fmt::Debug;
@@ -16,6 +17,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use self::backend::BackendCheckpointer;
+pub use self::blobs::DEFAULT_BLOB_THRESHOLD;
 pub use self::memory::InMemoryCheckpointer;
 use crate::context::ThreadId;
 use crate::state::State;
@@ -39,6 +41,19 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// The checkpoint as JSON, exactly as it serializes, without a second copy of the state's
+    /// slots (see [`State::to_json`]).
+    pub fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        let state = self.state.to_json().map_err(serde::ser::Error::custom)?;
+        Ok(serde_json::json!({
+            "format": self.format,
+            "thread_id": self.thread_id,
+            "seq": self.seq,
+            "saved_at_ms": self.saved_at_ms,
+            "state": state,
+        }))
+    }
+
     /// A checkpoint of `state`, stamped now.
     pub fn new(thread_id: ThreadId, seq: u64, state: State) -> Self {
         let saved_at_ms = SystemTime::now()
@@ -159,4 +174,22 @@ pub trait Checkpointer: Send + Sync + Debug {
 
     /// Forget the thread. Deleting an unknown thread is not an error.
     async fn delete(&self, thread_id: &ThreadId) -> Result<(), CheckpointError>;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::message::Message;
+
+    #[test]
+    fn to_json_is_what_serializing_gives() {
+        let mut state = State::with_messages(vec![Message::human("hi")]);
+        state.set_json("_private".to_owned(), true, serde_json::json!([1, 2, 3]));
+        let checkpoint = Checkpoint::new(ThreadId::new("t-1").unwrap(), 4, state);
+        assert_eq!(
+            checkpoint.to_json().unwrap(),
+            serde_json::to_value(&checkpoint).unwrap()
+        );
+    }
 }

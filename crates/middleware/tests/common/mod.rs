@@ -165,3 +165,110 @@ pub fn caps(mid_conversation: bool) -> ModelCapabilities {
         context_window: Some(200_000),
     }
 }
+
+/// One operation a [`Spy`] saw: `"read"` (bytes returned) or `"write"` (bytes given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpyOp {
+    pub op: &'static str,
+    pub path: String,
+    pub bytes: u64,
+}
+
+/// Delegates to an inner backend and records every successful read (`read_many` included) and
+/// every write.
+#[derive(Debug)]
+pub struct Spy {
+    inner: Arc<dyn trellis_backend::Backend>,
+    log: Mutex<Vec<SpyOp>>,
+}
+
+impl Spy {
+    pub fn new(inner: Arc<dyn trellis_backend::Backend>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            log: Mutex::default(),
+        })
+    }
+
+    /// Everything recorded so far.
+    pub fn ops(&self) -> Vec<SpyOp> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Everything recorded so far, forgetting it.
+    pub fn take(&self) -> Vec<SpyOp> {
+        std::mem::take(&mut *self.log.lock().unwrap())
+    }
+
+    /// Bytes read from `path` (all reads), or from everywhere when `path` is `None`.
+    pub fn bytes_read(&self, path: Option<&str>) -> u64 {
+        self.ops()
+            .iter()
+            .filter(|o| o.op == "read" && path.is_none_or(|p| o.path == p))
+            .map(|o| o.bytes)
+            .sum()
+    }
+
+    fn record(&self, op: &'static str, path: &trellis_backend::VirtualPath, bytes: usize) {
+        self.log.lock().unwrap().push(SpyOp {
+            op,
+            path: path.to_string(),
+            bytes: bytes as u64,
+        });
+    }
+}
+
+#[async_trait]
+impl trellis_backend::Backend for Spy {
+    fn capabilities(&self) -> trellis_backend::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn ls(
+        &self,
+        dir: &trellis_backend::VirtualPath,
+    ) -> trellis_backend::Result<Vec<trellis_backend::Entry>> {
+        self.inner.ls(dir).await
+    }
+    async fn stat(
+        &self,
+        path: &trellis_backend::VirtualPath,
+    ) -> trellis_backend::Result<trellis_backend::Entry> {
+        self.inner.stat(path).await
+    }
+    async fn read(
+        &self,
+        path: &trellis_backend::VirtualPath,
+        range: Option<trellis_backend::ByteRange>,
+    ) -> trellis_backend::Result<trellis_backend::ReadOutput> {
+        let out = self.inner.read(path, range).await;
+        if let Ok(o) = &out {
+            self.record("read", path, o.bytes.len());
+        }
+        out
+    }
+    async fn read_many(
+        &self,
+        paths: &[trellis_backend::VirtualPath],
+        range: Option<trellis_backend::ByteRange>,
+    ) -> Vec<trellis_backend::Result<trellis_backend::ReadOutput>> {
+        let out = self.inner.read_many(paths, range).await;
+        for (path, result) in paths.iter().zip(&out) {
+            if let Ok(o) = result {
+                self.record("read", path, o.bytes.len());
+            }
+        }
+        out
+    }
+    async fn write(
+        &self,
+        path: &trellis_backend::VirtualPath,
+        data: bytes::Bytes,
+        mode: trellis_backend::WriteMode,
+    ) -> trellis_backend::Result<trellis_backend::WriteOutcome> {
+        self.record("write", path, data.len());
+        self.inner.write(path, data, mode).await
+    }
+    async fn delete(&self, path: &trellis_backend::VirtualPath) -> trellis_backend::Result<()> {
+        self.inner.delete(path).await
+    }
+}
