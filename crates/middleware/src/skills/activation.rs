@@ -1,10 +1,46 @@
-//! How skills become active in a conversation: a successful `read_file` of a skill's `SKILL.md`,
-//! or a pin, which adds the skill's body as a tagged message.
+//! How skills become active in a conversation — a successful `read_file` of a skill's `SKILL.md`,
+//! or a pin, which adds the skill's body as a tagged message — and how the tools they bind are
+//! shown to models that take tools mid-conversation.
+
+use std::sync::Arc;
 
 use super::SkillMetadata;
 use super::catalog::SkillCatalog;
-use super::middleware::PINNED_SOURCE;
-use crate::message::{ContentBlock, HumanMessage, Message, MessageMeta};
+use super::middleware::{DISCLOSURE_SOURCE, Disclosure, PINNED_SOURCE};
+use crate::message::{ContentBlock, HumanMessage, Message, MessageMeta, SystemMessage};
+use crate::model::{ModelRequest, ToolSpec};
+
+/// Move the `disclosed` tools out of the request's tool list into system messages placed where
+/// each was disclosed (one message per position), so nothing before that point changes.
+pub(super) fn disclose_in_messages(request: &mut ModelRequest, disclosed: &[Disclosure]) {
+    let mut groups: Vec<(usize, Vec<Arc<ToolSpec>>)> = Vec::new();
+    for d in disclosed {
+        if let Some(pos) = request.tools.iter().position(|t| t.name == d.tool) {
+            let spec = request.tools.remove(pos);
+            match groups.iter_mut().find(|(at, _)| *at == d.at_message) {
+                Some((_, specs)) => specs.push(spec),
+                None => groups.push((d.at_message, vec![spec])),
+            }
+        }
+    }
+    groups.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+    for (at, specs) in groups {
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        let message = Message::System(SystemMessage {
+            content: vec![ContentBlock::text(format!(
+                "These tools are now available: {}.",
+                names.join(", ")
+            ))],
+            tools: specs.iter().map(|s| (**s).clone()).collect(),
+            meta: MessageMeta {
+                source: Some(DISCLOSURE_SOURCE.to_owned()),
+                ..MessageMeta::default()
+            },
+        });
+        let at = at.min(request.messages.len());
+        request.messages.insert(at, message);
+    }
+}
 
 /// The message a pinned skill adds.
 pub(super) fn pinned_message(skill: &SkillMetadata, body: &str) -> Message {

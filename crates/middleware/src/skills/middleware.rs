@@ -31,7 +31,7 @@
 //!   exist: `ls`, `glob` and `grep` leave them out, `read_file`, `edit_file` and `delete` answer
 //!   "not found" exactly as for a missing file, and `write_file` is refused.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -39,7 +39,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::SkillMetadata;
-use super::activation::{activations, pinned_message};
+use super::activation::{activations, disclose_in_messages, pinned_message};
 use super::catalog::{SkillCatalog, SkillVisibility, Viewer};
 use super::discovery::{DiscoveryOptions, discover, rescan};
 use super::render::{RenderOptions, render};
@@ -48,7 +48,7 @@ use super::tools::{BoundTools, SearchSkillsTool};
 use crate::context::RunContext;
 use crate::error::AgentError;
 use crate::hidden_paths::HiddenPaths;
-use crate::message::{ContentBlock, Message, MessageMeta, SystemBlock, SystemMessage, ToolCall};
+use crate::message::{SystemBlock, ToolCall};
 use crate::middleware::{Middleware, Next, ToolNext};
 use crate::model::{ModelRequest, ModelResponse};
 use crate::state::{Slot, State};
@@ -261,6 +261,29 @@ impl SkillsMiddleware {
         self.bound.resolve(&skill.include_tools, cx).await
     }
 
+    /// The tools the skill of each disclosure binds for this run, looked up in `catalog` and
+    /// resolved once per skill (one skill may have disclosed many tools). Unknown skills bind
+    /// nothing.
+    async fn bindings<'a>(
+        &self,
+        catalog: &SkillCatalog,
+        disclosed: &'a [Disclosure],
+        cx: &RunContext,
+    ) -> BTreeMap<&'a str, Vec<Arc<dyn AgentTool>>> {
+        let mut bound = BTreeMap::new();
+        for name in disclosed.iter().map(|d| d.skill.as_str()) {
+            if bound.contains_key(name) {
+                continue;
+            }
+            let tools = match catalog.get(name) {
+                Some(skill) => self.bound_for(skill, cx).await,
+                None => Vec::new(),
+            };
+            bound.insert(name, tools);
+        }
+        bound
+    }
+
     /// Tools that the labels of activated skills resolve to now but that were never disclosed (an
     /// MCP server's tool list changed, or the server was unavailable at activation), as
     /// disclosures at message `at`.
@@ -357,16 +380,16 @@ impl Middleware for SkillsMiddleware {
             tools.push(view.search.clone());
         }
         if !skills.disclosed.is_empty() {
-            let visible = &view.visible;
+            let bound = self.bindings(&view.visible, &skills.disclosed, cx).await;
             let mut seen = BTreeSet::new();
             for d in &skills.disclosed {
-                let Some(skill) = visible.get(&d.skill) else {
-                    continue;
-                };
-                for tool in self.bound_for(skill, cx).await {
-                    if tool.name() == d.tool && seen.insert(d.tool.clone()) {
-                        tools.push(tool);
-                    }
+                let found = bound
+                    .get(d.skill.as_str())
+                    .and_then(|tools| tools.iter().find(|t| t.name() == d.tool));
+                if let Some(tool) = found
+                    && seen.insert(d.tool.as_str())
+                {
+                    tools.push(tool.clone());
                 }
             }
         }
@@ -414,14 +437,18 @@ impl Middleware for SkillsMiddleware {
                 };
                 // Disclosed tools survive a reload only while their skill still binds them.
                 if let Some(previous) = previous {
-                    for d in previous.disclosed {
-                        let Some(skill) = fresh.catalog.get(&d.skill) else {
-                            continue;
-                        };
-                        if self.bound_for(skill, cx).await.iter().any(|t| t.name() == d.tool) {
-                            fresh.disclosed.push(d);
-                        }
-                    }
+                    let bound = self.bindings(&fresh.catalog, &previous.disclosed, cx).await;
+                    let still_bound = |d: &Disclosure| {
+                        bound
+                            .get(d.skill.as_str())
+                            .is_some_and(|tools| tools.iter().any(|t| t.name() == d.tool))
+                    };
+                    fresh.disclosed = previous
+                        .disclosed
+                        .iter()
+                        .filter(|d| still_bound(d))
+                        .cloned()
+                        .collect();
                 }
                 fresh.section.clear();
                 fresh
@@ -526,35 +553,7 @@ impl Middleware for SkillsMiddleware {
                 request.push_system(SystemBlock::new(skills.section.clone()).with_source("skills"));
             }
             if !skills.disclosed.is_empty() && next.model().capabilities().tools_mid_conversation {
-                // Move disclosed tools out of the tool list into system messages placed where each
-                // was disclosed, so nothing before that point changes.
-                let mut groups: Vec<(usize, Vec<Arc<crate::model::ToolSpec>>)> = Vec::new();
-                for d in &skills.disclosed {
-                    if let Some(pos) = request.tools.iter().position(|t| t.name == d.tool) {
-                        let spec = request.tools.remove(pos);
-                        match groups.iter_mut().find(|(at, _)| *at == d.at_message) {
-                            Some((_, specs)) => specs.push(spec),
-                            None => groups.push((d.at_message, vec![spec])),
-                        }
-                    }
-                }
-                groups.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
-                for (at, specs) in groups {
-                    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-                    let message = Message::System(SystemMessage {
-                        content: vec![ContentBlock::text(format!(
-                            "These tools are now available: {}.",
-                            names.join(", ")
-                        ))],
-                        tools: specs.iter().map(|s| (**s).clone()).collect(),
-                        meta: MessageMeta {
-                            source: Some(DISCLOSURE_SOURCE.to_owned()),
-                            ..MessageMeta::default()
-                        },
-                    });
-                    let at = at.min(request.messages.len());
-                    request.messages.insert(at, message);
-                }
+                disclose_in_messages(&mut request, &skills.disclosed);
             }
         }
         next.run(request, state, cx).await
