@@ -344,32 +344,6 @@ impl State {
     }
 }
 
-impl State {
-    /// The state as JSON, exactly as it serializes, but built without a second copy of each slot
-    /// (`serde_json::to_value` would convert every slot to JSON and then copy that JSON).
-    pub fn to_json(&self) -> Result<Value, StateError> {
-        let mut slots = serde_json::Map::new();
-        let mut private_slots = serde_json::Map::new();
-        for (name, cell) in &self.slots {
-            let json = cell.to_json(name)?;
-            if cell.private {
-                private_slots.insert(name.clone(), json);
-            } else {
-                slots.insert(name.clone(), json);
-            }
-        }
-        let messages = serde_json::to_value(&self.messages).map_err(|source| StateError::Serialize {
-            slot: "messages".to_owned(),
-            source,
-        })?;
-        let mut state = serde_json::Map::new();
-        state.insert("messages".to_owned(), messages);
-        state.insert("slots".to_owned(), Value::Object(slots));
-        state.insert("private_slots".to_owned(), Value::Object(private_slots));
-        Ok(Value::Object(state))
-    }
-}
-
 /// The serialized form of a [`State`].
 #[derive(Serialize, Deserialize)]
 struct StateRepr {
@@ -463,17 +437,6 @@ mod tests {
     static NUMS: Slot<Vec<u32>> = Slot::public("nums");
     static HIDDEN: Slot<String> = Slot::private("_hidden");
     static NUMS_AS_TEXT: Slot<String> = Slot::public("nums");
-
-    #[test]
-    fn to_json_is_what_serializing_gives() {
-        let mut state = State::with_messages(vec![Message::human("hi"), Message::ai("there")]);
-        state.set(&NUMS, vec![1, 2]);
-        state.set(&HIDDEN, "s".into());
-        state.set_json("from_a_checkpoint".to_owned(), false, json!({"kept": true}));
-        assert_eq!(state.to_json().unwrap(), serde_json::to_value(&state).unwrap());
-        let empty = State::default();
-        assert_eq!(empty.to_json().unwrap(), serde_json::to_value(&empty).unwrap());
-    }
 
     #[test]
     fn typed_round_trip_through_json() {

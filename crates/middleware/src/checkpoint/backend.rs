@@ -181,7 +181,7 @@ impl Checkpointer for BackendCheckpointer {
             thread_id: thread_id.clone(),
             source,
         };
-        let mut value = checkpoint.to_json().map_err(encode)?;
+        let mut value = serde_json::to_value(&checkpoint).map_err(encode)?;
         let blobs = take_large_slots(&mut value, self.blob_threshold).map_err(encode)?;
         if !blobs.is_empty() {
             // Blobs first: a saved checkpoint never names a missing blob.

@@ -41,19 +41,6 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// The checkpoint as JSON, exactly as it serializes, without a second copy of the state's
-    /// slots (see [`State::to_json`]).
-    pub fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
-        let state = self.state.to_json().map_err(serde::ser::Error::custom)?;
-        Ok(serde_json::json!({
-            "format": self.format,
-            "thread_id": self.thread_id,
-            "seq": self.seq,
-            "saved_at_ms": self.saved_at_ms,
-            "state": state,
-        }))
-    }
-
     /// A checkpoint of `state`, stamped now.
     pub fn new(thread_id: ThreadId, seq: u64, state: State) -> Self {
         let saved_at_ms = SystemTime::now()
@@ -174,22 +161,4 @@ pub trait Checkpointer: Send + Sync + Debug {
 
     /// Forget the thread. Deleting an unknown thread is not an error.
     async fn delete(&self, thread_id: &ThreadId) -> Result<(), CheckpointError>;
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use crate::message::Message;
-
-    #[test]
-    fn to_json_is_what_serializing_gives() {
-        let mut state = State::with_messages(vec![Message::human("hi")]);
-        state.set_json("_private".to_owned(), true, serde_json::json!([1, 2, 3]));
-        let checkpoint = Checkpoint::new(ThreadId::new("t-1").unwrap(), 4, state);
-        assert_eq!(
-            checkpoint.to_json().unwrap(),
-            serde_json::to_value(&checkpoint).unwrap()
-        );
-    }
 }
