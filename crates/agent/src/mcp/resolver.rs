@@ -77,7 +77,7 @@ impl McpServers {
     /// The live session of `user` on the per-user server `name` (for a shared server: its one
     /// session). Creates nothing.
     pub fn user_session(&self, name: &str, user: &str) -> Option<Arc<McpConnection>> {
-        self.sessions(name)?.existing(Some(user))
+        self.sessions(name)?.existing(user)
     }
 
     /// The configured servers, in configuration order.

@@ -70,15 +70,14 @@ impl ServerSessions {
     }
 
     /// The shared session, or `user`'s if it is live.
-    pub(crate) fn existing(&self, user: Option<&str>) -> Option<Arc<McpConnection>> {
-        match (self, user) {
-            (Self::Shared(connection), _) => Some(connection.clone()),
-            (Self::PerUser(per_user), Some(user)) => per_user
+    pub(crate) fn existing(&self, user: &str) -> Option<Arc<McpConnection>> {
+        match self {
+            Self::Shared(connection) => Some(connection.clone()),
+            Self::PerUser(per_user) => per_user
                 .lock()
                 .iter()
                 .find(|(u, _)| u == user)
                 .map(|(_, c)| c.clone()),
-            (Self::PerUser(_), None) => None,
         }
     }
 
