@@ -2,6 +2,8 @@
 //! and concurrent edits on the S3 emulator.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 
 use serde_json::json;
@@ -10,17 +12,6 @@ use trellis_backend::{
     WriteMode,
 };
 use trellis_middleware::*;
-
-fn caching() -> ModelCapabilities {
-    ModelCapabilities {
-        prompt_caching: true,
-        max_cache_breakpoints: 4,
-        tools_mid_conversation: false,
-        structured_output: false,
-        images: false,
-        context_window: Some(200_000),
-    }
-}
 
 async fn put(backend: &dyn Backend, path: &str, text: &str) {
     backend
@@ -38,7 +29,11 @@ fn memory_block(req: &ModelRequest) -> Option<&SystemBlock> {
 }
 
 async fn first_request(backend: Arc<dyn Backend>, sources: &[&str], budget: Option<usize>) -> ModelRequest {
-    let model = Arc::new(ScriptedModel::new().with_capabilities(caching()).then_text("ok"));
+    let model = Arc::new(
+        ScriptedModel::new()
+            .with_capabilities(common::caps(false))
+            .then_text("ok"),
+    );
     let mut memory = MemoryMiddleware::new(backend, sources.iter().copied()).unwrap();
     if let Some(b) = budget {
         memory = memory.with_budget_chars(b);
@@ -110,7 +105,7 @@ async fn editing_memory_keeps_the_cached_prefix_and_refreshes() {
     put(backend.as_ref(), "/AGENTS.md", "# Notes\n- Prefers tabs.\n").await;
     let model = Arc::new(
         ScriptedModel::new()
-            .with_capabilities(caching())
+            .with_capabilities(common::caps(false))
             .then_tool_calls([ToolCall::new(
                 "e1",
                 "edit_file",
@@ -164,7 +159,11 @@ async fn editing_memory_keeps_the_cached_prefix_and_refreshes() {
 async fn breakpoint_without_text_and_none_without_caching() {
     let backend = Arc::new(StateBackend::new());
     put(backend.as_ref(), "/AGENTS.md", "remember me").await;
-    let model = Arc::new(ScriptedModel::new().with_capabilities(caching()).then_text("ok"));
+    let model = Arc::new(
+        ScriptedModel::new()
+            .with_capabilities(common::caps(false))
+            .then_text("ok"),
+    );
     let agent = Agent::builder(model.clone())
         .system_prompt("Base.")
         .middleware(
