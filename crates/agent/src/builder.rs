@@ -27,16 +27,16 @@
 
 use std::sync::Arc;
 
-use trellis_backend::{Backend, StateBackend};
-use trellis_fs_tools::{Limits, Permissions, ToolContext as FsContext};
+use trellis_middleware::backend::{Backend, StateBackend};
 use trellis_middleware::skills::render::SEARCH_TOOL;
 use trellis_middleware::skills::{BoundTools, SkillSource};
 use trellis_middleware::subagents::TASK_TOOL_NAME;
+use trellis_middleware::tools::{FileAccess, Limits, Permissions};
 use trellis_middleware::{
-    Agent, AgentError, AgentTool, AttachmentsMiddleware, ChatModel, Checkpointer, FilesystemMiddleware,
+    Agent, AgentError, AttachmentsMiddleware, ChatModel, Checkpointer, FilesystemMiddleware,
     MemoryMiddleware, Middleware, ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware,
     RetryConfig, SkillsMiddleware, SubAgent, SubAgentMiddleware, SummarizationConfig,
-    SummarizationMiddleware, TokenUsageMiddleware,
+    SummarizationMiddleware, TokenUsageMiddleware, Tool,
 };
 
 use crate::mcp::{McpServerConfig, McpServers};
@@ -58,7 +58,7 @@ pub struct DeepAgentBuilder {
     memory: Vec<String>,
     memory_budget_chars: Option<usize>,
     middleware: Vec<Arc<dyn Middleware>>,
-    tools: Vec<Arc<dyn AgentTool>>,
+    tools: Vec<Arc<dyn Tool>>,
     checkpointer: Option<Arc<dyn Checkpointer>>,
     permissions: Option<Permissions>,
     limits: Option<Limits>,
@@ -142,7 +142,7 @@ impl DeepAgentBuilder {
     }
 
     /// Add a tool.
-    pub fn tool(mut self, tool: Arc<dyn AgentTool>) -> Self {
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
         self.tools.push(tool);
         self
     }
@@ -254,14 +254,14 @@ impl DeepAgentBuilder {
     /// Assemble the agent.
     pub fn build(mut self) -> Result<Agent, AgentError> {
         let mcp = self.mcp()?;
-        let mut fs_context = FsContext::new(self.backend.clone());
+        let mut files = FileAccess::new(self.backend.clone());
         if let Some(p) = self.permissions {
-            fs_context = fs_context.with_permissions(p);
+            files = files.with_permissions(p);
         }
         if let Some(l) = self.limits {
-            fs_context = fs_context.with_limits(l);
+            files = files.with_limits(l);
         }
-        let filesystem: Arc<dyn Middleware> = Arc::new(FilesystemMiddleware::with_context(fs_context));
+        let filesystem: Arc<dyn Middleware> = Arc::new(FilesystemMiddleware::with_files(files));
         if let Some(servers) = &mcp {
             // MCP names always contain `__` and built-in names never do; reserving them is a second
             // guarantee that an MCP tool never shadows one of the agent's own.
@@ -356,7 +356,7 @@ impl DeepAgentBuilder {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use serde_json::json;
-    use trellis_backend::{VirtualPath, WriteMode};
+    use trellis_middleware::backend::{VirtualPath, WriteMode};
     use trellis_middleware::subagents::SUBAGENT_PROMPT;
     use trellis_middleware::{ModelRequest, RunInput, ScriptedModel, ToolCall};
 

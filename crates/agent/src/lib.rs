@@ -11,6 +11,13 @@
 //!   as tool groups, started lazily, gated by the user's roles;
 //! * [`workspace`], [`inspect`], [`skills_cli`]: what the `trellis` command line is made of.
 
+/// The runtime layer this crate is built on, re-exported for applications.
+pub use trellis_middleware as middleware;
+/// The storage layer.
+pub use trellis_middleware::backend;
+/// The tools layer (the one `Tool` trait, the file tools).
+pub use trellis_middleware::tools;
+
 pub mod builder;
 pub mod inspect;
 pub mod mcp;

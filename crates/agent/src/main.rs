@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_agent::{builder::deep_agent, inspect, providers, skills_cli, workspace};
-use trellis_backend::{Backend, FilesystemBackend, VirtualPath};
+use trellis_middleware::backend::{Backend, FilesystemBackend, VirtualPath};
 use trellis_middleware::{BackendCheckpointer, EventSink, RunEvent, RunInput, ThreadId};
 
 #[derive(Parser, Debug)]

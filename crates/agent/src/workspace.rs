@@ -17,11 +17,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use trellis_backend::{
+use trellis_middleware::SkillSource;
+use trellis_middleware::backend::{
     Backend, CompositeBackend, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions,
 };
-use trellis_fs_tools::{Access, PermissionRule, Permissions};
-use trellis_middleware::SkillSource;
+use trellis_middleware::tools::{Access, PermissionRule, Permissions};
 
 /// The agent's backend and where its skills and memory are.
 #[derive(Debug, Clone)]

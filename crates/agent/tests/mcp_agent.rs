@@ -12,8 +12,8 @@ use std::sync::Arc;
 use mcp_common::{agent_on, caps, http_server, library, python, started, stdio, tool_results};
 use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
-use trellis_fs_tools::UserIdentity;
 use trellis_middleware::skills::Viewer;
+use trellis_middleware::tools::UserIdentity;
 use trellis_middleware::{ModelRequest, RunInput, ScriptedModel, ToolCall, ToolSpec};
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";

@@ -12,7 +12,7 @@ use trellis_backend::{
     Backend, BackendExt, ByteRange, Capabilities, Entry, FilesystemBackend, ObjectStoreBackend, ReadOutput,
     Result, StateBackend, StoreOptions, VirtualPath, WriteMode, WriteOutcome,
 };
-use trellis_fs_tools::{EditFileTool, Tool, ToolContext};
+use trellis_fs_tools::{EditFileTool, FileAccess, Tool, ToolContext};
 
 const AGENTS: usize = 10;
 const ROUNDS: usize = 5;
@@ -33,13 +33,13 @@ async fn ten_agents(backend: Arc<dyn Backend>) -> Tally {
         .write(&path, initial.into(), WriteMode::Overwrite)
         .await
         .unwrap();
-    let ctx = ToolContext::new(backend.clone());
-    let edit: Arc<dyn Tool> = Arc::new(EditFileTool::new());
+    let ctx = FileAccess::new(backend.clone());
+    let edit: Arc<dyn Tool> = Arc::new(EditFileTool::new(ctx.clone()));
     let barrier = Arc::new(tokio::sync::Barrier::new(AGENTS));
 
     let mut handles = Vec::new();
     for agent in 0..AGENTS {
-        let (ctx, edit, barrier) = (ctx.clone(), edit.clone(), barrier.clone());
+        let (edit, barrier) = (edit.clone(), barrier.clone());
         handles.push(tokio::spawn(async move {
             let mut value = 0usize;
             let mut tally = Tally::default();
@@ -50,15 +50,19 @@ async fn ten_agents(backend: Arc<dyn Backend>) -> Tally {
                     "old_string": format!("[agent-{agent}={value}]"),
                     "new_string": format!("[agent-{agent}={}]", value + 1),
                 });
-                let out = edit.call(args, &ctx).await;
+                let out = edit.call(args, &ToolContext::detached("call_1")).await.unwrap();
                 if !out.is_error {
                     value += 1;
                     tally.successes += 1;
-                    tally.reapplied += usize::from(out.content.contains("changed by someone else meanwhile"));
-                } else if out.content.starts_with("Error: conflict: ") {
+                    tally.reapplied +=
+                        usize::from(out.text_content().contains("changed by someone else meanwhile"));
+                } else if out.text_content().starts_with("Error: conflict: ") {
                     tally.conflicts += 1;
                 } else {
-                    panic!("agent {agent}: neither success nor conflict: {}", out.content);
+                    panic!(
+                        "agent {agent}: neither success nor conflict: {}",
+                        out.text_content()
+                    );
                 }
             }
             (value, tally)
@@ -85,7 +89,7 @@ async fn ten_agents(backend: Arc<dyn Backend>) -> Tally {
     let barrier = Arc::new(tokio::sync::Barrier::new(AGENTS));
     let mut handles = Vec::new();
     for agent in 0..AGENTS {
-        let (ctx, edit, barrier) = (ctx.clone(), edit.clone(), barrier.clone());
+        let (edit, barrier) = (edit.clone(), barrier.clone());
         handles.push(tokio::spawn(async move {
             barrier.wait().await;
             let args = json!({
@@ -93,7 +97,7 @@ async fn ten_agents(backend: Arc<dyn Backend>) -> Tally {
                 "old_string": "[shared=0]",
                 "new_string": format!("[shared=agent-{agent}]"),
             });
-            edit.call(args, &ctx).await
+            edit.call(args, &ToolContext::detached("call_1")).await.unwrap()
         }));
     }
     let mut winners = Vec::new();
@@ -103,12 +107,12 @@ async fn ten_agents(backend: Arc<dyn Backend>) -> Tally {
             winners.push(agent);
         } else {
             assert!(
-                out.content.starts_with("Error: conflict: ")
+                out.text_content().starts_with("Error: conflict: ")
                     || out
-                        .content
+                        .text_content()
                         .starts_with("Error: old_string was not found in /shared/board.txt."),
                 "agent {agent}: {}",
-                out.content
+                out.text_content()
             );
         }
     }

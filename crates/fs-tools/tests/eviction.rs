@@ -10,7 +10,10 @@ use common::{content, fill, show};
 use insta::assert_snapshot;
 use serde_json::{Value, json};
 use trellis_backend::{Backend, StateBackend};
-use trellis_fs_tools::{EvictLargeOutput, Limits, LsTool, Tool, ToolContext, ToolOutput, evict_large_output};
+use trellis_fs_tools::{
+    EvictLargeOutput, FileAccess, Limits, LsTool, Tool, ToolContext, ToolError, ToolOutput,
+    evict_large_output,
+};
 
 /// A tool that returns `lines` numbered lines (an error when `fail` is set).
 #[derive(Debug)]
@@ -28,39 +31,50 @@ impl Tool for Dump {
         static SCHEMA: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
         SCHEMA.get_or_init(|| json!({"type": "object"}))
     }
-    async fn call(&self, args: Value, _ctx: &ToolContext) -> ToolOutput {
+    async fn call(&self, args: Value, _cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let lines = args["lines"].as_u64().unwrap_or(0);
         let text: String = (1..=lines)
             .map(|i| format!("record {i:05} {}\n", "x".repeat(20)))
             .collect();
         if args["fail"].as_bool() == Some(true) {
-            ToolOutput::error(text).with_structured(json!({"lines": lines}))
+            Ok(ToolOutput::error(text).with_structured(json!({"lines": lines})))
         } else {
-            ToolOutput::text(text)
+            Ok(ToolOutput::text(text))
         }
     }
 }
 
-fn ctx(backend: Arc<dyn Backend>) -> ToolContext {
+fn ctx(backend: Arc<dyn Backend>) -> FileAccess {
     let mut limits = Limits::default();
     limits.evict_over_chars = Some(1_000);
-    ToolContext::new(backend).with_limits(limits)
+    FileAccess::new(backend).with_limits(limits)
 }
 
 #[tokio::test]
 async fn large_results_are_saved_and_previewed() {
     let backend = Arc::new(StateBackend::new());
-    let tool = EvictLargeOutput::new(Arc::new(Dump));
+    let ctx = ctx(backend.clone());
+    let tool = EvictLargeOutput::new(Arc::new(Dump), ctx.clone());
     assert_eq!(tool.name(), "dump");
     assert!(tool.bounds_own_output());
-    let ctx = ctx(backend.clone()).for_call("toolu_01/abc.def");
+    let call = ToolContext::detached("toolu_01/abc.def");
 
-    let small = tool.call(json!({"lines": 3}), &ctx).await;
-    assert_eq!(small.content, Dump.call(json!({"lines": 3}), &ctx).await.content);
+    let small = tool.call(json!({"lines": 3}), &call).await.unwrap();
+    assert_eq!(
+        small.text_content(),
+        Dump.call(json!({"lines": 3}), &call)
+            .await
+            .unwrap()
+            .text_content()
+    );
     assert!(backend.is_empty());
 
-    let full = Dump.call(json!({"lines": 100}), &ctx).await.content;
-    let out = tool.call(json!({"lines": 100}), &ctx).await;
+    let full = Dump
+        .call(json!({"lines": 100}), &call)
+        .await
+        .unwrap()
+        .text_content();
+    let out = tool.call(json!({"lines": 100}), &call).await.unwrap();
     assert!(!out.is_error);
     assert_snapshot!("evicted", show(&out));
     assert_eq!(
@@ -76,7 +90,7 @@ async fn large_results_are_saved_and_previewed() {
     )
     .await;
     assert_eq!(
-        read.content,
+        read.text_content(),
         format!(
             "[lines 6-7 of 100; next offset: 7]\n6\trecord 00006 {x}\n7\trecord 00007 {x}",
             x = "x".repeat(20)
@@ -88,19 +102,26 @@ async fn large_results_are_saved_and_previewed() {
 async fn errors_keep_their_flag_and_structured_content() {
     let backend = Arc::new(StateBackend::new());
     let ctx = ctx(backend.clone());
-    let out = Dump.call(json!({"lines": 100, "fail": true}), &ctx).await;
-    let out = evict_large_output(&Dump, out, &ctx).await;
+    let out = Dump
+        .call(
+            json!({"lines": 100, "fail": true}),
+            &ToolContext::detached("call_1"),
+        )
+        .await
+        .unwrap();
+    let out = evict_large_output(&Dump, out, &ctx, "").await;
     assert!(out.is_error);
     assert_eq!(out.structured, Some(json!({"lines": 100})));
     assert!(
-        out.content.starts_with("Error: [This result has 3407 characters"),
+        out.text_content()
+            .starts_with("Error: [This result has 3407 characters"),
         "{}",
-        out.content
+        out.text_content()
     );
     assert!(
-        out.content.contains("\n1\tError: record 00001"),
+        out.text_content().contains("\n1\tError: record 00001"),
         "{}",
-        out.content
+        out.text_content()
     );
     // Without a call id, a unique id is generated.
     let saved = backend
@@ -125,10 +146,16 @@ async fn tools_that_bound_their_output_and_disabled_eviction_pass_through() {
     let files: Vec<(&str, Vec<u8>)> = files.iter().map(|(p, d)| (p.as_str(), d.clone())).collect();
     fill(backend.as_ref(), &files).await;
     let ctx = ctx(backend.clone());
-    let ls = EvictLargeOutput::new(Arc::new(LsTool::new()));
-    let out = ls.call(json!({"path": "/d"}), &ctx).await;
-    assert!(out.content.chars().count() > 1_000);
-    assert!(out.content.starts_with("/d/file-with-a-long-name-0000.txt\n"));
+    let ls = EvictLargeOutput::new(Arc::new(LsTool::new(ctx.clone())), ctx.clone());
+    let out = ls
+        .call(json!({"path": "/d"}), &ToolContext::detached("call_1"))
+        .await
+        .unwrap();
+    assert!(out.text_content().chars().count() > 1_000);
+    assert!(
+        out.text_content()
+            .starts_with("/d/file-with-a-long-name-0000.txt\n")
+    );
     assert!(
         backend
             .list_files(&"/large_tool_results".parse().unwrap(), 10)
@@ -141,10 +168,11 @@ async fn tools_that_bound_their_output_and_disabled_eviction_pass_through() {
     let mut limits = ctx.limits.clone();
     limits.evict_over_chars = None;
     let off = ctx.clone().with_limits(limits);
-    let out = EvictLargeOutput::new(Arc::new(Dump))
-        .call(json!({"lines": 100}), &off)
-        .await;
-    assert_eq!(out.content.lines().count(), 100);
+    let out = EvictLargeOutput::new(Arc::new(Dump), off)
+        .call(json!({"lines": 100}), &ToolContext::detached("call_1"))
+        .await
+        .unwrap();
+    assert_eq!(out.text_content().lines().count(), 100);
 }
 
 #[tokio::test]
@@ -159,10 +187,11 @@ async fn a_failed_save_still_returns_a_bounded_preview() {
     .await;
     // Permission rules do not apply to the harness's own write.
     let rules = Permissions::new(vec![PermissionRule::deny("/**", &[Access::Write]).unwrap()]);
-    let ctx = ctx(backend.clone()).with_permissions(rules).for_call("c1");
-    let out = EvictLargeOutput::new(Arc::new(Dump))
-        .call(json!({"lines": 100}), &ctx)
-        .await;
+    let ctx = ctx(backend.clone()).with_permissions(rules);
+    let out = EvictLargeOutput::new(Arc::new(Dump), ctx)
+        .call(json!({"lines": 100}), &ToolContext::detached("c1"))
+        .await
+        .unwrap();
     assert_snapshot!("evicted_save_failed", show(&out));
-    assert!(out.content.chars().count() < 1_000);
+    assert!(out.text_content().chars().count() < 1_000);
 }

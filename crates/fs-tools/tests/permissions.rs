@@ -14,7 +14,7 @@ use trellis_backend::{
     Backend, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery, ReadOutput,
     Result, StateBackend, VirtualPath, WriteMode, WriteOutcome,
 };
-use trellis_fs_tools::{Access, PermissionRule, Permissions, ToolContext, ToolOutput};
+use trellis_fs_tools::{Access, FileAccess, PermissionRule, Permissions, ToolOutput};
 
 /// A backend that records every path it is asked about.
 #[derive(Debug)]
@@ -74,7 +74,7 @@ impl Backend for Recording {
 
 const SECRET: &str = "TOKEN=hunter2";
 
-async fn setup(rules: Vec<PermissionRule>) -> (Arc<Recording>, ToolContext) {
+async fn setup(rules: Vec<PermissionRule>) -> (Arc<Recording>, FileAccess) {
     let inner = StateBackend::new();
     fill(
         &inner,
@@ -91,7 +91,7 @@ async fn setup(rules: Vec<PermissionRule>) -> (Arc<Recording>, ToolContext) {
         inner,
         seen: Mutex::new(Vec::new()),
     });
-    let ctx = ToolContext::new(backend.clone()).with_permissions(Permissions::new(rules));
+    let ctx = FileAccess::new(backend.clone()).with_permissions(Permissions::new(rules));
     (backend, ctx)
 }
 
@@ -105,7 +105,7 @@ fn deny_secrets() -> Vec<PermissionRule> {
 fn assert_denied(out: &ToolOutput, access: &str, path: &str) {
     assert!(out.is_error, "{out:?}");
     assert_eq!(
-        out.content,
+        out.text_content(),
         format!("Error: permission denied: {access} access to {path} is not allowed."),
         "{out:?}"
     );
@@ -218,9 +218,9 @@ async fn exact_path_tools_refuse_before_touching_the_backend() {
 async fn listings_and_searches_hide_denied_paths() {
     let (_, ctx) = setup(deny_secrets()).await;
     let ls = call(&ctx, "ls", json!({})).await;
-    assert_eq!(ls.content, "/public/");
+    assert_eq!(ls.text_content(), "/public/");
     let ls = call(&ctx, "ls", json!({"path": "/public"})).await;
-    assert_eq!(ls.content, "/public/readme.txt");
+    assert_eq!(ls.text_content(), "/public/readme.txt");
     for pattern in [
         "*",
         "**/*",
@@ -235,28 +235,28 @@ async fn listings_and_searches_hide_denied_paths() {
         assert!(!out.is_error, "{out:?}");
         let nothing = format!("No files match {pattern:?} under /.");
         assert!(
-            out.content == nothing || out.content.lines().all(|l| l == "/public/readme.txt"),
+            out.text_content() == nothing || out.text_content().lines().all(|l| l == "/public/readme.txt"),
             "{pattern}: {}",
-            out.content
+            out.text_content()
         );
     }
     let out = call(&ctx, "glob", json!({"pattern": "*"})).await;
-    assert_eq!(out.content, "/public/readme.txt");
+    assert_eq!(out.text_content(), "/public/readme.txt");
     for mode in ["files_with_matches", "content", "count"] {
         let out = call(&ctx, "grep", json!({"pattern": "TOKEN", "output_mode": mode})).await;
         assert!(!out.is_error, "{out:?}");
-        assert!(out.content.starts_with("/public/readme.txt"), "{out:?}");
+        assert!(out.text_content().starts_with("/public/readme.txt"), "{out:?}");
         assert!(
-            !out.content.contains("hunter2") && !out.content.contains(".pem"),
+            !out.text_content().contains("hunter2") && !out.text_content().contains(".pem"),
             "{out:?}"
         );
-        assert!(!out.content.contains("/secrets/"), "{out:?}");
+        assert!(!out.text_content().contains("/secrets/"), "{out:?}");
     }
     // A search whose only matches are denied looks exactly like one with no matches.
     let out = call(&ctx, "grep", json!({"pattern": "hunter2"})).await;
-    assert_eq!(out.content, "No matches for \"hunter2\" under /.");
+    assert_eq!(out.text_content(), "No matches for \"hunter2\" under /.");
     let out = call(&ctx, "grep", json!({"pattern": "hunter2", "glob": "*.pem"})).await;
-    assert_eq!(out.content, "No matches for \"hunter2\" under /.");
+    assert_eq!(out.text_content(), "No matches for \"hunter2\" under /.");
 }
 
 #[tokio::test]
@@ -273,7 +273,7 @@ async fn first_matching_rule_wins_and_operations_are_separate() {
     )
     .await;
     let out = call(&ctx, "read_file", json!({"file_path": "/secrets/shared/ok.txt"})).await;
-    assert_eq!(out.content, "[line 1 of 1]\n1\tshared");
+    assert_eq!(out.text_content(), "[line 1 of 1]\n1\tshared");
     // The allow rule covers reads only: writing there falls through to the deny rule.
     let out = call(
         &ctx,
@@ -297,7 +297,7 @@ async fn first_matching_rule_wins_and_operations_are_separate() {
     let out = call(&ctx, "ls", json!({"path": "/secrets"})).await;
     assert_denied(&out, "read", "/secrets");
     let out = call(&ctx, "glob", json!({"pattern": "**/*.txt"})).await;
-    assert_eq!(out.content, "/public/readme.txt\n/secrets/shared/ok.txt");
+    assert_eq!(out.text_content(), "/public/readme.txt\n/secrets/shared/ok.txt");
     assert_eq!(
         content(backend.as_ref(), "/public/readme.txt").await.as_deref(),
         Some("TOKEN= goes in /secrets\n")

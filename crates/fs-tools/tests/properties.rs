@@ -10,7 +10,7 @@ use common::{content, fill, fixture_files};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 use trellis_backend::StateBackend;
-use trellis_fs_tools::{EditFileTool, Limits, ReadFileTool, Tool, ToolContext, file_tools};
+use trellis_fs_tools::{EditFileTool, FileAccess, Limits, ReadFileTool, Tool, ToolContext, file_tools};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -31,9 +31,9 @@ proptest! {
         runtime().block_on(async {
             let backend = Arc::new(StateBackend::new());
             fill(backend.as_ref(), &[("/f.txt", text.clone().into_bytes())]).await;
-            let ctx = ToolContext::new(backend.clone());
+            let ctx = FileAccess::new(backend.clone());
             let args = json!({"file_path": "/f.txt", "old_string": old, "new_string": new, "replace_all": true});
-            let out = EditFileTool::new().call(args, &ctx).await;
+            let out = EditFileTool::new(ctx.clone()).call(args, &ToolContext::detached("call_1")).await.unwrap();
             let after = content(backend.as_ref(), "/f.txt").await.unwrap();
             if old != new && text.contains(old.as_str()) {
                 prop_assert!(!out.is_error, "{:?}", out);
@@ -55,9 +55,9 @@ proptest! {
         runtime().block_on(async {
             let backend = Arc::new(StateBackend::new());
             fill(backend.as_ref(), &[("/f.txt", text.clone().into_bytes())]).await;
-            let ctx = ToolContext::new(backend.clone());
+            let ctx = FileAccess::new(backend.clone());
             let args = json!({"file_path": "/f.txt", "old_string": old, "new_string": new});
-            let out = EditFileTool::new().call(args, &ctx).await;
+            let out = EditFileTool::new(ctx.clone()).call(args, &ToolContext::detached("call_1")).await.unwrap();
             let after = content(backend.as_ref(), "/f.txt").await.unwrap();
             if text.matches(old.as_str()).count() == 1 {
                 prop_assert!(!out.is_error, "{:?}", out);
@@ -92,19 +92,20 @@ proptest! {
             let mut limits = Limits::default();
             limits.output_chars = 2_000;
             limits.line_chunk_chars = 50;
-            let ctx = ToolContext::new(backend).with_limits(limits);
-            let read = ReadFileTool::new();
+            let ctx = FileAccess::new(backend).with_limits(limits);
+            let read = ReadFileTool::new(ctx.clone());
             let mut seen: Vec<(usize, String)> = Vec::new();
             let mut offset = 0u64;
             for _ in 0..200 {
-                let out = read.call(json!({"file_path": "/f.txt", "offset": offset, "limit": limit}), &ctx).await;
+                let out = read.call(json!({"file_path": "/f.txt", "offset": offset, "limit": limit}), &ToolContext::detached("call_1")).await.unwrap();
                 prop_assert!(!out.is_error, "{:?}", out);
                 if expected.is_empty() {
-                    prop_assert_eq!(out.content, "[/f.txt is empty]");
+                    prop_assert_eq!(out.text_content(), "[/f.txt is empty]");
                     return Ok(());
                 }
-                prop_assert!(out.content.chars().count() <= 2_000, "over budget: {}", out.content.len());
-                let (header, body) = out.content.split_once('\n').unwrap_or((out.content.as_str(), ""));
+                prop_assert!(out.text_content().chars().count() <= 2_000, "over budget: {}", out.text_content().len());
+                let text = out.text_content();
+                let (header, body) = text.split_once('\n').unwrap_or((text.as_str(), ""));
                 for row in body.split('\n') {
                     let (marker, piece) = row.split_once('\t').unwrap();
                     let marker = marker.trim_start();
@@ -208,11 +209,11 @@ proptest! {
         runtime().block_on(async {
             let backend = Arc::new(StateBackend::new());
             fill(backend.as_ref(), &fixture_files()).await;
-            let ctx = ToolContext::new(backend);
-            for tool in file_tools() {
-                let out = tool.call(args.clone(), &ctx).await;
-                prop_assert!(!out.content.is_empty(), "{} gave no text", tool.name());
-                prop_assert_eq!(out.is_error, out.content.starts_with("Error: "), "{}: {:?}", tool.name(), out);
+            let ctx = FileAccess::new(backend);
+            for tool in file_tools(ctx.clone()) {
+                let out = tool.call(args.clone(), &ToolContext::detached("call_1")).await.unwrap();
+                prop_assert!(!out.text_content().is_empty(), "{} gave no text", tool.name());
+                prop_assert_eq!(out.is_error, out.text_content().starts_with("Error: "), "{}: {:?}", tool.name(), out);
             }
             Ok(())
         })?;

@@ -9,7 +9,7 @@ use common::{call, content, fill, fixture, show};
 use insta::assert_snapshot;
 use serde_json::json;
 use trellis_backend::StateBackend;
-use trellis_fs_tools::{Limits, ToolContext, file_tools};
+use trellis_fs_tools::{FileAccess, Limits, file_tools};
 
 macro_rules! snap {
     ($name:literal, $ctx:expr, $tool:literal, $args:tt) => {
@@ -19,7 +19,7 @@ macro_rules! snap {
 
 #[test]
 fn tool_specs() {
-    let specs: Vec<String> = file_tools()
+    let specs: Vec<String> = file_tools(FileAccess::new(Arc::new(StateBackend::new())))
         .iter()
         .map(|t| {
             format!(
@@ -50,7 +50,7 @@ async fn ls() {
     fill(backend.as_ref(), &files).await;
     let mut limits = Limits::default();
     limits.max_list_entries = 3;
-    let small = ToolContext::new(backend).with_limits(limits);
+    let small = FileAccess::new(backend).with_limits(limits);
     snap!("ls_capped", small, "ls", {"path": "/many"});
 }
 
@@ -102,12 +102,12 @@ async fn read_file() {
     let mut limits = Limits::default();
     limits.line_chunk_chars = 20;
     limits.output_chars = 2_000;
-    let small = ToolContext::new(backend.clone()).with_limits(limits.clone());
+    let small = FileAccess::new(backend.clone()).with_limits(limits.clone());
     snap!("read_continuation_pieces", small, "read_file", {"file_path": "/wide.txt", "limit": 3});
     snap!("read_budget_cut", small, "read_file", {"file_path": "/many_wide.txt", "offset": 2});
     snap!("read_line_longer_than_budget", small, "read_file", {"file_path": "/huge_line.txt"});
     limits.max_file_bytes = 1_024;
-    let prefix = ToolContext::new(backend).with_limits(limits);
+    let prefix = FileAccess::new(backend).with_limits(limits);
     snap!("read_prefix_of_large_file", prefix, "read_file", {"file_path": "/big.log", "offset": 120, "limit": 5});
     snap!("read_end_of_readable_prefix", prefix, "read_file", {"file_path": "/big.log", "offset": 126});
     snap!("read_beyond_readable_prefix", prefix, "read_file", {"file_path": "/big.log", "offset": 300});
@@ -232,7 +232,7 @@ async fn grep() {
     limits.grep_max_matches = 2;
     limits.grep_line_chars = 30;
     limits.max_file_bytes = 1_024;
-    let small = ToolContext::new(backend).with_limits(limits);
+    let small = FileAccess::new(backend).with_limits(limits);
     snap!("grep_capped", small, "grep", {"pattern": "needle", "output_mode": "content"});
     snap!("grep_long_line_and_large_file", small, "grep", {"pattern": "needle", "path": "/", "glob": "{b,c}.*", "output_mode": "content"});
 }

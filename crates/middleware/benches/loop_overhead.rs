@@ -108,7 +108,7 @@ async fn skills_agent_with(
     n: usize,
     checkpointer: Option<Arc<dyn Checkpointer>>,
 ) -> (Agent, trellis_middleware::skills::SkillsState) {
-    use trellis_backend::{Backend, StateBackend, VirtualPath, WriteMode};
+    use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
     let backend = Arc::new(StateBackend::new());
     for i in 0..n {
         let text = format!(
@@ -144,7 +144,7 @@ async fn skills_agent_with(
 /// Per-call time and bytes written per run with a 5,000-skill catalog saved through
 /// `BackendCheckpointer` (blob threshold `threshold`).
 fn backend_checkpointer_scenario(rt: &tokio::runtime::Runtime, threshold: usize) -> (Duration, u64) {
-    use trellis_backend::{StateBackend, VirtualPath};
+    use trellis_middleware::backend::{StateBackend, VirtualPath};
     let spy = common::Spy::new(Arc::new(StateBackend::new()));
     let checkpointer = BackendCheckpointer::new(spy.clone(), VirtualPath::parse("/threads").unwrap())
         .unwrap()

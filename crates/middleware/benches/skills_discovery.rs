@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use trellis_backend::{
+use trellis_middleware::backend::{
     Backend, ByteRange, FilesystemBackend, ObjectStoreBackend, StoreOptions, VirtualPath, WriteMode,
 };
 use trellis_middleware::skills::{

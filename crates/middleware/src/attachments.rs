@@ -13,18 +13,18 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use crate::backend::{Backend, BackendError, ConflictKind, VirtualPath, WriteMode};
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use trellis_backend::{Backend, BackendError, ConflictKind, VirtualPath, WriteMode};
 
-use crate::context::RunContext;
-use crate::error::AgentError;
-use crate::message::SystemBlock;
-use crate::middleware::{Middleware, Next};
-use crate::model::{ModelRequest, ModelResponse};
-use crate::run::RunInput;
-use crate::state::{Slot, State};
+use crate::runtime::context::RunContext;
+use crate::runtime::error::AgentError;
+use crate::runtime::message::SystemBlock;
+use crate::runtime::middleware::{Middleware, Next};
+use crate::runtime::model::{ModelRequest, ModelResponse};
+use crate::runtime::run::RunInput;
+use crate::runtime::state::{Slot, State};
 
 /// The thread's attached files (public: callers and UIs show them).
 pub static ATTACHMENTS: Slot<Vec<Attachment>> = Slot::public("attachments");

@@ -11,7 +11,8 @@
 //!   unknown/failing/panicking tools answered as errors, clean cancellation, run events;
 //! * threads and checkpoints ([`Checkpointer`], [`InMemoryCheckpointer`], [`BackendCheckpointer`] with
 //!   version-checked writes over any storage backend, object stores included);
-//! * [`FsTool`], which runs the file tools of `trellis-fs-tools` in the loop;
+//! * tools: the one [`Tool`] trait of `trellis-fs-tools` (re-exported as [`tools`]), run by the loop
+//!   with a [`ToolContext`] whose run is a [`RunContext`] ([`ToolContextExt::run`]);
 //! * core middlewares: [`PatchToolCallsMiddleware`], [`ModelRetryMiddleware`],
 //!   [`TokenUsageMiddleware`], [`PromptCachingMiddleware`], [`TodoListMiddleware`].
 //!
@@ -62,65 +63,58 @@
 
 #![warn(missing_docs)]
 
-mod agent;
+/// The tools layer this crate is built on (the one `Tool` trait, the file tools), re-exported for
+/// the layers above.
+pub use trellis_fs_tools as tools;
+/// The storage layer, re-exported for the layers above.
+pub use trellis_fs_tools::backend;
+
 pub mod attachments;
-mod checkpoint;
-mod context;
-mod error;
-mod events;
-mod fs_tool;
-mod hidden_paths;
+mod core_stack;
 pub mod memory;
-mod message;
-mod messages;
-mod middleware;
-mod middlewares;
-mod model;
 pub mod rubric;
-mod run;
-mod scripted;
+mod runtime;
 pub mod skills;
-mod state;
 pub mod subagents;
 pub mod summarization;
-mod tool;
-mod util;
 
-pub use agent::{Agent, AgentBuilder, DEFAULT_MAX_STEPS};
 pub use attachments::{ATTACHMENTS, Attachment, AttachmentStore, AttachmentsMiddleware};
-pub use checkpoint::{
-    BackendCheckpointer, CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointVersion, Checkpointer,
-    DEFAULT_BLOB_THRESHOLD, InMemoryCheckpointer, StoredCheckpoint,
-};
-pub use context::{Extensions, InvalidThreadId, RunContext, ThreadId};
-pub use error::{AgentError, BoxError};
-pub use events::{EventSink, RunEvent};
-pub use fs_tool::FsTool;
-pub use hidden_paths::HiddenPaths;
-pub use memory::{MEMORY, MemoryMiddleware};
-pub use message::{
-    AiMessage, CacheTtl, ContentBlock, HumanMessage, ImageSource, Message, MessageMeta, SystemBlock,
-    SystemMessage, ToolCall, ToolMessage,
-};
-pub use messages::Messages;
-pub use middleware::{AfterAgent, Middleware, Next, ToolNext};
-pub use middlewares::{
+pub use core_stack::{
     FILESYSTEM_SECTION, FilesystemMiddleware, ModelRetryMiddleware, PatchToolCallsMiddleware,
     PromptCachingMiddleware, RetryConfig, TODOS, TOKEN_USAGE, Todo, TodoListMiddleware, TodoStatus,
     TokenUsage, TokenUsageMiddleware, WriteTodosTool,
 };
-pub use model::{
-    ChatModel, ModelCapabilities, ModelError, ModelRequest, ModelResponse, ResponseFormat, StopReason,
-    ToolChoice, ToolSpec, Usage,
-};
+pub use memory::{MEMORY, MemoryMiddleware};
 pub use rubric::{
     CriterionEval, GraderVerdict, RUBRIC, RUBRIC_RESULT, Rubric, RubricEvaluation, RubricMiddleware,
     RubricResult, Verdict,
 };
-pub use run::{RunInput, RunOutput};
-pub use scripted::ScriptedModel;
+pub use runtime::agent::{Agent, AgentBuilder, DEFAULT_MAX_STEPS};
+pub use runtime::checkpoint::{
+    BackendCheckpointer, CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointVersion, Checkpointer,
+    DEFAULT_BLOB_THRESHOLD, InMemoryCheckpointer, StoredCheckpoint,
+};
+pub use runtime::context::{Extensions, InvalidThreadId, RunContext, ThreadId};
+pub use runtime::error::{AgentError, BoxError};
+pub use runtime::events::{EventSink, RunEvent};
+pub use runtime::message::{
+    AiMessage, CacheTtl, ContentBlock, HumanMessage, ImageSource, Message, MessageMeta, SystemBlock,
+    SystemMessage, ToolCall, ToolMessage,
+};
+pub use runtime::message_list::Messages;
+pub use runtime::middleware::{AfterAgent, Middleware, Next, ToolNext};
+pub use runtime::model::{
+    ChatModel, ModelCapabilities, ModelError, ModelRequest, ModelResponse, ResponseFormat, StopReason,
+    ToolChoice, ToolSpec, Usage,
+};
+pub use runtime::run::{RunInput, RunOutput};
+pub use runtime::scripted_model::ScriptedModel;
+pub use runtime::state::{PublicState, Slot, SlotValue, Slots, State, StateError, StateUpdates};
+pub use runtime::tools::ToolContextExt;
 pub use skills::{BoundTools, SkillSource, SkillsMiddleware, ToolResolver};
-pub use state::{PublicState, Slot, SlotValue, State, StateError, StateUpdates};
 pub use subagents::{SubAgent, SubAgentMiddleware};
 pub use summarization::{SummarizationConfig, SummarizationMiddleware, Threshold};
-pub use tool::{AgentTool, FnTool, ToolContext, ToolError, ToolOutput, parse_args, tool_schema};
+pub use tools::{
+    DetachedRun, FnTool, HiddenPaths, Tool, ToolContext, ToolError, ToolOutput, ToolRun, UserIdentity,
+    parameters_schema, parameters_schema as tool_schema, parse_args,
+};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::json;
-use trellis_backend::{Backend, FilesystemBackend};
+use trellis_middleware::backend::{Backend, FilesystemBackend};
 use trellis_middleware::skills::render::{self, RenderOptions};
 use trellis_middleware::skills::{DiscoveryOptions, IssueCode, SearchSkillsTool, discover};
 use trellis_middleware::*;
@@ -83,7 +83,7 @@ async fn hundred_thousand_skill_directories_load_within_the_budget() {
         .await
         .unwrap();
     let searched = started.elapsed();
-    let text: String = out.content.iter().filter_map(ContentBlock::as_text).collect();
+    let text = out.text_content();
     assert!(text.starts_with(&format!("- {target}:")), "{text}");
 
     let started = Instant::now();

@@ -24,10 +24,10 @@ use std::sync::Arc;
 
 use adversarial_skills_common::*;
 use serde_json::{Value, json};
-use trellis_backend::{Backend, FilesystemBackend};
-use trellis_fs_tools::ToolContext as FsContext;
+use trellis_middleware::backend::{Backend, FilesystemBackend};
 use trellis_middleware::skills::validate;
 use trellis_middleware::skills::{DiscoveryOptions, IssueCode, discover};
+use trellis_middleware::tools::{FileAccess, ToolContext};
 use trellis_middleware::*;
 
 // --------------------------------------------------------------- 1. alias bombs and deep nesting
@@ -240,42 +240,48 @@ async fn non_utf8_names_and_bytes_are_skipped_or_reported() {
         "the unnameable directory is never a candidate"
     );
 
-    let context = FsContext::new(backend);
-    let tools = trellis_fs_tools::file_tools();
+    let tools = trellis_middleware::tools::file_tools(FileAccess::new(backend));
     let call = |name: &str, args: Value| {
         let tool = tools.iter().find(|t| t.name() == name).unwrap().clone();
-        let context = context.clone();
-        async move { tool.call(args, &context).await }
+        async move { tool.call(args, &ToolContext::detached("call_1")).await.unwrap() }
     };
     let read = call("read_file", json!({"file_path": "/skills/binary-body/SKILL.md"})).await;
-    assert!(read.content.contains("binary file"), "{}", read.content);
+    assert!(
+        read.text_content().contains("binary file"),
+        "{}",
+        read.text_content()
+    );
     let ls = call("ls", json!({"path": "/skills/good"})).await;
     assert!(
-        !ls.is_error && ls.content.contains("notes.txt") && ls.content.contains("blob.bin"),
+        !ls.is_error && ls.text_content().contains("notes.txt") && ls.text_content().contains("blob.bin"),
         "{}",
-        ls.content
+        ls.text_content()
     );
     assert!(
-        !ls.content.contains("needle-"),
+        !ls.text_content().contains("needle-"),
         "the non-UTF-8 name is left out: {}",
-        ls.content
+        ls.text_content()
     );
     let glob = call("glob", json!({"pattern": "**"})).await;
     assert!(
-        !glob.is_error && glob.content.contains("notes.txt"),
+        !glob.is_error && glob.text_content().contains("notes.txt"),
         "{}",
-        glob.content
+        glob.text_content()
     );
     let grep = call(
         "grep",
         json!({"pattern": "needle", "path": "/skills", "output_mode": "content"}),
     )
     .await;
-    assert!(!grep.is_error, "{}", grep.content);
-    assert!(grep.content.contains("notes.txt"), "{}", grep.content);
+    assert!(!grep.is_error, "{}", grep.text_content());
     assert!(
-        !grep.content.contains("blob.bin:"),
+        grep.text_content().contains("notes.txt"),
+        "{}",
+        grep.text_content()
+    );
+    assert!(
+        !grep.text_content().contains("blob.bin:"),
         "binary files are not searched: {}",
-        grep.content
+        grep.text_content()
     );
 }

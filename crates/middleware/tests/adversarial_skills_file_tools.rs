@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use adversarial_skills_common::*;
 use serde_json::{Value, json};
-use trellis_backend::{Backend, BackendExt, FilesystemBackend, StateBackend};
-use trellis_fs_tools::ToolContext as FsContext;
+use trellis_middleware::backend::{Backend, BackendExt, FilesystemBackend, StateBackend};
 use trellis_middleware::skills::{RolesFromMetadata, Viewer};
+use trellis_middleware::tools::{FileAccess, ToolContext};
 use trellis_middleware::*;
 
 mod common;
@@ -38,8 +38,8 @@ async fn file_tools_refuse_traversal_encoded_and_linked_paths() {
     write(&root, "skills/good/SKILL.md", skill_md("good", "Fine."));
     std::os::unix::fs::symlink(&outside, root.join("skills/escape")).unwrap();
     let backend: Arc<dyn Backend> = Arc::new(FilesystemBackend::new(&root).unwrap());
-    let context = FsContext::new(backend);
-    let tools = trellis_fs_tools::file_tools();
+    let tools = trellis_middleware::tools::file_tools(FileAccess::new(backend));
+    let context = ToolContext::detached("call_1");
     let tool = |name: &str| tools.iter().find(|t| t.name() == name).unwrap().clone();
 
     let hostile = [
@@ -70,26 +70,34 @@ async fn file_tools_refuse_traversal_encoded_and_linked_paths() {
             ("delete", json!({"file_path": path})),
         ];
         for (name, args) in calls {
-            let out = tool(name).call(args, &context).await;
-            assert!(out.is_error, "{name} {path:?} was not refused: {}", out.content);
+            let out = tool(name).call(args, &context).await.unwrap();
             assert!(
-                !out.content.contains("TOP-SECRET"),
+                out.is_error,
+                "{name} {path:?} was not refused: {}",
+                out.text_content()
+            );
+            assert!(
+                !out.text_content().contains("TOP-SECRET"),
                 "{name} {path:?}: {}",
-                out.content
+                out.text_content()
             );
         }
     }
     // Searches from the root do not follow the link out.
     let grep = tool("grep")
         .call(json!({"pattern": "TOP-SECRET"}), &context)
-        .await;
+        .await
+        .unwrap();
     assert!(
-        !grep.content.contains("outside") && !grep.content.contains("TOP-SECRET:"),
+        !grep.text_content().contains("outside") && !grep.text_content().contains("TOP-SECRET:"),
         "{}",
-        grep.content
+        grep.text_content()
     );
-    let glob = tool("glob").call(json!({"pattern": "**/*.txt"}), &context).await;
-    assert!(!glob.content.contains("secret"), "{}", glob.content);
+    let glob = tool("glob")
+        .call(json!({"pattern": "**/*.txt"}), &context)
+        .await
+        .unwrap();
+    assert!(!glob.text_content().contains("secret"), "{}", glob.text_content());
     assert_eq!(
         std::fs::read_to_string(outside.join("secret.txt")).unwrap(),
         "TOP-SECRET"
@@ -254,7 +262,9 @@ async fn hidden_skills_stay_hidden_from_subagents() {
     );
     let child = SubAgent::new("scout", "Looks around.")
         .model(child_model.clone())
-        .tools(FsTool::all(FsContext::new(backend.clone())));
+        .tools(trellis_middleware::tools::file_tools(FileAccess::new(
+            backend.clone(),
+        )));
     let parent = Arc::new(
         ScriptedModel::new()
             .then_tool_calls([ToolCall::new(

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use adversarial_skills_common::*;
 use serde_json::json;
-use trellis_backend::{Backend, StateBackend};
+use trellis_middleware::backend::{Backend, StateBackend};
 use trellis_middleware::skills::render::{self, RenderOptions};
 use trellis_middleware::skills::{IssueCode, SearchSkillsTool};
 use trellis_middleware::*;
@@ -159,7 +159,7 @@ async fn injected_text_stays_inert_in_the_skills_section_search_and_issues() {
         )
         .await
         .unwrap();
-    let found: String = out.content.iter().filter_map(ContentBlock::as_text).collect();
+    let found = out.text_content();
     assert!(
         found.contains("closing-tags") && found.contains("odd-path"),
         "{found}"
@@ -278,9 +278,10 @@ async fn hostile_storage_error_text_is_escaped_in_the_warnings_block() {
         .unwrap()
         .as_nanos();
     let run = format!("adversarial-skills-{}-{nanos}", std::process::id());
-    let options = trellis_backend::StoreOptions::s3_compatible(&endpoint, "test", "test");
+    let options = trellis_middleware::backend::StoreOptions::s3_compatible(&endpoint, "test", "test");
     let backend: Arc<dyn Backend> = Arc::new(
-        trellis_backend::ObjectStoreBackend::from_url(&format!("s3://{bucket}/{run}"), &options).unwrap(),
+        trellis_middleware::backend::ObjectStoreBackend::from_url(&format!("s3://{bucket}/{run}"), &options)
+            .unwrap(),
     );
     put(
         backend.as_ref(),

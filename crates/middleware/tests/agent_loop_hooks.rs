@@ -137,7 +137,7 @@ impl Middleware for Gate {
     fn name(&self) -> &str {
         "gate"
     }
-    fn tools(&self) -> Vec<Arc<dyn AgentTool>> {
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
         vec![Arc::new(FnTool::new(
             "unlock",
             "unlock",
@@ -145,11 +145,7 @@ impl Middleware for Gate {
             |_| async move { Ok(ToolOutput::text("unlocked").with_update(&UNLOCKED, true)) },
         ))]
     }
-    async fn request_tools(
-        &self,
-        state: &State,
-        _cx: &RunContext,
-    ) -> Result<Vec<Arc<dyn AgentTool>>, AgentError> {
+    async fn request_tools(&self, state: &State, _cx: &RunContext) -> Result<Vec<Arc<dyn Tool>>, AgentError> {
         if state.get(&UNLOCKED)?.copied().unwrap_or(false) {
             Ok(vec![Arc::new(FnTool::new(
                 "secret",

@@ -26,15 +26,15 @@ struct Rendezvous {
 }
 
 #[async_trait]
-impl AgentTool for Rendezvous {
+impl Tool for Rendezvous {
     fn name(&self) -> &str {
         "rendezvous"
     }
     fn description(&self) -> &str {
         "test"
     }
-    fn parameters(&self) -> Value {
-        json!({"type": "object"})
+    fn parameters(&self) -> &Value {
+        any_args()
     }
     async fn call(&self, args: Value, _cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let id = args["id"].as_str().unwrap().to_owned();
@@ -216,15 +216,15 @@ struct Hang {
 }
 
 #[async_trait]
-impl AgentTool for Hang {
+impl Tool for Hang {
     fn name(&self) -> &str {
         "hang"
     }
     fn description(&self) -> &str {
         "never returns"
     }
-    fn parameters(&self) -> Value {
-        json!({"type": "object"})
+    fn parameters(&self) -> &Value {
+        any_args()
     }
     async fn call(&self, _args: Value, _cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let _flag = DropFlag(self.dropped.clone());
@@ -329,12 +329,12 @@ async fn invalid_arguments_reach_the_model_as_errors() {
     );
 }
 
-/// A file-tool-crate tool that reports the context it was called with.
+/// A tool that reports the context it was called with.
 #[derive(Debug)]
 struct WhoAmI(Value);
 
 #[async_trait]
-impl trellis_fs_tools::Tool for WhoAmI {
+impl trellis_middleware::tools::Tool for WhoAmI {
     fn name(&self) -> &str {
         "whoami"
     }
@@ -344,20 +344,20 @@ impl trellis_fs_tools::Tool for WhoAmI {
     fn parameters(&self) -> &Value {
         &self.0
     }
-    async fn call(&self, _args: Value, ctx: &trellis_fs_tools::ToolContext) -> trellis_fs_tools::ToolOutput {
-        trellis_fs_tools::ToolOutput::text(format!(
+    async fn call(&self, _args: Value, cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text(format!(
             "thread={} user={} call={}",
-            ctx.thread_id.as_deref().unwrap_or("-"),
-            ctx.user.as_ref().map_or("-", |u| u.user_id.as_str()),
-            ctx.call_id.as_deref().unwrap_or("-"),
-        ))
+            cx.thread_id(),
+            cx.user().map_or("-", |u| u.user_id.as_str()),
+            cx.call_id(),
+        )))
     }
 }
 
 #[tokio::test]
 async fn file_tools_run_in_the_loop_with_the_run_context() {
-    let backend = Arc::new(trellis_backend::StateBackend::new());
-    let context = trellis_fs_tools::ToolContext::new(backend.clone());
+    let backend = Arc::new(trellis_middleware::backend::StateBackend::new());
+    let files = trellis_middleware::tools::FileAccess::new(backend.clone());
     let model = Arc::new(
         ScriptedModel::new()
             .then_tool_calls([call(
@@ -372,11 +372,8 @@ async fn file_tools_run_in_the_loop_with_the_run_context() {
             ])
             .then_text("done"),
     );
-    let mut builder = Agent::builder(model.clone()).tool(FsTool::new(
-        Arc::new(WhoAmI(json!({"type": "object"}))),
-        context.clone(),
-    ));
-    for tool in FsTool::all(context) {
+    let mut builder = Agent::builder(model.clone()).tool(WhoAmI(json!({"type": "object"})));
+    for tool in trellis_middleware::tools::file_tools(files) {
         builder = builder.tool_arc(tool);
     }
     let agent = builder.build().unwrap();
@@ -384,7 +381,7 @@ async fn file_tools_run_in_the_loop_with_the_run_context() {
         .run(
             RunInput::human("take notes")
                 .thread(ThreadId::new("fs-thread").unwrap())
-                .extension(trellis_fs_tools::UserIdentity::new("ada")),
+                .extension(trellis_middleware::tools::UserIdentity::new("ada")),
         )
         .await
         .unwrap();
@@ -401,4 +398,10 @@ async fn file_tools_run_in_the_loop_with_the_run_context() {
         names.contains(&"read_file") && names.contains(&"grep"),
         "{names:?}"
     );
+}
+
+/// `{"type": "object"}`, for test tools that take any arguments.
+fn any_args() -> &'static Value {
+    static SCHEMA: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| json!({"type": "object"}));
+    &SCHEMA
 }

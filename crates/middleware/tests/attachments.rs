@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use common::*;
 use serde_json::json;
-use trellis_backend::{BackendExt, StateBackend, VirtualPath};
 use trellis_middleware::attachments::{AttachmentError, NEW_ATTACHMENTS, Upload};
+use trellis_middleware::backend::{BackendExt, StateBackend, VirtualPath};
 use trellis_middleware::*;
 
 fn section(req: &ModelRequest) -> Option<&SystemBlock> {

@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use common::{Spy, SpyOp};
 use serde_json::{Value, json};
-use trellis_backend::{
+use trellis_middleware::backend::{
     Backend, BackendError, BackendExt, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath, WriteMode,
 };
 use trellis_middleware::*;

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use common::*;
 use serde_json::json;
 use tokio::sync::Barrier;
-use trellis_backend::{Backend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath};
+use trellis_middleware::backend::{Backend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath};
 use trellis_middleware::*;
 
 static PUBLIC: Slot<Vec<String>> = Slot::public("notes");
@@ -324,7 +324,7 @@ async fn state_backend_layout_is_one_json_file_per_thread() {
     .unwrap();
     let path = cp.path(&thread).unwrap();
     assert_eq!(path.as_str(), "/threads/layout/checkpoint.json");
-    let bytes = trellis_backend::BackendExt::read_bytes(&backend, &path)
+    let bytes = trellis_middleware::backend::BackendExt::read_bytes(&backend, &path)
         .await
         .unwrap();
     let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
@@ -335,11 +335,11 @@ async fn state_backend_layout_is_one_json_file_per_thread() {
     // A checkpoint from a newer format is refused, not misread.
     let mut newer = json.clone();
     newer["format"] = json!(99);
-    trellis_backend::Backend::write(
+    trellis_middleware::backend::Backend::write(
         &backend,
         &path,
         serde_json::to_vec(&newer).unwrap().into(),
-        trellis_backend::WriteMode::Overwrite,
+        trellis_middleware::backend::WriteMode::Overwrite,
     )
     .await
     .unwrap();

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use trellis_backend::{Backend, BackendExt, StateBackend, VirtualPath};
+use trellis_middleware::backend::{Backend, BackendExt, StateBackend, VirtualPath};
 use trellis_middleware::*;
 
 fn call(id: &str, name: &str, args: serde_json::Value) -> ToolCall {
@@ -100,7 +100,7 @@ async fn large_results_of_other_tools_are_saved_and_previewed() {
         .write(
             &VirtualPath::parse("/data/huge.txt").unwrap(),
             huge.clone().into(),
-            trellis_backend::WriteMode::CreateNew,
+            trellis_middleware::backend::WriteMode::CreateNew,
         )
         .await
         .unwrap();

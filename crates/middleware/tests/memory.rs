@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use serde_json::json;
-use trellis_backend::{
+use trellis_middleware::backend::{
     Backend, BackendExt, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath,
     WriteMode,
 };

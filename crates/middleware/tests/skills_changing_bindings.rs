@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::json;
-use trellis_backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
 use trellis_middleware::*;
 
 mod common;
@@ -20,7 +20,7 @@ const SKILL: &str = "/skills/crm/SKILL.md";
 /// Resolves `crm:tools` to whatever tools it currently holds (the test changes them).
 #[derive(Debug, Default)]
 struct ChangingResolver {
-    tools: Mutex<Vec<Arc<dyn AgentTool>>>,
+    tools: Mutex<Vec<Arc<dyn Tool>>>,
 }
 
 impl ChangingResolver {
@@ -31,7 +31,7 @@ impl ChangingResolver {
 
 #[async_trait]
 impl ToolResolver for ChangingResolver {
-    async fn resolve(&self, label: &str, _cx: &RunContext) -> Vec<Arc<dyn AgentTool>> {
+    async fn resolve(&self, label: &str, _cx: &RunContext) -> Vec<Arc<dyn Tool>> {
         if label == "crm:tools" {
             self.tools.lock().unwrap().clone()
         } else {
@@ -40,7 +40,7 @@ impl ToolResolver for ChangingResolver {
     }
 }
 
-fn echo(name: &str) -> Arc<dyn AgentTool> {
+fn echo(name: &str) -> Arc<dyn Tool> {
     let answer = format!("{name} ran");
     Arc::new(FnTool::new(
         name,
@@ -54,7 +54,7 @@ fn echo(name: &str) -> Arc<dyn AgentTool> {
 }
 
 /// A tool that changes the resolver's tools to `to` when called.
-fn changer(name: &str, resolver: &Arc<ChangingResolver>, to: &'static [&'static str]) -> Arc<dyn AgentTool> {
+fn changer(name: &str, resolver: &Arc<ChangingResolver>, to: &'static [&'static str]) -> Arc<dyn Tool> {
     let resolver = resolver.clone();
     Arc::new(FnTool::new(
         name,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skills_discovery_common::*;
-use trellis_backend::{FilesystemBackend, ObjectStoreBackend, StoreOptions, VirtualPath};
+use trellis_middleware::backend::{FilesystemBackend, ObjectStoreBackend, StoreOptions, VirtualPath};
 use trellis_middleware::skills::{DiscoveryOptions, IssueCode, Severity, SkillCatalog, discover, rescan};
 
 // ---- every broken input, with its tier ----

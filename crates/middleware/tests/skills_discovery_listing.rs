@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 use bytes::Bytes;
 use skills_discovery_common::*;
-use trellis_backend::{
+use trellis_middleware::backend::{
     Backend, BackendError, ByteRange, Capabilities, Entry, ReadOutput, VirtualPath, WriteMode, WriteOutcome,
 };
 use trellis_middleware::skills::{DiscoveryOptions, IssueCode, SkillSource, SourceError, discover};
@@ -152,7 +152,7 @@ impl Backend for Probe {
             ..self.inner.capabilities()
         }
     }
-    async fn ls(&self, dir: &VirtualPath) -> trellis_backend::Result<Vec<Entry>> {
+    async fn ls(&self, dir: &VirtualPath) -> trellis_middleware::backend::Result<Vec<Entry>> {
         self.ls_calls.fetch_add(1, Ordering::SeqCst);
         if self.deny_ls.contains(dir) {
             return Err(BackendError::PermissionDenied {
@@ -164,21 +164,21 @@ impl Backend for Probe {
         }
         self.inner.ls(dir).await
     }
-    async fn stat(&self, path: &VirtualPath) -> trellis_backend::Result<Entry> {
+    async fn stat(&self, path: &VirtualPath) -> trellis_middleware::backend::Result<Entry> {
         self.inner.stat(path).await
     }
     async fn read(
         &self,
         path: &VirtualPath,
         range: Option<ByteRange>,
-    ) -> trellis_backend::Result<ReadOutput> {
+    ) -> trellis_middleware::backend::Result<ReadOutput> {
         self.inner.read(path, range).await
     }
     async fn read_many(
         &self,
         paths: &[VirtualPath],
         range: Option<ByteRange>,
-    ) -> Vec<trellis_backend::Result<ReadOutput>> {
+    ) -> Vec<trellis_middleware::backend::Result<ReadOutput>> {
         self.read_many_calls.fetch_add(1, Ordering::SeqCst);
         self.read_many_paths.fetch_add(paths.len(), Ordering::SeqCst);
         self.inner.read_many(paths, range).await
@@ -188,10 +188,10 @@ impl Backend for Probe {
         path: &VirtualPath,
         data: Bytes,
         mode: WriteMode,
-    ) -> trellis_backend::Result<WriteOutcome> {
+    ) -> trellis_middleware::backend::Result<WriteOutcome> {
         self.inner.write(path, data, mode).await
     }
-    async fn delete(&self, path: &VirtualPath) -> trellis_backend::Result<()> {
+    async fn delete(&self, path: &VirtualPath) -> trellis_middleware::backend::Result<()> {
         self.inner.delete(path).await
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use trellis_backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
 use trellis_middleware::skills::{PIN_SKILLS, RELOAD_SKILLS, RolesFromMetadata, SKILLS_ACTIVATED, Viewer};
 use trellis_middleware::*;
 
@@ -47,7 +47,7 @@ async fn library() -> Arc<StateBackend> {
     backend
 }
 
-fn search_calls() -> Arc<dyn AgentTool> {
+fn search_calls() -> Arc<dyn Tool> {
     Arc::new(FnTool::new(
         "search_calls",
         "Search call recordings.",

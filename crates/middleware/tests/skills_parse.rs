@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use trellis_backend::VirtualPath;
+use trellis_middleware::backend::VirtualPath;
 use trellis_middleware::skills::frontmatter::{self, FrontmatterError, YamlValue};
 use trellis_middleware::skills::validate::{self, Validated};
 use trellis_middleware::skills::{IssueCode, MetadataMap, Severity, SkillMetadata};

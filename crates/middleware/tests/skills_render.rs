@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use trellis_backend::VirtualPath;
+use trellis_middleware::backend::VirtualPath;
 use trellis_middleware::skills::render::{self, RenderOptions};
 use trellis_middleware::skills::{
     MetadataMap, RolesFromMetadata, SkillCatalog, SkillIndex, SkillMetadata, SourceInfo, Viewer,

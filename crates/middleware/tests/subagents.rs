@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use common::*;
 use serde_json::json;
 use tokio::sync::Barrier;
-use trellis_backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
 use trellis_middleware::subagents::{GENERAL_PURPOSE, SUBAGENT_ORIGIN, SUBAGENT_PROMPT};
 use trellis_middleware::*;
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use common::*;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
-use trellis_backend::{Backend, BackendExt, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::backend::{Backend, BackendExt, StateBackend, VirtualPath, WriteMode};
 use trellis_middleware::summarization::{BytesEstimator, SUMMARIZATION, SUMMARY_SOURCE, TokenEstimator};
 use trellis_middleware::*;
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use common::*;
 use proptest::prelude::*;
 use serde_json::json;
-use trellis_backend::StateBackend;
+use trellis_middleware::backend::StateBackend;
 use trellis_middleware::summarization::{SUMMARY_SOURCE, safe_cutoff, safe_cuts};
 use trellis_middleware::*;
 

@@ -328,12 +328,12 @@ impl McpServerConfig {
 }
 
 /// The run's identity, read the way the skills middleware reads it: a [`Viewer`] extension, else a
-/// `trellis_fs_tools::UserIdentity`.
+/// `trellis_middleware::tools::UserIdentity`.
 pub fn viewer(cx: &RunContext) -> Option<Viewer> {
     if let Some(v) = cx.extension::<Viewer>() {
         return Some(v.clone());
     }
-    cx.extension::<trellis_fs_tools::UserIdentity>()
+    cx.extension::<trellis_middleware::tools::UserIdentity>()
         .map(|u| Viewer::new(u.user_id.clone(), u.roles.iter().cloned()))
 }
 

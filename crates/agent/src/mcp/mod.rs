@@ -8,7 +8,7 @@
 //! |---|---|
 //! | [`config`] | [`McpServerConfig`]: transport (stdio command or streamable-HTTP URL), tool filter, roles, limits |
 //! | [`connection`] | [`McpConnection`]: lazy start, the `rmcp` session, calls with timeouts, crashes, shutdown |
-//! | [`tool`] | [`McpTool`]: one MCP tool as an `AgentTool`; results and failures as tool results |
+//! | [`tool`] | [`McpTool`]: one MCP tool as an `Tool`; results and failures as tool results |
 //! | [`naming`] | the `<server>__<tool>` names the model sees, sanitized and made unique |
 //! | [`resolver`] | [`McpServers`]: the servers of an agent, and the `ToolResolver` for `mcp:` labels |
 //! | `sessions` | one session per server, shared, or one per user ([`McpServerConfig::session_per_user`]) |

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use trellis_middleware::skills::ToolResolver;
-use trellis_middleware::{AgentTool, RunContext};
+use trellis_middleware::{RunContext, Tool};
 
 use super::config::{McpServerConfig, McpTransport};
 use super::connection::{McpConnection, http_headers};
@@ -100,7 +100,7 @@ impl McpServers {
     }
 
     /// Every tool the run's identity may use under `label` (see the module docs).
-    pub async fn tools_for(&self, label: &str, cx: &RunContext) -> Vec<Arc<dyn AgentTool>> {
+    pub async fn tools_for(&self, label: &str, cx: &RunContext) -> Vec<Arc<dyn Tool>> {
         let Some((server, tool)) = parse_label(label) else {
             return Vec::new();
         };
@@ -118,7 +118,7 @@ impl McpServers {
             Ok(tools) => tools
                 .iter()
                 .filter(|t| tool.is_none_or(|name| t.mcp_name() == name))
-                .map(|t| t.clone() as Arc<dyn AgentTool>)
+                .map(|t| t.clone() as Arc<dyn Tool>)
                 .collect(),
             Err(e) => {
                 tracing::warn!(server, error = %e, "MCP server tools are unavailable");
@@ -135,7 +135,7 @@ impl McpServers {
 
 #[async_trait]
 impl ToolResolver for McpServers {
-    async fn resolve(&self, label: &str, cx: &RunContext) -> Vec<Arc<dyn AgentTool>> {
+    async fn resolve(&self, label: &str, cx: &RunContext) -> Vec<Arc<dyn Tool>> {
         self.tools_for(label, cx).await
     }
 }

@@ -1,4 +1,4 @@
-//! [`McpTool`]: one MCP tool as an [`AgentTool`] the loop can offer and run.
+//! [`McpTool`]: one MCP tool as an [`Tool`] the loop can offer and run.
 //!
 //! * **Definition.** The name is the prefixed, sanitized one ([`super::naming`]); the description is
 //!   the server's (or its title, or a generated line), cut at [`MAX_DESCRIPTION_CHARS`]; the
@@ -17,7 +17,8 @@ use std::sync::Weak;
 use async_trait::async_trait;
 use rmcp::model::{CallToolResult, ContentBlock as McpContent, JsonObject, ResourceContents};
 use serde_json::Value;
-use trellis_middleware::{AgentTool, ContentBlock, ImageSource, ToolContext, ToolError, ToolOutput};
+use trellis_middleware::ToolContextExt;
+use trellis_middleware::tools::{ImageSource, Tool, ToolContent, ToolContext, ToolError, ToolOutput};
 
 use super::connection::{CallOutcome, McpConnection};
 
@@ -69,14 +70,14 @@ impl McpTool {
         &self.server
     }
 
-    /// The tool's name on its server (the model sees [`AgentTool::name`]).
+    /// The tool's name on its server (the model sees [`Tool::name`]).
     pub fn mcp_name(&self) -> &str {
         &self.mcp_name
     }
 }
 
 #[async_trait]
-impl AgentTool for McpTool {
+impl Tool for McpTool {
     fn name(&self) -> &str {
         &self.name
     }
@@ -85,8 +86,8 @@ impl AgentTool for McpTool {
         &self.description
     }
 
-    fn parameters(&self) -> Value {
-        self.parameters.clone()
+    fn parameters(&self) -> &Value {
+        &self.parameters
     }
 
     async fn call(&self, args: Value, cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
@@ -96,9 +97,15 @@ impl AgentTool for McpTool {
                 self.server, self.name
             )));
         };
+        let Some(run) = cx.run() else {
+            return Ok(ToolOutput::error(format!(
+                "the MCP tool {:?} runs only inside an agent run.",
+                self.name
+            )));
+        };
         // The resolver already withholds the tool from users without a role; this guards tools
         // that reached a run some other way.
-        if !connection.config().admits_run(cx.run()) {
+        if !connection.config().admits_run(run) {
             return Ok(ToolOutput::error(format!(
                 "the tool {:?} is not available to this user.",
                 self.name
@@ -109,7 +116,7 @@ impl AgentTool for McpTool {
             Err(text) => return Ok(ToolOutput::error(text)),
         };
         let max_chars = connection.config().max_result_chars();
-        Ok(match connection.call(&self.mcp_name, args, cx.run()).await {
+        Ok(match connection.call(&self.mcp_name, args, run).await {
             CallOutcome::Answered(result) => convert(result, max_chars),
             CallOutcome::Failed(text) => ToolOutput::error(text),
         })
@@ -147,24 +154,24 @@ fn kind(v: &Value) -> &'static str {
 
 /// An MCP result as a tool output; see the module docs.
 pub(crate) fn convert(result: CallToolResult, max_chars: usize) -> ToolOutput {
-    let mut blocks: Vec<ContentBlock> = Vec::new();
+    let mut blocks: Vec<ToolContent> = Vec::new();
     let mut budget = Budget::new(max_chars);
-    let mut push_text = |blocks: &mut Vec<ContentBlock>, text: String| {
+    let mut push_text = |blocks: &mut Vec<ToolContent>, text: String| {
         let Some(text) = budget.take(&text) else {
             return;
         };
         match blocks.last_mut() {
-            Some(ContentBlock::Text { text: last }) => {
+            Some(ToolContent::Text { text: last }) => {
                 last.push('\n');
                 last.push_str(&text);
             }
-            _ => blocks.push(ContentBlock::text(text)),
+            _ => blocks.push(ToolContent::text(text)),
         }
     };
     for content in result.content {
         match content {
             McpContent::Text(t) => push_text(&mut blocks, t.text),
-            McpContent::Image(image) => blocks.push(ContentBlock::Image {
+            McpContent::Image(image) => blocks.push(ToolContent::Image {
                 source: ImageSource::Base64 {
                     media_type: image.mime_type,
                     data: image.data,
@@ -206,13 +213,13 @@ pub(crate) fn convert(result: CallToolResult, max_chars: usize) -> ToolOutput {
     let is_error = result.is_error.unwrap_or(false);
     if is_error {
         match blocks.iter_mut().find_map(|b| match b {
-            ContentBlock::Text { text } => Some(text),
+            ToolContent::Text { text } => Some(text),
             _ => None,
         }) {
             // The failure must be visible in the text too (providers without an error flag).
             Some(text) if !starts_with_error(text) => text.insert_str(0, "Error: "),
             Some(_) => {}
-            None => blocks.insert(0, ContentBlock::text("Error: the tool reported a failure.")),
+            None => blocks.insert(0, ToolContent::text("Error: the tool reported a failure.")),
         }
     }
     ToolOutput {
@@ -227,13 +234,13 @@ fn starts_with_error(text: &str) -> bool {
     text.get(..5).is_some_and(|w| w.eq_ignore_ascii_case("error"))
 }
 
-fn push_text_unbudgeted(blocks: &mut Vec<ContentBlock>, text: String) {
+fn push_text_unbudgeted(blocks: &mut Vec<ToolContent>, text: String) {
     match blocks.last_mut() {
-        Some(ContentBlock::Text { text: last }) => {
+        Some(ToolContent::Text { text: last }) => {
             last.push('\n');
             last.push_str(&text);
         }
-        _ => blocks.push(ContentBlock::text(text)),
+        _ => blocks.push(ToolContent::text(text)),
     }
 }
 
@@ -280,7 +287,7 @@ mod tests {
     use super::*;
 
     fn text(out: &ToolOutput) -> String {
-        out.content.iter().filter_map(ContentBlock::as_text).collect()
+        out.content.iter().filter_map(ToolContent::as_text).collect()
     }
 
     fn result(content: Vec<C>, is_error: Option<bool>) -> CallToolResult {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use trellis_agent::mcp::McpServerConfig;
 use trellis_agent::{DeepAgentBuilder, deep_agent};
-use trellis_backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
 use trellis_middleware::{ChatModel, ModelCapabilities, RunOutput, SkillSource};
 
 /// The interpreter with the `mcp` package, or `None` (after printing why) when the test should skip.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use trellis_backend::{Backend, BackendExt, StateBackend, VirtualPath, WriteMode};
-use trellis_fs_tools::{Tool, ToolContext, ToolOutput, file_tools};
+use trellis_fs_tools::{FileAccess, Tool, ToolContext, ToolOutput, file_tools};
 
 /// A 150-line guide for paging.
 pub fn guide() -> String {
@@ -42,24 +42,32 @@ pub async fn fill(backend: &dyn Backend, files: &[(&str, Vec<u8>)]) {
     }
 }
 
-pub async fn fixture() -> (Arc<StateBackend>, ToolContext) {
+pub async fn fixture() -> (Arc<StateBackend>, FileAccess) {
     let backend = Arc::new(StateBackend::new());
     fill(backend.as_ref(), &fixture_files()).await;
-    let ctx = ToolContext::new(backend.clone());
-    (backend, ctx)
+    let files = FileAccess::new(backend.clone());
+    (backend, files)
 }
 
-pub fn tool(name: &str) -> Arc<dyn Tool> {
-    file_tools().into_iter().find(|t| t.name() == name).unwrap()
+/// The file tool `name` over `files`.
+pub fn tool(files: &FileAccess, name: &str) -> Arc<dyn Tool> {
+    file_tools(files.clone())
+        .into_iter()
+        .find(|t| t.name() == name)
+        .unwrap()
 }
 
-pub async fn call(ctx: &ToolContext, name: &str, args: Value) -> ToolOutput {
-    tool(name).call(args, ctx).await
+/// Call file tool `name` over `files` outside an agent.
+pub async fn call(files: &FileAccess, name: &str, args: Value) -> ToolOutput {
+    tool(files, name)
+        .call(args, &ToolContext::detached("call_1"))
+        .await
+        .unwrap()
 }
 
 /// The output as the snapshots show it: the error flag, then the text.
 pub fn show(out: &ToolOutput) -> String {
-    format!("is_error: {}\n{}", out.is_error, out.content)
+    format!("is_error: {}\n{}", out.is_error, out.text_content())
 }
 
 pub async fn content(backend: &dyn Backend, path: &str) -> Option<String> {

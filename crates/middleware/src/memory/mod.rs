@@ -24,20 +24,20 @@ mod render;
 
 use std::sync::Arc;
 
+use crate::backend::{Backend, BackendError, VirtualPath};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use trellis_backend::{Backend, BackendError, VirtualPath};
 
 pub use comments::strip_html_comments;
 pub use render::{MemoryFile, RenderReport, render};
 
-use crate::context::RunContext;
-use crate::error::AgentError;
-use crate::message::{CacheTtl, SystemBlock, ToolCall};
-use crate::middleware::{Middleware, Next, ToolNext};
-use crate::model::{ModelRequest, ModelResponse};
-use crate::state::{Slot, State};
-use crate::tool::{ToolContext, ToolOutput};
+use crate::runtime::context::RunContext;
+use crate::runtime::error::AgentError;
+use crate::runtime::message::{CacheTtl, SystemBlock, ToolCall};
+use crate::runtime::middleware::{Middleware, Next, ToolNext};
+use crate::runtime::model::{ModelRequest, ModelResponse};
+use crate::runtime::state::{Slot, State};
+use crate::tools::{ToolContext, ToolOutput};
 
 /// Default most characters of memory shown (about 10,000 tokens).
 pub const DEFAULT_MEMORY_BUDGET_CHARS: usize = 40_000;
@@ -269,10 +269,10 @@ impl Middleware for MemoryMiddleware {
         if output.is_error {
             return Ok(output);
         }
-        let current = cx.state().get(&MEMORY)?.cloned().unwrap_or_default();
+        let current = cx.slot(&MEMORY)?.cloned().unwrap_or_default();
         match self.refreshed(&current, &path).await {
             Ok(fresh) => {
-                cx.run().emit_middleware(
+                cx.emit(
                     "memory",
                     "refreshed",
                     || serde_json::json!({ "path": path.as_str() }),

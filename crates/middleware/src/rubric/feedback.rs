@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use crate::message::Message;
+use crate::runtime::message::Message;
 
 use super::{RUBRIC_SOURCE, RubricEvaluation};
 

@@ -2,13 +2,13 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::agent::Agent;
-use crate::context::RunContext;
-use crate::message::Message;
-use crate::middleware::Middleware;
-use crate::model::ChatModel;
-use crate::run::RunInput;
-use crate::tool::AgentTool;
+use crate::runtime::agent::Agent;
+use crate::runtime::context::RunContext;
+use crate::runtime::message::Message;
+use crate::runtime::middleware::Middleware;
+use crate::runtime::model::ChatModel;
+use crate::runtime::run::RunInput;
+use crate::tools::Tool;
 
 use super::verdict::{GraderVerdict, verdict_format};
 
@@ -59,7 +59,7 @@ pub(crate) enum GradeError {
 pub(crate) struct Grader {
     pub(crate) model: Arc<dyn ChatModel>,
     pub(crate) prompt: Option<String>,
-    pub(crate) tools: Vec<Arc<dyn AgentTool>>,
+    pub(crate) tools: Vec<Arc<dyn Tool>>,
     pub(crate) middleware: Vec<Arc<dyn Middleware>>,
     pub(crate) max_steps: u32,
     agent: OnceLock<Agent>,

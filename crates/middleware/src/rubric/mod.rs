@@ -79,12 +79,12 @@ pub use grader::{DEFAULT_GRADER_MAX_STEPS, GRADER_AGENT_NAME, GRADER_SYSTEM_PROM
 pub use payload::{MAX_MESSAGE_CHARS, MAX_TRANSCRIPT_MESSAGES};
 pub use verdict::{CriterionEval, GraderVerdict, Verdict, VerdictError};
 
-use crate::context::RunContext;
-use crate::error::{AgentError, BoxError};
-use crate::middleware::{AfterAgent, Middleware};
-use crate::model::ChatModel;
-use crate::state::{Slot, State};
-use crate::tool::AgentTool;
+use crate::runtime::context::RunContext;
+use crate::runtime::error::{AgentError, BoxError};
+use crate::runtime::middleware::{AfterAgent, Middleware};
+use crate::runtime::model::ChatModel;
+use crate::runtime::state::{Slot, State};
+use crate::tools::Tool;
 use grader::{GradeError, Grader};
 use payload::{PayloadParts, grader_payload, random_nonce, render_transcript};
 
@@ -268,12 +268,12 @@ impl RubricMiddleware {
     }
 
     /// Give the grader a tool to verify the agent's claims with (e.g. `read_file`).
-    pub fn with_grader_tool(self, tool: impl AgentTool + 'static) -> Self {
+    pub fn with_grader_tool(self, tool: impl Tool + 'static) -> Self {
         self.with_grader_tool_arc(Arc::new(tool))
     }
 
     /// Give the grader a shared tool.
-    pub fn with_grader_tool_arc(mut self, tool: Arc<dyn AgentTool>) -> Self {
+    pub fn with_grader_tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
         self.grader.tools.push(tool);
         self
     }
@@ -351,7 +351,7 @@ impl RubricMiddleware {
             return Ok(current.clone());
         }
         Ok(GradingState {
-            grading_run_id: crate::util::unique_id("grading"),
+            grading_run_id: crate::runtime::util::unique_id("grading"),
             rubric: rubric.to_owned(),
             ..GradingState::default()
         })

@@ -15,7 +15,7 @@
 
 use std::fmt::Write as _;
 
-use crate::message::{ContentBlock, Message};
+use crate::runtime::message::{ContentBlock, Message};
 
 use super::RUBRIC_SOURCE;
 
@@ -41,7 +41,7 @@ pub fn random_nonce() -> String {
             tracing::warn!(%error, "no OS randomness for the rubric nonce; using a hashed seed");
             format!(
                 "{:016x}",
-                crate::util::SplitMix::new(crate::util::random_seed()).next_u64()
+                crate::runtime::util::SplitMix::new(crate::runtime::util::random_seed()).next_u64()
             )
         }
     }

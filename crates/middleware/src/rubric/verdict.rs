@@ -13,8 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::model::ResponseFormat;
-use crate::tool::tool_schema;
+use crate::runtime::model::ResponseFormat;
+use crate::tools::parameters_schema;
 
 /// The name of the grader's structured-output format.
 pub const VERDICT_FORMAT_NAME: &str = "grader_verdict";
@@ -219,7 +219,7 @@ impl GraderVerdict {
 /// (the variants are told apart by their `status`, so nothing is lost), which strict structured
 /// output modes accept.
 pub fn verdict_format() -> ResponseFormat {
-    let mut schema = tool_schema::<GraderVerdict>();
+    let mut schema = parameters_schema::<GraderVerdict>();
     strict_compatible(&mut schema);
     ResponseFormat {
         name: VERDICT_FORMAT_NAME.to_owned(),

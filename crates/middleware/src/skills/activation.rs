@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::SkillMetadata;
 use super::catalog::SkillCatalog;
 use super::middleware::{DISCLOSURE_SOURCE, Disclosure, PINNED_SOURCE};
-use crate::message::{ContentBlock, HumanMessage, Message, MessageMeta, SystemMessage};
-use crate::model::{ModelRequest, ToolSpec};
+use crate::runtime::message::{ContentBlock, HumanMessage, Message, MessageMeta, SystemMessage};
+use crate::runtime::model::{ModelRequest, ToolSpec};
 
 /// Move the `disclosed` tools out of the request's tool list into system messages placed where
 /// each was disclosed (one message per position), so nothing before that point changes.
@@ -64,7 +64,7 @@ pub(super) fn pinned_message(skill: &SkillMetadata, body: &str) -> Message {
 /// Skills activated by messages from `from` on: a `read_file` call naming a skill's `SKILL.md` whose
 /// result is not an error (a partial read counts).
 pub(super) fn activations(
-    messages: &crate::messages::Messages,
+    messages: &crate::runtime::message_list::Messages,
     from: usize,
     visible: &SkillCatalog,
 ) -> Vec<SkillMetadata> {

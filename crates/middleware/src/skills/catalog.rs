@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
+use crate::backend::{Version, VirtualPath};
 use serde::{Deserialize, Serialize};
-use trellis_backend::{Version, VirtualPath};
 
 use super::skill::{SkillIssue, SkillMetadata};
 use super::source::SourceInfo;

@@ -25,10 +25,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use trellis_backend::{
+use crate::backend::{
     Backend, BackendError, ByteRange, DEFAULT_LIST_LIMIT, ReadOutput, Version, VirtualPath,
 };
+use futures::StreamExt;
 
 use super::catalog::{SkillCatalog, SkippedFile};
 use super::frontmatter::{self, MAX_FRONTMATTER_BYTES, Split};

@@ -24,11 +24,10 @@
 //! * **Pinning.** Skill names given in [`PIN_SKILLS`] with a run are added before the next model call
 //!   as one tagged message each, once per skill per thread, and activated.
 //! * **Visibility.** With a [`SkillVisibility`] policy, the viewer (a [`Viewer`] or a
-//!   [`UserIdentity`](trellis_fs_tools::UserIdentity) run extension) sees only its skills in the
+//!   [`UserIdentity`](crate::tools::UserIdentity) run extension) sees only its skills in the
 //!   section and in search. The directories of the skills it may not see are added to the run's
-//!   [`HiddenPaths`] for every tool call, so for the file tools run through
-//!   [`FsTool`](crate::FsTool) (and for subagents, which inherit the run's extensions) they do not
-//!   exist: `ls`, `glob` and `grep` leave them out, `read_file`, `edit_file` and `delete` answer
+//!   [`HiddenPaths`] for every tool call, so for the file tools (and for subagents, which inherit
+//!   the run's extensions) they do not exist: `ls`, `glob` and `grep` leave them out, `read_file`, `edit_file` and `delete` answer
 //!   "not found" exactly as for a missing file, and `write_file` is refused.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,14 +44,14 @@ use super::discovery::{DiscoveryOptions, discover, rescan};
 use super::render::{RenderOptions, render};
 use super::source::SkillSource;
 use super::tools::{BoundTools, SearchSkillsTool};
-use crate::context::RunContext;
-use crate::error::AgentError;
-use crate::hidden_paths::HiddenPaths;
-use crate::message::{SystemBlock, ToolCall};
-use crate::middleware::{Middleware, Next, ToolNext};
-use crate::model::{ModelRequest, ModelResponse};
-use crate::state::{Slot, State};
-use crate::tool::{AgentTool, ToolContext, ToolOutput};
+use crate::runtime::context::RunContext;
+use crate::runtime::error::AgentError;
+use crate::runtime::message::{SystemBlock, ToolCall};
+use crate::runtime::middleware::{Middleware, Next, ToolNext};
+use crate::runtime::model::{ModelRequest, ModelResponse};
+use crate::runtime::state::{Slot, State};
+use crate::tools::HiddenPaths;
+use crate::tools::{Extensions, Tool, ToolContext, ToolOutput, UserIdentity};
 
 /// The thread's skills bookkeeping (private).
 pub static SKILLS: Slot<SkillsState> = Slot::private("_skills");
@@ -127,7 +126,7 @@ struct View {
     visible: Arc<SkillCatalog>,
     /// Directories of the skills this viewer may not see.
     hidden: HiddenPaths,
-    search: Arc<dyn AgentTool>,
+    search: Arc<dyn Tool>,
 }
 
 /// Views kept (one per recent viewer).
@@ -194,17 +193,18 @@ impl SkillsMiddleware {
         self
     }
 
-    fn viewer(cx: &RunContext) -> Option<Viewer> {
-        if let Some(v) = cx.extension::<Viewer>() {
+    fn viewer(extensions: &Extensions) -> Option<Viewer> {
+        if let Some(v) = extensions.get::<Viewer>() {
             return Some(v.clone());
         }
-        cx.extension::<trellis_fs_tools::UserIdentity>()
+        extensions
+            .get::<UserIdentity>()
             .map(|u| Viewer::new(u.user_id.clone(), u.roles.iter().cloned()))
     }
 
     /// The catalog as this run's viewer sees it, and its search tool (cached per generation and viewer).
-    fn view(&self, skills: &SkillsState, cx: &RunContext) -> View {
-        let viewer = Self::viewer(cx);
+    fn view(&self, skills: &SkillsState, extensions: &Extensions) -> View {
+        let viewer = Self::viewer(extensions);
         let viewer_id = viewer.as_ref().and_then(|v| v.user_id.clone());
         let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(v) = views
@@ -247,14 +247,14 @@ impl SkillsMiddleware {
             RenderOptions::for_context_window(window).budget_tokens
         });
         let options = RenderOptions::with_budget(budget).keep(keep.iter().cloned());
-        let rendered = render(&self.view(skills, cx).visible, &options);
+        let rendered = render(&self.view(skills, cx.extensions()).visible, &options);
         skills.needs_search = rendered.needs_search();
         skills.section = rendered.text;
-        skills.section_viewer = Self::viewer(cx).and_then(|v| v.user_id);
+        skills.section_viewer = Self::viewer(cx.extensions()).and_then(|v| v.user_id);
     }
 
     /// Tools bound by `skill` for this run.
-    async fn bound_for(&self, skill: &SkillMetadata, cx: &RunContext) -> Vec<Arc<dyn AgentTool>> {
+    async fn bound_for(&self, skill: &SkillMetadata, cx: &RunContext) -> Vec<Arc<dyn Tool>> {
         if skill.include_tools.is_empty() || self.bound.is_empty() {
             return Vec::new();
         }
@@ -269,7 +269,7 @@ impl SkillsMiddleware {
         catalog: &SkillCatalog,
         disclosed: &'a [Disclosure],
         cx: &RunContext,
-    ) -> BTreeMap<&'a str, Vec<Arc<dyn AgentTool>>> {
+    ) -> BTreeMap<&'a str, Vec<Arc<dyn Tool>>> {
         let mut bound = BTreeMap::new();
         for name in disclosed.iter().map(|d| d.skill.as_str()) {
             if bound.contains_key(name) {
@@ -298,7 +298,7 @@ impl SkillsMiddleware {
         if activated.is_empty() {
             return appeared;
         }
-        let view = self.view(skills, cx);
+        let view = self.view(skills, cx.extensions());
         for name in activated {
             let Some(skill) = view.visible.get(name) else {
                 continue;
@@ -363,19 +363,15 @@ impl Middleware for SkillsMiddleware {
         "skills"
     }
 
-    async fn request_tools(
-        &self,
-        state: &State,
-        cx: &RunContext,
-    ) -> Result<Vec<Arc<dyn AgentTool>>, AgentError> {
+    async fn request_tools(&self, state: &State, cx: &RunContext) -> Result<Vec<Arc<dyn Tool>>, AgentError> {
         let Some(skills) = state.get(&SKILLS)? else {
             return Ok(Vec::new());
         };
-        let mut tools: Vec<Arc<dyn AgentTool>> = Vec::new();
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
         if !skills.needs_search && skills.disclosed.is_empty() {
             return Ok(tools);
         }
-        let view = self.view(skills, cx);
+        let view = self.view(skills, cx.extensions());
         if skills.needs_search {
             tools.push(view.search.clone());
         }
@@ -457,7 +453,7 @@ impl Middleware for SkillsMiddleware {
         if reload {
             state.set(&RELOAD_SKILLS, false);
         }
-        let viewer_id = Self::viewer(cx).and_then(|v| v.user_id);
+        let viewer_id = Self::viewer(cx.extensions()).and_then(|v| v.user_id);
         if skills.section.is_empty() || skills.section_viewer != viewer_id {
             let mut keep = state.get(&SKILLS_ACTIVATED)?.cloned().unwrap_or_default();
             keep.extend(state.get(&PIN_SKILLS)?.cloned().unwrap_or_default());
@@ -498,7 +494,7 @@ impl Middleware for SkillsMiddleware {
         }
         let mut skills = current.clone();
         let mut activated = state.get(&SKILLS_ACTIVATED)?.cloned().unwrap_or_default();
-        let visible = self.view(&skills, cx).visible;
+        let visible = self.view(&skills, cx.extensions()).visible;
         let before = (skills.clone(), activated.len());
 
         // Activations: successful read_file calls of a SKILL.md since the last scan. Disclosed tools
@@ -565,21 +561,20 @@ impl Middleware for SkillsMiddleware {
         cx: &ToolContext<'_>,
         next: ToolNext<'_>,
     ) -> Result<ToolOutput, AgentError> {
-        let Some(skills) = cx.state().get(&SKILLS)? else {
+        let Some(skills) = cx.slot(&SKILLS)? else {
             return next.run(call, cx).await;
         };
-        let view = self.view(skills, cx.run());
+        let view = self.view(skills, cx.extensions());
         if view.hidden.is_empty() {
             return next.run(call, cx).await;
         }
         // Every tool call, not only file tools: a `task` call passes the extensions to its subagent.
-        let mut run = cx.run().clone();
-        let hidden = match run.extension::<HiddenPaths>() {
+        let mut extensions = cx.extensions().clone();
+        let hidden = match extensions.get::<HiddenPaths>() {
             Some(theirs) => theirs.merged(&view.hidden),
             None => view.hidden,
         };
-        run.extensions.insert(hidden);
-        next.run(call, &ToolContext::new(&run, cx.state(), cx.call_id()))
-            .await
+        extensions.insert(hidden);
+        next.run(call, &cx.with_extensions(&extensions)).await
     }
 }

@@ -1,9 +1,9 @@
 //! The record of one skill ([`SkillMetadata`]) and of what was wrong with a file ([`SkillIssue`]).
 
+use crate::backend::{Version, VirtualPath};
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use trellis_backend::{Version, VirtualPath};
 
 /// One loaded skill: what the catalog lists and what activation needs. Serializable, so a catalog
 /// can live in thread state.

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::backend::{Backend, VirtualPath};
 use serde::{Deserialize, Serialize};
-use trellis_backend::{Backend, VirtualPath};
 
 /// Longest label accepted, in characters.
 pub const MAX_LABEL_CHARS: usize = 64;

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use super::catalog::SkillCatalog;
 use super::render::inline_untrusted;
 use super::search::SkillIndex;
-use crate::context::RunContext;
-use crate::tool::{AgentTool, ToolContext, ToolError, ToolOutput};
+use crate::runtime::context::RunContext;
+use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// Turns a label from a skill's `metadata.include_tools` into tools, given the run's context (thread,
 /// and the caller's identity through [`RunContext::extension`]). This is how a whole MCP server is
@@ -19,13 +19,13 @@ use crate::tool::{AgentTool, ToolContext, ToolError, ToolOutput};
 #[async_trait]
 pub trait ToolResolver: Send + Sync + fmt::Debug {
     /// Tools for `label`; an empty list when the label is unknown here or the user may not have them.
-    async fn resolve(&self, label: &str, cx: &RunContext) -> Vec<Arc<dyn AgentTool>>;
+    async fn resolve(&self, label: &str, cx: &RunContext) -> Vec<Arc<dyn Tool>>;
 }
 
 /// Tools that skills may bind, by name, plus optional resolvers for labels.
 #[derive(Debug, Clone, Default)]
 pub struct BoundTools {
-    by_name: BTreeMap<String, Arc<dyn AgentTool>>,
+    by_name: BTreeMap<String, Arc<dyn Tool>>,
     resolvers: Vec<Arc<dyn ToolResolver>>,
 }
 
@@ -36,7 +36,7 @@ impl BoundTools {
     }
 
     /// A tool a skill can name in `include_tools`.
-    pub fn tool(mut self, tool: Arc<dyn AgentTool>) -> Self {
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
         self.by_name.insert(tool.name().to_owned(), tool);
         self
     }
@@ -59,10 +59,10 @@ impl BoundTools {
     }
 
     /// Every tool named or labelled by `entries`, deduplicated by name, in entry order.
-    pub async fn resolve(&self, entries: &[String], cx: &RunContext) -> Vec<Arc<dyn AgentTool>> {
-        let mut out: Vec<Arc<dyn AgentTool>> = Vec::new();
+    pub async fn resolve(&self, entries: &[String], cx: &RunContext) -> Vec<Arc<dyn Tool>> {
+        let mut out: Vec<Arc<dyn Tool>> = Vec::new();
         for entry in entries {
-            let found: Vec<Arc<dyn AgentTool>> = match self.by_name.get(entry) {
+            let found: Vec<Arc<dyn Tool>> = match self.by_name.get(entry) {
                 Some(tool) => vec![tool.clone()],
                 None => {
                     let mut all = Vec::new();
@@ -115,7 +115,7 @@ impl SearchSkillsTool {
 }
 
 #[async_trait]
-impl AgentTool for SearchSkillsTool {
+impl Tool for SearchSkillsTool {
     fn name(&self) -> &str {
         super::render::SEARCH_TOOL
     }
@@ -125,8 +125,8 @@ impl AgentTool for SearchSkillsTool {
          their SKILL.md; read that file before using a skill."
     }
 
-    fn parameters(&self) -> Value {
-        self.parameters.clone()
+    fn parameters(&self) -> &Value {
+        &self.parameters
     }
 
     async fn call(&self, args: Value, _cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {

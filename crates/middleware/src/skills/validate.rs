@@ -18,7 +18,7 @@
 //! [`SkillIssue`] message is passed through
 //! [`escape_controls`](super::render::escape_controls), so an issue is one line of plain text.
 
-use trellis_backend::VirtualPath;
+use crate::backend::VirtualPath;
 
 use super::frontmatter::{self, Frontmatter, FrontmatterError, YamlValue};
 use super::skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};

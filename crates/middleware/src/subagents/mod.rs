@@ -32,15 +32,15 @@ use serde::{Deserialize, Serialize};
 
 pub use task_tool::{TaskArgs, TaskTool, task_schema};
 
-use crate::agent::Agent;
-use crate::checkpoint::{Checkpointer, InMemoryCheckpointer};
-use crate::context::ThreadId;
-use crate::error::AgentError;
-use crate::middleware::Middleware;
-use crate::model::{ChatModel, ResponseFormat};
+use crate::runtime::agent::Agent;
+use crate::runtime::checkpoint::{Checkpointer, InMemoryCheckpointer};
+use crate::runtime::context::ThreadId;
+use crate::runtime::error::AgentError;
+use crate::runtime::middleware::Middleware;
+use crate::runtime::model::{ChatModel, ResponseFormat};
+use crate::runtime::state::Slot;
 use crate::skills::SkillsMiddleware;
-use crate::state::Slot;
-use crate::tool::AgentTool;
+use crate::tools::Tool;
 
 /// The middleware's name and the source of its events.
 pub const NAME: &str = "subagents";
@@ -91,7 +91,7 @@ pub struct SubagentRun {
 #[derive(Debug, Clone)]
 struct Spec {
     system_prompt: String,
-    tools: Vec<Arc<dyn AgentTool>>,
+    tools: Vec<Arc<dyn Tool>>,
     middleware: Vec<Arc<dyn Middleware>>,
     model: Option<Arc<dyn ChatModel>>,
     max_steps: Option<u32>,
@@ -165,7 +165,7 @@ impl SubAgent {
     }
 
     /// Add a tool (declared subagents). A tool named `task` is dropped when the child is built.
-    pub fn tool(mut self, tool: Arc<dyn AgentTool>) -> Self {
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
         if let Some(spec) = self.spec() {
             spec.tools.push(tool);
         }
@@ -173,7 +173,7 @@ impl SubAgent {
     }
 
     /// Add tools (declared subagents).
-    pub fn tools(self, tools: impl IntoIterator<Item = Arc<dyn AgentTool>>) -> Self {
+    pub fn tools(self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
         tools.into_iter().fold(self, Self::tool)
     }
 
@@ -327,7 +327,7 @@ impl Middleware for SubAgentMiddleware {
         NAME
     }
 
-    fn tools(&self) -> Vec<Arc<dyn AgentTool>> {
+    fn tools(&self) -> Vec<Arc<dyn Tool>> {
         vec![Arc::new(TaskTool::new(
             self.subagents.clone(),
             self.checkpointer.clone(),

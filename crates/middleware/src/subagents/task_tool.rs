@@ -7,13 +7,14 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::agent::Agent;
-use crate::checkpoint::Checkpointer;
-use crate::context::{RunContext, ThreadId};
-use crate::events::{EventSink, RunEvent};
-use crate::run::{RunInput, RunOutput};
-use crate::tool::{AgentTool, ToolContext, ToolError, ToolOutput, parse_args};
-use crate::util;
+use crate::runtime::agent::Agent;
+use crate::runtime::checkpoint::Checkpointer;
+use crate::runtime::context::{RunContext, ThreadId};
+use crate::runtime::events::{EventSink, RunEvent};
+use crate::runtime::run::{RunInput, RunOutput};
+use crate::runtime::tools::ToolContextExt;
+use crate::runtime::util;
+use crate::tools::{Extensions, Tool, ToolContext, ToolError, ToolOutput, parse_args};
 
 use super::{NAME, SUBAGENT_ORIGIN, SubAgent, SubagentOrigin, SubagentRun, TASK_TOOL_NAME};
 
@@ -60,6 +61,7 @@ pub struct TaskTool {
     subagents: Arc<Vec<SubAgent>>,
     checkpointer: Arc<dyn Checkpointer>,
     description: String,
+    parameters: Value,
 }
 
 impl TaskTool {
@@ -70,6 +72,7 @@ impl TaskTool {
             subagents,
             checkpointer,
             description,
+            parameters: task_schema(),
         }
     }
 
@@ -185,9 +188,10 @@ impl TaskTool {
         &self,
         args: TaskArgs,
         run: &RunContext,
+        extensions: &Extensions,
         call_id: &str,
     ) -> Result<ToolOutput, ToolError> {
-        if let Some(inside) = run.extension::<SubagentRun>() {
+        if let Some(inside) = extensions.get::<SubagentRun>() {
             return Err(ToolError::failed(format!(
                 "you are the {} subagent, and subagents cannot start subagents. Do the work yourself.",
                 inside.subagent_type
@@ -235,7 +239,7 @@ impl TaskTool {
         let mut input = RunInput::human(args.description)
             .thread(task_id.clone())
             .slot(&SUBAGENT_ORIGIN, origin);
-        input.extensions = run.extensions.clone();
+        input.extensions = extensions.clone();
         input.extensions.insert(SubagentRun {
             parent_thread: run.thread_id().clone(),
             task_id: task_id.clone(),
@@ -274,7 +278,7 @@ impl TaskTool {
 }
 
 #[async_trait]
-impl AgentTool for TaskTool {
+impl Tool for TaskTool {
     fn name(&self) -> &str {
         TASK_TOOL_NAME
     }
@@ -283,12 +287,15 @@ impl AgentTool for TaskTool {
         &self.description
     }
 
-    fn parameters(&self) -> Value {
-        task_schema()
+    fn parameters(&self) -> &Value {
+        &self.parameters
     }
 
     async fn call(&self, args: Value, cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let args: TaskArgs = parse_args(args)?;
-        self.run_task(args, cx.run(), cx.call_id()).await
+        let run = cx
+            .run()
+            .ok_or_else(|| ToolError::failed("the task tool runs only inside an agent run"))?;
+        self.run_task(args, run, cx.extensions(), cx.call_id()).await
     }
 }

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::message::Message;
-use crate::messages::Messages;
+use crate::runtime::message::Message;
+use crate::runtime::message_list::Messages;
 
 /// For every index `c` in `0..=messages.len()`, whether cutting at `c` is safe (see the module
 /// docs). `0` and `len` are safe unless a call is left unanswered.
@@ -158,7 +158,7 @@ pub(crate) fn view_after(messages: &Messages, position: usize, summary: Message)
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::message::{AiMessage, SystemMessage, ToolCall, ToolMessage};
+    use crate::runtime::message::{AiMessage, SystemMessage, ToolCall, ToolMessage};
     use serde_json::json;
 
     fn ai_calls(ids: &[&str]) -> Message {
@@ -201,7 +201,8 @@ mod tests {
         let stored: Messages = vec![Message::human("a"), Message::ai("b"), Message::human("c")].into();
         let mut request = stored.clone();
         request.insert(1, Message::System(SystemMessage::default()));
-        request.last_mut().unwrap().meta_mut().cache_breakpoint = Some(crate::message::CacheTtl::FiveMinutes);
+        request.last_mut().unwrap().meta_mut().cache_breakpoint =
+            Some(crate::runtime::message::CacheTtl::FiveMinutes);
         let aligned = Aligned::new(request, &stored);
         assert_eq!(aligned.stored_index, [Some(0), None, Some(1), Some(2)]);
         assert_eq!(aligned.position(1), 2);

@@ -12,8 +12,8 @@ use std::io;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::message::{ContentBlock, Message};
-use crate::model::{ModelRequest, ToolSpec};
+use crate::runtime::message::{ContentBlock, Message};
+use crate::runtime::model::{ModelRequest, ToolSpec};
 
 /// Tokens added per message for the role and framing.
 pub const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
@@ -140,7 +140,7 @@ pub fn json_bytes(value: &Value) -> u64 {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::message::{AiMessage, SystemBlock, ToolCall};
+    use crate::runtime::message::{AiMessage, SystemBlock, ToolCall};
     use serde_json::json;
     use std::sync::Arc;
 

@@ -37,23 +37,23 @@ mod stage2;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::backend::{Backend, VirtualPath, WriteMode};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use trellis_backend::{Backend, VirtualPath, WriteMode};
 
 pub use cut::{safe_cutoff, safe_cuts};
 pub use estimate::{BytesEstimator, RequestEstimate, TokenEstimator};
 pub use offload::ARG_HEAD_CHARS;
 pub use stage2::{SUMMARY_PROMPT, SUMMARY_SOURCE, Summary};
 
-use crate::context::RunContext;
-use crate::error::AgentError;
-use crate::message::Message;
-use crate::messages::Messages;
-use crate::middleware::{Middleware, Next};
-use crate::model::{ChatModel, ModelError, ModelRequest, ModelResponse};
-use crate::state::{Slot, State};
+use crate::runtime::context::RunContext;
+use crate::runtime::error::AgentError;
+use crate::runtime::message::Message;
+use crate::runtime::message_list::Messages;
+use crate::runtime::middleware::{Middleware, Next};
+use crate::runtime::model::{ChatModel, ModelError, ModelRequest, ModelResponse};
+use crate::runtime::state::{Slot, State};
 
 use cut::{Aligned, view_after};
 

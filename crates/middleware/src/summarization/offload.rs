@@ -8,13 +8,13 @@
 
 use std::collections::BTreeMap;
 
+use crate::backend::{Backend, VirtualPath, WriteMode};
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
-use trellis_backend::{Backend, VirtualPath, WriteMode};
 
-use crate::message::{ContentBlock, Message, ToolMessage};
-use crate::messages::Messages;
+use crate::runtime::message::{ContentBlock, Message, ToolMessage};
+use crate::runtime::message_list::Messages;
 
 use super::estimate::TokenEstimator;
 

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::{ContentBlock, Message, SystemBlock};
-use crate::messages::Messages;
-use crate::model::{ChatModel, ModelError, ModelRequest, Usage};
+use crate::runtime::message::{ContentBlock, Message, SystemBlock};
+use crate::runtime::message_list::Messages;
+use crate::runtime::model::{ChatModel, ModelError, ModelRequest, Usage};
 
 use super::estimate::TokenEstimator;
 
@@ -228,7 +228,7 @@ pub(crate) async fn summarize(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::message::{AiMessage, ToolCall, ToolMessage};
+    use crate::runtime::message::{AiMessage, ToolCall, ToolMessage};
     use crate::summarization::estimate::BytesEstimator;
     use serde_json::json;
 

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use trellis_backend::{Backend, VirtualPath, WriteMode};
+use trellis_middleware::backend::{Backend, VirtualPath, WriteMode};
 use trellis_middleware::skills::{DiscoveryOptions, IssueCode, SkillCatalog, discover};
 use trellis_middleware::*;
 

@@ -178,12 +178,12 @@ pub struct SpyOp {
 /// every write.
 #[derive(Debug)]
 pub struct Spy {
-    inner: Arc<dyn trellis_backend::Backend>,
+    inner: Arc<dyn trellis_middleware::backend::Backend>,
     log: Mutex<Vec<SpyOp>>,
 }
 
 impl Spy {
-    pub fn new(inner: Arc<dyn trellis_backend::Backend>) -> Arc<Self> {
+    pub fn new(inner: Arc<dyn trellis_middleware::backend::Backend>) -> Arc<Self> {
         Arc::new(Self {
             inner,
             log: Mutex::default(),
@@ -209,7 +209,7 @@ impl Spy {
             .sum()
     }
 
-    fn record(&self, op: &'static str, path: &trellis_backend::VirtualPath, bytes: usize) {
+    fn record(&self, op: &'static str, path: &trellis_middleware::backend::VirtualPath, bytes: usize) {
         self.log.lock().unwrap().push(SpyOp {
             op,
             path: path.to_string(),
@@ -219,27 +219,27 @@ impl Spy {
 }
 
 #[async_trait]
-impl trellis_backend::Backend for Spy {
-    fn capabilities(&self) -> trellis_backend::Capabilities {
+impl trellis_middleware::backend::Backend for Spy {
+    fn capabilities(&self) -> trellis_middleware::backend::Capabilities {
         self.inner.capabilities()
     }
     async fn ls(
         &self,
-        dir: &trellis_backend::VirtualPath,
-    ) -> trellis_backend::Result<Vec<trellis_backend::Entry>> {
+        dir: &trellis_middleware::backend::VirtualPath,
+    ) -> trellis_middleware::backend::Result<Vec<trellis_middleware::backend::Entry>> {
         self.inner.ls(dir).await
     }
     async fn stat(
         &self,
-        path: &trellis_backend::VirtualPath,
-    ) -> trellis_backend::Result<trellis_backend::Entry> {
+        path: &trellis_middleware::backend::VirtualPath,
+    ) -> trellis_middleware::backend::Result<trellis_middleware::backend::Entry> {
         self.inner.stat(path).await
     }
     async fn read(
         &self,
-        path: &trellis_backend::VirtualPath,
-        range: Option<trellis_backend::ByteRange>,
-    ) -> trellis_backend::Result<trellis_backend::ReadOutput> {
+        path: &trellis_middleware::backend::VirtualPath,
+        range: Option<trellis_middleware::backend::ByteRange>,
+    ) -> trellis_middleware::backend::Result<trellis_middleware::backend::ReadOutput> {
         let out = self.inner.read(path, range).await;
         if let Ok(o) = &out {
             self.record("read", path, o.bytes.len());
@@ -248,9 +248,9 @@ impl trellis_backend::Backend for Spy {
     }
     async fn read_many(
         &self,
-        paths: &[trellis_backend::VirtualPath],
-        range: Option<trellis_backend::ByteRange>,
-    ) -> Vec<trellis_backend::Result<trellis_backend::ReadOutput>> {
+        paths: &[trellis_middleware::backend::VirtualPath],
+        range: Option<trellis_middleware::backend::ByteRange>,
+    ) -> Vec<trellis_middleware::backend::Result<trellis_middleware::backend::ReadOutput>> {
         let out = self.inner.read_many(paths, range).await;
         for (path, result) in paths.iter().zip(&out) {
             if let Ok(o) = result {
@@ -261,14 +261,17 @@ impl trellis_backend::Backend for Spy {
     }
     async fn write(
         &self,
-        path: &trellis_backend::VirtualPath,
+        path: &trellis_middleware::backend::VirtualPath,
         data: bytes::Bytes,
-        mode: trellis_backend::WriteMode,
-    ) -> trellis_backend::Result<trellis_backend::WriteOutcome> {
+        mode: trellis_middleware::backend::WriteMode,
+    ) -> trellis_middleware::backend::Result<trellis_middleware::backend::WriteOutcome> {
         self.record("write", path, data.len());
         self.inner.write(path, data, mode).await
     }
-    async fn delete(&self, path: &trellis_backend::VirtualPath) -> trellis_backend::Result<()> {
+    async fn delete(
+        &self,
+        path: &trellis_middleware::backend::VirtualPath,
+    ) -> trellis_middleware::backend::Result<()> {
         self.inner.delete(path).await
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use trellis_backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
 use trellis_middleware::skills::{DiscoveryOptions, SkillCatalog, SkillSource, discover};
 
 pub type Shared = Arc<dyn Backend>;

@@ -1,0 +1,519 @@
+//! The agent loop: [`Agent`], built by [`AgentBuilder`].
+//!
+//! One run:
+//!
+//! 1. load the thread's checkpoint (or start empty), append the input, set input slots;
+//! 2. `before_agent` hooks; checkpoint;
+//! 3. `before_model` hooks; collect the step's tools; the `wrap_model_call` chain calls the model;
+//!    `after_model` hooks; the reply is appended; checkpoint;
+//! 4. if the reply calls tools, run them concurrently (each through the `wrap_tool_call` chain),
+//!    append the results in call order, apply their slot writes in call order, checkpoint, go to 3;
+//! 5. otherwise the `after_agent` hooks may send the run back to 3 with new messages; else checkpoint
+//!    and finish.
+//!
+//! Steps are bounded ([`AgentError::StepLimit`]). Tool failures, unknown tools and tool panics become
+//! error results for the model. Dropping the run's future cancels it at its current await point:
+//! running tools are dropped with it, and the thread keeps its last checkpoint (a reply whose tool
+//! calls never got results is patched by [`PatchToolCallsMiddleware`](crate::PatchToolCallsMiddleware)
+//! on the next run).
+
+use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt;
+use tracing::Instrument;
+
+use crate::runtime::checkpoint::{Checkpoint, CheckpointVersion, Checkpointer, InMemoryCheckpointer};
+use crate::runtime::context::{RunContext, ThreadId};
+use crate::runtime::error::AgentError;
+use crate::runtime::events::RunEvent;
+use crate::runtime::message::{Message, SystemBlock, ToolCall, ToolMessage};
+use crate::runtime::middleware::{AfterAgent, Middleware, Next, ToolNext, ToolSet, panicked};
+use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, Usage};
+use crate::runtime::run::{RunInput, RunOutput};
+use crate::runtime::state::{PublicState, State, StateUpdates};
+use crate::runtime::util;
+use crate::tools::{Tool, ToolOutput};
+
+/// Model calls one run may make by default.
+pub const DEFAULT_MAX_STEPS: u32 = 100;
+
+/// Builds an [`Agent`].
+#[derive(Debug)]
+pub struct AgentBuilder {
+    model: Arc<dyn ChatModel>,
+    name: Option<String>,
+    system: Vec<SystemBlock>,
+    tools: Vec<Arc<dyn Tool>>,
+    middleware: Vec<Arc<dyn Middleware>>,
+    checkpointer: Option<Arc<dyn Checkpointer>>,
+    max_steps: u32,
+    response_format: Option<ResponseFormat>,
+    max_output_tokens: Option<u32>,
+}
+
+impl AgentBuilder {
+    /// An agent on `model`, with an in-memory checkpointer and no tools or middleware.
+    pub fn new(model: Arc<dyn ChatModel>) -> Self {
+        Self {
+            model,
+            name: None,
+            system: Vec::new(),
+            tools: Vec::new(),
+            middleware: Vec::new(),
+            checkpointer: Some(Arc::new(InMemoryCheckpointer::new())),
+            max_steps: DEFAULT_MAX_STEPS,
+            response_format: None,
+            max_output_tokens: None,
+        }
+    }
+
+    /// Name the agent (shown in spans and to subagent callers).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Append a system prompt block of plain text.
+    pub fn system_prompt(self, text: impl Into<String>) -> Self {
+        self.system_block(SystemBlock::new(text))
+    }
+
+    /// Append a system prompt block.
+    pub fn system_block(mut self, block: SystemBlock) -> Self {
+        self.system.push(block);
+        self
+    }
+
+    /// Offer a tool on every call.
+    pub fn tool(mut self, tool: impl Tool + 'static) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Offer a shared tool on every call.
+    pub fn tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Add a middleware after (inside) the ones added before.
+    pub fn middleware(mut self, middleware: impl Middleware + 'static) -> Self {
+        self.middleware.push(Arc::new(middleware));
+        self
+    }
+
+    /// Add a shared middleware after (inside) the ones added before.
+    pub fn middleware_arc(mut self, middleware: Arc<dyn Middleware>) -> Self {
+        self.middleware.push(middleware);
+        self
+    }
+
+    /// Save threads here instead of in memory.
+    pub fn checkpointer(mut self, checkpointer: Arc<dyn Checkpointer>) -> Self {
+        self.checkpointer = Some(checkpointer);
+        self
+    }
+
+    /// Keep nothing between runs: every run starts a fresh thread state.
+    pub fn without_checkpointer(mut self) -> Self {
+        self.checkpointer = None;
+        self
+    }
+
+    /// Most model calls per run.
+    pub fn max_steps(mut self, max_steps: u32) -> Self {
+        self.max_steps = max_steps;
+        self
+    }
+
+    /// Ask the model for structured output on every call.
+    pub fn response_format(mut self, format: ResponseFormat) -> Self {
+        self.response_format = Some(format);
+        self
+    }
+
+    /// Cap output tokens on every call.
+    pub fn max_output_tokens(mut self, max: u32) -> Self {
+        self.max_output_tokens = Some(max);
+        self
+    }
+
+    /// Check the configuration and build. Errors: two tools (the agent's and middlewares' static ones)
+    /// or two middlewares with the same name.
+    pub fn build(self) -> Result<Agent, AgentError> {
+        let mut names = HashSet::new();
+        for m in &self.middleware {
+            if !names.insert(m.name().to_owned()) {
+                return Err(AgentError::Config(format!(
+                    "two middlewares are named {:?}",
+                    m.name()
+                )));
+            }
+        }
+        let mut tools = ToolSet::default();
+        for tool in self
+            .tools
+            .iter()
+            .cloned()
+            .chain(self.middleware.iter().flat_map(|m| m.tools()))
+        {
+            tools.add(tool)?;
+        }
+        Ok(Agent {
+            inner: Arc::new(Inner {
+                model: self.model,
+                name: self.name,
+                system: self.system,
+                base_tools: Arc::new(tools),
+                middleware: self.middleware,
+                checkpointer: self.checkpointer,
+                max_steps: self.max_steps,
+                response_format: self.response_format,
+                max_output_tokens: self.max_output_tokens,
+            }),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    model: Arc<dyn ChatModel>,
+    name: Option<String>,
+    system: Vec<SystemBlock>,
+    base_tools: Arc<ToolSet>,
+    middleware: Vec<Arc<dyn Middleware>>,
+    checkpointer: Option<Arc<dyn Checkpointer>>,
+    max_steps: u32,
+    response_format: Option<ResponseFormat>,
+    max_output_tokens: Option<u32>,
+}
+
+/// An agent: a model, a system prompt, tools and a middleware stack, running threads.
+///
+/// Cheap to clone (shared). Runs of different threads may go on concurrently; two concurrent runs of
+/// one thread conflict at their first checkpoint (one fails with a conflict error).
+#[derive(Debug, Clone)]
+pub struct Agent {
+    inner: Arc<Inner>,
+}
+
+/// Tracks the run's checkpoint version so every save is version-checked.
+struct Saver<'a> {
+    checkpointer: Option<&'a Arc<dyn Checkpointer>>,
+    version: Option<CheckpointVersion>,
+    seq: u64,
+}
+
+impl Saver<'_> {
+    async fn save(&mut self, state: &State, cx: &RunContext) -> Result<(), AgentError> {
+        let Some(checkpointer) = self.checkpointer else {
+            return Ok(());
+        };
+        let checkpoint = Checkpoint::new(cx.thread_id.clone(), self.seq, state.clone());
+        let span = tracing::debug_span!("checkpoint.save", seq = self.seq);
+        let version = checkpointer
+            .save(checkpoint, self.version.as_ref())
+            .instrument(span)
+            .await?;
+        self.seq += 1;
+        cx.events.emit_with(|| RunEvent::CheckpointSaved {
+            step: cx.step,
+            version: version.to_string(),
+        });
+        self.version = Some(version);
+        Ok(())
+    }
+}
+
+impl Agent {
+    /// Start building an agent on `model`.
+    pub fn builder(model: Arc<dyn ChatModel>) -> AgentBuilder {
+        AgentBuilder::new(model)
+    }
+
+    /// The agent's model.
+    pub fn model(&self) -> &Arc<dyn ChatModel> {
+        &self.inner.model
+    }
+
+    /// The agent's checkpointer.
+    pub fn checkpointer(&self) -> Option<&Arc<dyn Checkpointer>> {
+        self.inner.checkpointer.as_ref()
+    }
+
+    /// The caller-visible state of a saved thread.
+    pub async fn state(&self, thread_id: &ThreadId) -> Result<Option<PublicState>, AgentError> {
+        let Some(checkpointer) = &self.inner.checkpointer else {
+            return Ok(None);
+        };
+        match checkpointer.load(thread_id).await? {
+            Some(stored) => Ok(Some(stored.checkpoint.state.public_view()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Run the agent on a thread until the model stops calling tools and no middleware sends it back.
+    pub async fn run(&self, mut input: RunInput) -> Result<RunOutput, AgentError> {
+        let cx = RunContext {
+            thread_id: input.thread_id.take().unwrap_or_else(ThreadId::generate),
+            run_id: util::unique_id("r"),
+            agent_name: self.inner.name.clone(),
+            model: self.inner.model.clone(),
+            step: 0,
+            events: std::mem::take(&mut input.events),
+            extensions: std::mem::take(&mut input.extensions),
+        };
+        let span = tracing::info_span!(
+            "agent.run",
+            agent = self.inner.name.as_deref().unwrap_or(""),
+            thread_id = %cx.thread_id,
+            run_id = %cx.run_id,
+        );
+        let mut cx = cx;
+        let result = self.run_loop(input, &mut cx).instrument(span).await;
+        if let Err(error) = &result {
+            cx.events.emit_with(|| RunEvent::RunFailed {
+                error: error.to_string(),
+            });
+        }
+        result
+    }
+
+    async fn run_loop(&self, mut input: RunInput, cx: &mut RunContext) -> Result<RunOutput, AgentError> {
+        let inner = &*self.inner;
+        let (mut state, mut saver, resumed) = self.load(&cx.thread_id).await?;
+        cx.events.emit_with(|| RunEvent::RunStarted {
+            thread_id: cx.thread_id.to_string(),
+            run_id: cx.run_id.clone(),
+            resumed,
+        });
+        let first_new_message = state.messages.len();
+        state.messages.extend(input.messages.drain(..));
+        input.apply_slots(&mut state);
+        for m in &inner.middleware {
+            let span = tracing::debug_span!("before_agent", middleware = m.name());
+            m.before_agent(&mut state, cx).instrument(span).await?;
+        }
+        saver.save(&state, cx).await?;
+
+        let max_steps = input.max_steps.unwrap_or(inner.max_steps);
+        let mut usage = Usage::default();
+        let mut model_calls: u32 = 0;
+        let mut structured_output = None;
+        loop {
+            if model_calls >= max_steps {
+                return Err(AgentError::StepLimit {
+                    limit: max_steps,
+                    thread_id: cx.thread_id.clone(),
+                });
+            }
+            cx.step = model_calls;
+            for m in &inner.middleware {
+                let span = tracing::debug_span!("before_model", middleware = m.name());
+                m.before_model(&mut state, cx).instrument(span).await?;
+            }
+            let tools = self.step_tools(&state, cx).await?;
+            let request = ModelRequest {
+                system: inner.system.clone(),
+                messages: state.messages.clone(),
+                tools: tools.specs().to_vec(),
+                response_format: inner.response_format.clone(),
+                max_output_tokens: inner.max_output_tokens,
+                ..ModelRequest::default()
+            };
+            cx.events.emit_with(|| RunEvent::ModelStarted {
+                step: cx.step,
+                model: inner.model.id().to_owned(),
+                messages: state.messages.len(),
+                tools: tools.specs().len(),
+            });
+            let started = Instant::now();
+            let result = Next::new(&inner.middleware, inner.model.clone())
+                .run(request, &mut state, cx)
+                .await;
+            let mut response = match result {
+                Ok(response) => response,
+                Err(error) => {
+                    cx.events.emit_with(|| RunEvent::ModelFailed {
+                        step: cx.step,
+                        error: error.to_string(),
+                    });
+                    return Err(error);
+                }
+            };
+            model_calls += 1;
+            for m in inner.middleware.iter().rev() {
+                let span = tracing::debug_span!("after_model", middleware = m.name());
+                m.after_model(&mut response, &mut state, cx)
+                    .instrument(span)
+                    .await?;
+            }
+            usage += response.usage;
+            let calls: Vec<ToolCall> = response.message.calls().cloned().collect();
+            cx.events.emit_with(|| RunEvent::ModelFinished {
+                step: cx.step,
+                model: response
+                    .model
+                    .clone()
+                    .unwrap_or_else(|| inner.model.id().to_owned()),
+                usage: response.usage,
+                stop_reason: response.stop_reason.clone(),
+                tool_calls: calls.len(),
+                elapsed: started.elapsed(),
+            });
+            if response.structured_output.is_some() {
+                structured_output = response.structured_output.take();
+            }
+            state.messages.push(Message::Ai(response.message));
+            saver.save(&state, cx).await?;
+
+            if !calls.is_empty() {
+                let results = self.run_tools(calls, &tools, &state, cx).await?;
+                for (message, updates) in results {
+                    state.messages.push(Message::Tool(message));
+                    state.apply(updates);
+                }
+                saver.save(&state, cx).await?;
+                continue;
+            }
+
+            let jump = self.after_agent(&mut state, cx).await?;
+            if let AfterAgent::JumpToModel(messages) = jump {
+                state.messages.extend(messages);
+                saver.save(&state, cx).await?;
+                continue;
+            }
+            saver.save(&state, cx).await?;
+            break;
+        }
+
+        cx.events
+            .emit_with(|| RunEvent::RunFinished { model_calls, usage });
+        Ok(RunOutput {
+            thread_id: cx.thread_id.clone(),
+            run_id: cx.run_id.clone(),
+            state: state.public_view()?,
+            first_new_message,
+            model_calls,
+            usage,
+            structured_output,
+            checkpoint: saver.version,
+        })
+    }
+
+    /// The thread's state and a saver holding its version.
+    async fn load(&self, thread_id: &ThreadId) -> Result<(State, Saver<'_>, bool), AgentError> {
+        let checkpointer = self.inner.checkpointer.as_ref();
+        let stored = match checkpointer {
+            Some(c) => {
+                let span = tracing::debug_span!("checkpoint.load");
+                c.load(thread_id).instrument(span).await?
+            }
+            None => None,
+        };
+        Ok(match stored {
+            Some(stored) => (
+                stored.checkpoint.state,
+                Saver {
+                    checkpointer,
+                    version: Some(stored.version),
+                    seq: stored.checkpoint.seq + 1,
+                },
+                true,
+            ),
+            None => (
+                State::default(),
+                Saver {
+                    checkpointer,
+                    version: None,
+                    seq: 0,
+                },
+                false,
+            ),
+        })
+    }
+
+    /// The agent's tools plus what middlewares contribute for this call.
+    async fn step_tools(&self, state: &State, cx: &RunContext) -> Result<Arc<ToolSet>, AgentError> {
+        let mut tools: Option<ToolSet> = None;
+        for m in &self.inner.middleware {
+            let span = tracing::debug_span!("request_tools", middleware = m.name());
+            let extra = m.request_tools(state, cx).instrument(span).await?;
+            if extra.is_empty() {
+                continue;
+            }
+            let set = tools.get_or_insert_with(|| (*self.inner.base_tools).clone());
+            for tool in extra {
+                set.add(tool)?;
+            }
+        }
+        Ok(match tools {
+            Some(set) => Arc::new(set),
+            None => self.inner.base_tools.clone(),
+        })
+    }
+
+    /// Run the calls concurrently; results come back in call order.
+    async fn run_tools(
+        &self,
+        calls: Vec<ToolCall>,
+        tools: &ToolSet,
+        state: &State,
+        cx: &RunContext,
+    ) -> Result<Vec<(ToolMessage, StateUpdates)>, AgentError> {
+        let runs = calls
+            .into_iter()
+            .map(|call| self.run_tool(call, tools, state, cx));
+        futures::future::try_join_all(runs).await
+    }
+
+    async fn run_tool(
+        &self,
+        call: ToolCall,
+        tools: &ToolSet,
+        state: &State,
+        cx: &RunContext,
+    ) -> Result<(ToolMessage, StateUpdates), AgentError> {
+        let call_id = call.id.clone();
+        let name = call.name.clone();
+        cx.events.emit_with(|| RunEvent::ToolStarted {
+            step: cx.step,
+            call_id: call_id.clone(),
+            name: name.clone(),
+        });
+        let started = Instant::now();
+        let tool_cx = cx.tool_context(state, &call_id);
+        let next = ToolNext::new(&self.inner.middleware, tools);
+        let span = tracing::debug_span!("tool", name = %name, call_id = %call_id);
+        // Tools are caught at the innermost link; this catches panics in wrap_tool_call hooks.
+        let output = match AssertUnwindSafe(next.run(call, &tool_cx).instrument(span))
+            .catch_unwind()
+            .await
+        {
+            Ok(result) => result?,
+            Err(panic) => ToolOutput::error(panicked(&name, panic.as_ref())),
+        };
+        cx.events.emit_with(|| RunEvent::ToolFinished {
+            step: cx.step,
+            call_id: call_id.clone(),
+            name: name.clone(),
+            is_error: output.is_error,
+            elapsed: started.elapsed(),
+        });
+        Ok(crate::runtime::tools::into_message(output, call_id, name))
+    }
+
+    /// `after_agent` hooks, last middleware first; the first jump wins.
+    async fn after_agent(&self, state: &mut State, cx: &RunContext) -> Result<AfterAgent, AgentError> {
+        for m in self.inner.middleware.iter().rev() {
+            let span = tracing::debug_span!("after_agent", middleware = m.name());
+            if let jump @ AfterAgent::JumpToModel(_) = m.after_agent(state, cx).instrument(span).await? {
+                return Ok(jump);
+            }
+        }
+        Ok(AfterAgent::Finish)
+    }
+}

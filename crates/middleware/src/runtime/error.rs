@@ -1,0 +1,61 @@
+//! [`AgentError`]: why a run stopped.
+
+use crate::runtime::checkpoint::CheckpointError;
+use crate::runtime::context::ThreadId;
+use crate::runtime::model::ModelError;
+use crate::runtime::state::StateError;
+
+/// Boxed error source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a run stopped without finishing. Tool failures are never here: they become error results
+/// the model reads.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The model call failed (after any retries).
+    #[error("model call failed: {0}")]
+    Model(#[from] ModelError),
+    /// The run made its maximum number of model calls without finishing. The thread's checkpoint
+    /// holds everything up to the last step, so the run can be continued.
+    #[error("step limit reached: {limit} model calls in one run of thread {thread_id} without finishing")]
+    StepLimit {
+        /// The limit.
+        limit: u32,
+        /// The thread.
+        thread_id: ThreadId,
+    },
+    /// Loading or saving the thread's checkpoint failed (including a conflict with another writer).
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A state slot could not be read or written.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// A middleware stopped the run.
+    #[error("middleware {middleware} failed: {source}")]
+    Middleware {
+        /// The middleware's name.
+        middleware: String,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// The agent is configured inconsistently (e.g. two tools share a name).
+    #[error("invalid agent configuration: {0}")]
+    Config(String),
+}
+
+impl AgentError {
+    /// A [`AgentError::Middleware`].
+    pub fn middleware(middleware: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Middleware {
+            middleware: middleware.into(),
+            source: source.into(),
+        }
+    }
+
+    /// True when another writer updated the thread's checkpoint first.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Checkpoint(CheckpointError::Conflict { .. }))
+    }
+}

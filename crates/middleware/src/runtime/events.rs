@@ -1,0 +1,207 @@
+//! Run events: what a run did, as it happens, for UIs, logs and tests.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::runtime::model::{StopReason, Usage};
+
+/// One thing that happened during a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunEvent {
+    /// A run began (after its checkpoint, if any, was loaded).
+    RunStarted {
+        /// The thread.
+        thread_id: String,
+        /// This run.
+        run_id: String,
+        /// True when the thread already had a checkpoint.
+        resumed: bool,
+    },
+    /// A model call is about to be made (after `before_model`, before the `wrap_model_call` chain).
+    ModelStarted {
+        /// Model calls made earlier in this run.
+        step: u32,
+        /// The agent's model id.
+        model: String,
+        /// Messages in the state.
+        messages: usize,
+        /// Tools offered.
+        tools: usize,
+    },
+    /// A model call returned.
+    ModelFinished {
+        /// Model calls made earlier in this run.
+        step: u32,
+        /// The model that answered, as reported (or the agent's model id).
+        model: String,
+        /// Token usage of the call.
+        usage: Usage,
+        /// Why the model stopped.
+        stop_reason: StopReason,
+        /// How many tools it called.
+        tool_calls: usize,
+        /// Wall time of the whole `wrap_model_call` chain, retries included.
+        elapsed: Duration,
+    },
+    /// A model call failed for good (after any retries).
+    ModelFailed {
+        /// Model calls made earlier in this run.
+        step: u32,
+        /// The error.
+        error: String,
+    },
+    /// A tool call started.
+    ToolStarted {
+        /// The model call that asked for it.
+        step: u32,
+        /// The call's id.
+        call_id: String,
+        /// The tool's name, as called.
+        name: String,
+    },
+    /// A tool call finished (also when it failed or panicked).
+    ToolFinished {
+        /// The model call that asked for it.
+        step: u32,
+        /// The call's id.
+        call_id: String,
+        /// The tool's name, as called.
+        name: String,
+        /// True when the result is an error.
+        is_error: bool,
+        /// Wall time, `wrap_tool_call` chain included.
+        elapsed: Duration,
+    },
+    /// Something a middleware reports (a retry, a grading, a summarization, …).
+    Middleware {
+        /// The middleware's name.
+        middleware: String,
+        /// What happened, e.g. `retry`, `grading_finished`.
+        kind: String,
+        /// Details.
+        data: Value,
+    },
+    /// The thread's state was checkpointed.
+    CheckpointSaved {
+        /// Model calls made so far in this run.
+        step: u32,
+        /// The checkpoint's version.
+        version: String,
+    },
+    /// The run finished.
+    RunFinished {
+        /// Model calls made in this run.
+        model_calls: u32,
+        /// Token usage of this run.
+        usage: Usage,
+    },
+    /// The run stopped with an error.
+    RunFailed {
+        /// The error.
+        error: String,
+    },
+}
+
+type Callback = dyn Fn(RunEvent) + Send + Sync;
+
+/// Where a run's events go. Cheap to clone; the default sends nothing (and builds no events).
+#[derive(Clone, Default)]
+pub struct EventSink {
+    callback: Option<Arc<Callback>>,
+}
+
+impl fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventSink")
+            .field("enabled", &self.is_enabled())
+            .finish()
+    }
+}
+
+impl EventSink {
+    /// A sink that drops everything.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Call `f` with every event, on the task that produced it. `f` must be quick and must not block.
+    pub fn from_fn(f: impl Fn(RunEvent) + Send + Sync + 'static) -> Self {
+        Self {
+            callback: Some(Arc::new(f)),
+        }
+    }
+
+    /// A sink feeding an unbounded channel, and its receiving end (a stream of events). Events sent
+    /// after the receiver is dropped are discarded.
+    pub fn channel() -> (Self, mpsc::UnboundedReceiver<RunEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Self::from_fn(move |event| {
+                let _ = tx.send(event);
+            }),
+            rx,
+        )
+    }
+
+    /// True when events go somewhere.
+    pub fn is_enabled(&self) -> bool {
+        self.callback.is_some()
+    }
+
+    /// Send an event.
+    pub fn emit(&self, event: RunEvent) {
+        if let Some(cb) = &self.callback {
+            cb(event);
+        }
+    }
+
+    /// Build and send an event only when the sink is enabled.
+    pub fn emit_with(&self, event: impl FnOnce() -> RunEvent) {
+        if let Some(cb) = &self.callback {
+            cb(event());
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn channel_sink_delivers_in_order_and_disabled_sink_builds_nothing() {
+        let (sink, mut rx) = EventSink::channel();
+        sink.emit(RunEvent::RunFailed { error: "a".into() });
+        sink.emit_with(|| RunEvent::RunFailed { error: "b".into() });
+        assert_eq!(
+            rx.recv().await.unwrap(),
+            RunEvent::RunFailed { error: "a".into() }
+        );
+        assert_eq!(
+            rx.recv().await.unwrap(),
+            RunEvent::RunFailed { error: "b".into() }
+        );
+
+        let none = EventSink::none();
+        assert!(!none.is_enabled());
+        none.emit_with(|| unreachable!("a disabled sink must not build events"));
+    }
+
+    #[test]
+    fn events_serialize_with_a_tag() {
+        let json = serde_json::to_value(RunEvent::RunFinished {
+            model_calls: 2,
+            usage: Usage::default(),
+        })
+        .unwrap();
+        assert_eq!(json["event"], "run_finished");
+        assert_eq!(json["model_calls"], 2);
+    }
+}
