@@ -4,7 +4,8 @@
 //! cargo xtask emulators start   install (if needed) and start S3 / GCS / Azure emulators
 //! cargo xtask emulators stop    stop the emulators recorded in target/emulators/pids
 //! cargo xtask emulators env     print the environment the emulator-backed tests read
-//! cargo xtask test [-- ARGS]    install + start emulators, run every test, stop them
+//! cargo xtask layers           check that each crate depends only on the crate below it
+//! cargo xtask test [-- ARGS]    layer check, install + start emulators, run every test, stop them
 //! cargo xtask snapshot [--accept]  prompt snapshot tests (diff on change; --accept takes them)
 //! cargo xtask fuzz [--seconds N] [TARGET...]  run the cargo-fuzz targets in fuzz/
 //! ```
@@ -17,7 +18,9 @@ mod emulators;
 mod fuzz;
 mod http;
 mod install;
+mod layers;
 mod layout;
+mod manifest;
 mod procs;
 mod snapshot;
 mod test;
@@ -43,9 +46,12 @@ commands:
                     install cargo-fuzz if missing, run each fuzz target in fuzz/ for N seconds
                     (default 60), seeded from fuzz/seeds/; one JSON line per target with
                     executions and crashes (artifacts in fuzz/artifacts/); see docs/fuzzing.md
+  layers            fail when a crate under crates/ names a trellis crate other than the one
+                    directly below it (agent → middleware → fs-tools → backend), in any
+                    dependency section
   snapshot [--accept]
                     run every prompt snapshot test; show a diff on change, or take the new text
-  test [-- ARGS]    install + start the emulators, run `cargo test --workspace --all-targets`
+  test [-- ARGS]    run the layer check (stop on failure), install + start the emulators, run `cargo test --workspace --all-targets`
                     and `cargo test --workspace --doc` (ARGS are passed to cargo test),
                     stop the emulators it started, exit with the tests' status
   help              print this message";
@@ -76,6 +82,7 @@ fn run() -> Result<ExitCode> {
         Some("snapshot") => snapshot::run(&layout, &args[1..]),
         Some("bench") => bench::run(&layout, &args[1..]),
         Some("fuzz") => fuzz::run(&layout, &args[1..]),
+        Some("layers") => layers::run(&layout, &args[1..]),
         Some("test") => {
             // `cargo xtask test -- --nocapture` reaches us as `test -- --nocapture`.
             let rest = &args[1..];
