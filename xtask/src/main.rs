@@ -6,6 +6,7 @@
 //! cargo xtask emulators env     print the environment the emulator-backed tests read
 //! cargo xtask layers           check that each crate depends only on the crate below it
 //! cargo xtask test [-- ARGS]    layer check, install + start emulators, run every test, stop them
+//! cargo xtask trellis ARGS      build `trellis` as the test build does (no second compile), run it
 //! cargo xtask snapshot [--accept]  prompt snapshot tests (diff on change; --accept takes them)
 //! cargo xtask fuzz [--seconds N] [TARGET...]  run the cargo-fuzz targets in fuzz/
 //! ```
@@ -25,6 +26,7 @@ mod procs;
 mod snapshot;
 mod test;
 mod timings;
+mod trellis;
 
 use std::process::ExitCode;
 
@@ -51,9 +53,13 @@ commands:
                     dependency section
   snapshot [--accept]
                     run every prompt snapshot test; show a diff on change, or take the new text
-  test [-- ARGS]    run the layer check (stop on failure), install + start the emulators, run `cargo test --workspace --all-targets`
-                    and `cargo test --workspace --doc` (ARGS are passed to cargo test),
-                    stop the emulators it started, exit with the tests' status
+  test [-- ARGS]    run the layer check (stop on failure), install + start the emulators,
+                    run `cargo test --workspace --all-targets` and `cargo test --workspace
+                    --doc` (ARGS are passed to cargo test), stop the emulators it started,
+                    exit with the tests' status
+  trellis ARGS      build the `trellis` binary with the features the test build uses (so
+                    `test` reuses every crate it compiles) and run it with ARGS, e.g.
+                    `cargo xtask trellis inspect --skills examples/sales-assistant/skills`
   help              print this message";
 
 fn main() -> ExitCode {
@@ -83,6 +89,10 @@ fn run() -> Result<ExitCode> {
         Some("bench") => bench::run(&layout, &args[1..]),
         Some("fuzz") => fuzz::run(&layout, &args[1..]),
         Some("layers") => layers::run(&layout, &args[1..]),
+        Some("trellis") => {
+            let rest = &args[1..];
+            trellis::run(&layout, rest.strip_prefix(&["--".to_owned()][..]).unwrap_or(rest))
+        }
         Some("test") => {
             // `cargo xtask test -- --nocapture` reaches us as `test -- --nocapture`.
             let rest = &args[1..];
