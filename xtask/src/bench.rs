@@ -3,7 +3,9 @@
 //!
 //! Benchmarks (each a bench binary that prints JSON, so numbers are compared as ratios within one
 //! run, never asserted in tests): `trellis-backend/read_many`, `trellis-middleware/loop_overhead`,
-//! `trellis-middleware/skills_discovery`. Results go to `target/bench/results.json`.
+//! `trellis-middleware/skills_discovery`. Results go to `target/bench/results.json`, with one more
+//! entry, `python_reference`: numbers for the Python package quoted (not measured) from the project's
+//! baseline, with their source, version and date; the report labels them the same way.
 
 use std::fmt::Write as _;
 use std::process::{ExitCode, Stdio};
@@ -25,14 +27,94 @@ const BENCHES: &[(&str, &str)] = &[
     ("trellis-middleware", "skills_discovery"),
 ];
 
-/// The Python reference on the same synthetic library (`baseline-deepagents-perf.md`).
-const REFERENCE: &[(u64, f64, f64, u64)] = &[
-    // (skills, discovery s, peak RSS MB, section tokens)
-    (100, 0.053, 81.0, 7_752),
-    (1_000, 0.823, 90.0, 72_267),
-    (5_000, 3.867, 131.0, 358_178),
-    (20_000, 15.62, 280.0, 1_428_519),
-];
+/// Numbers for the Python package, quoted from a measurement made outside this repository: nothing
+/// here reproduces them, so every place they appear (report, charts, `results.json`) says so.
+struct Quoted {
+    /// Where the numbers are written down, and what that is.
+    source: &'static str,
+    source_note: &'static str,
+    package: &'static str,
+    version: &'static str,
+    /// The packages and interpreter it ran with.
+    environment: &'static str,
+    /// When it was measured (the measuring machine's clock).
+    measured: &'static str,
+    machine: &'static str,
+    /// Skill discovery on local disk: (skills, median discovery s, peak RSS MB, skills section
+    /// tokens as chars / 4).
+    discovery: &'static [(u64, f64, f64, u64)],
+    /// Median time between two model calls with a scripted model, filesystem backend:
+    /// (skills, ms); 0 skills means the skills middleware is off.
+    per_call_ms: &'static [(u64, f64)],
+}
+
+const REFERENCE: Quoted = Quoted {
+    source: "baseline-deepagents-perf.md",
+    source_note: "the project's performance baseline of the Python package; neither that file nor the \
+                  harness that produced it is in this repository, so nothing here reproduces them",
+    package: "deepagents",
+    version: "0.7.32",
+    environment: "langchain 1.5.2, langchain-core 1.8.3, langgraph 1.2.24, PyYAML 6.0.4, Python 3.11.7",
+    measured: "2026-11-30",
+    machine: "a 2-vCPU machine shared with other workloads",
+    discovery: &[
+        (100, 0.053, 81.0, 7_752),
+        (1_000, 0.823, 90.0, 72_267),
+        (5_000, 3.867, 131.0, 358_178),
+        (20_000, 15.62, 280.0, 1_428_519),
+    ],
+    per_call_ms: &[(0, 11.0), (5_000, 24.1)],
+};
+
+impl Quoted {
+    /// "deepagents 0.7.32, measured 2026-11-30".
+    fn label(&self) -> String {
+        format!("{} {}, measured {}", self.package, self.version, self.measured)
+    }
+
+    /// The quoted numbers and where they come from, for `results.json`.
+    fn to_json(&self) -> Value {
+        serde_json::json!({
+            "quoted": true,
+            "reproduced_by_this_repository": false,
+            "source": self.source,
+            "source_note": self.source_note,
+            "package": self.package,
+            "version": self.version,
+            "environment": self.environment,
+            "measured": self.measured,
+            "machine": self.machine,
+            "skills_discovery": self.discovery.iter().map(|(skills, s, rss, tokens)| serde_json::json!({
+                "store": "local",
+                "skills": skills,
+                "discovery_s": s,
+                "peak_rss_mb": rss,
+                "section_tokens": tokens,
+            })).collect::<Vec<_>>(),
+            "per_call_gap_ms": self.per_call_ms.iter().map(|(skills, ms)| serde_json::json!({
+                "backend": "filesystem",
+                "skills": skills,
+                "median_ms": ms,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The paragraph that says what the quoted numbers are.
+    fn note(&self) -> String {
+        format!(
+            "Numbers marked *quoted* (table columns, chart lines, and the `python_reference` entry of \
+             `results.json`) are not measured by this command. They are quoted from `{}`, {}. They were \
+             measured on {} for the Python package {} {} ({}) on {}, with the same synthetic library shape.",
+            self.source,
+            self.source_note,
+            self.measured,
+            self.package,
+            self.version,
+            self.environment,
+            self.machine
+        )
+    }
+}
 
 pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {
     let report = args.iter().any(|a| a == "--report");
@@ -71,6 +153,7 @@ pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {
         }
     }
     running.stop_spawned();
+    results.push(serde_json::json!({ "bench": "python_reference", "result": REFERENCE.to_json() }));
     let dir = layout.workspace.join("target/bench");
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(&results)?)?;
@@ -80,6 +163,19 @@ pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {
     }
     timings.print("cargo xtask bench timings");
     Ok(ExitCode::SUCCESS)
+}
+
+/// 5000 → "5,000".
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn num(v: &Value, key: &str) -> f64 {
@@ -96,19 +192,23 @@ fn write_report(layout: &Layout, results: &[Value]) -> Result<()> {
     let mut md = String::new();
     md.push_str(
         "# Benchmarks\n\nGenerated by `cargo xtask bench --report` on this project's 2-core machine (noisy: \
-compare ratios within one run, not absolute numbers across runs). Reproduce with that command; raw \
-results land in `target/bench/results.json`. The Python reference numbers are from \
-`baseline-deepagents-perf.md` (deepagents 0.7.32, same synthetic library shape).\n\n",
+compare ratios within one run, not absolute numbers across runs). Reproduce the Trellis numbers with that \
+command; raw results land in `target/bench/results.json`.\n\n",
     );
+    md.push_str(&REFERENCE.note());
+    md.push_str("\n\n");
 
-    md.push_str("## Skill discovery\n\n`new thread ms` is an unchanged rescan: what a new thread pays once another thread of the same middleware has loaded the library (it re-reads only changed `SKILL.md` files). The reference loads from scratch on every new thread.\n\n| store | skills | discovery ms | floor ms | ratio to floor | new thread ms | peak RSS MB | section tokens | reference s | reference RSS MB | reference tokens |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    md.push_str("## Skill discovery\n\n`new thread ms` is an unchanged rescan: what a new thread pays once another thread of the same middleware has loaded the library (it re-reads only changed `SKILL.md` files). The Python package loads from scratch on every new thread. Its quoted numbers are for local disk only.\n\n| store | skills | discovery ms | floor ms | ratio to floor | new thread ms | peak RSS MB | section tokens | deepagents s (quoted) | deepagents RSS MB (quoted) | deepagents tokens (quoted) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     let mut local = Vec::new();
     let mut s3 = Vec::new();
     for r in of("skills_discovery") {
         let n = r.get("skills").and_then(Value::as_u64).unwrap_or(0);
         let store = r.get("store").and_then(Value::as_str).unwrap_or("?");
-        // The reference was measured on local disk only.
-        let reference = REFERENCE.iter().find(|(k, ..)| *k == n && store == "local");
+        // The quoted measurement is for local disk only.
+        let reference = REFERENCE
+            .discovery
+            .iter()
+            .find(|(k, ..)| *k == n && store == "local");
         let _ = writeln!(
             md,
             "| {store} | {n} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {} | {} | {} | {} |",
@@ -129,7 +229,9 @@ results land in `target/bench/results.json`. The Python reference numbers are fr
             s3.push(point)
         }
     }
+    let quoted = REFERENCE.label();
     let reference_ms: Vec<(f64, f64)> = REFERENCE
+        .discovery
         .iter()
         .map(|(n, s, ..)| (*n as f64, s * 1000.0))
         .collect();
@@ -142,7 +244,7 @@ results land in `target/bench/results.json`. The Python reference numbers are fr
             &[
                 ("Trellis, local disk", "#2b7a0b", &local),
                 ("Trellis, S3 emulator", "#1f5fbf", &s3),
-                ("Python reference, local disk", "#b33", &reference_ms),
+                (&format!("{quoted}, local disk (quoted)"), "#b33", &reference_ms),
             ],
         ),
     )?;
@@ -151,6 +253,7 @@ results land in `target/bench/results.json`. The Python reference numbers are fr
         .map(|r| (num(r, "skills"), num(r, "section_tokens")))
         .collect();
     let reference_tokens: Vec<(f64, f64)> = REFERENCE
+        .discovery
         .iter()
         .map(|(n, .., t)| (*n as f64, *t as f64))
         .collect();
@@ -160,7 +263,11 @@ results land in `target/bench/results.json`. The Python reference numbers are fr
             "Skills section tokens (log scale) vs library size",
             &[
                 ("Trellis (budgeted)", "#2b7a0b", &tokens),
-                ("Python reference (everything listed)", "#b33", &reference_tokens),
+                (
+                    &format!("{quoted}, everything listed (quoted)"),
+                    "#b33",
+                    &reference_tokens,
+                ),
             ],
         ),
     )?;
@@ -168,7 +275,24 @@ results land in `target/bench/results.json`. The Python reference numbers are fr
         "\n![discovery time](benchmarks/discovery.svg)\n\n![section tokens](benchmarks/tokens.svg)\n\n",
     );
 
-    md.push_str("## Per-call overhead\n\nA zero-cost scripted model, 50 tool-calling turns per run; the reference spends about 11 ms per call with no skills and 24 ms at 5,000 skills. The `backend_checkpointer` rows save every step as JSON through `BackendCheckpointer` on in-memory storage, with the 5,000-skill catalog stored once as a blob (the default) or `inline` in every checkpoint.\n\n| scenario | per call µs | overhead per call µs | bytes written per run |\n|---|---:|---:|---:|\n");
+    let per_call: Vec<String> = REFERENCE
+        .per_call_ms
+        .iter()
+        .map(|(skills, ms)| match skills {
+            0 => format!("{ms:.1} ms with no skills"),
+            n => format!("{ms:.1} ms at {} skills", thousands(*n)),
+        })
+        .collect();
+    let _ = write!(
+        md,
+        "## Per-call overhead\n\nA zero-cost scripted model, 50 tool-calling turns per run. For comparison, the \
+quoted measurement of {} {} ({}) has a median gap between two model calls of {} (filesystem backend).",
+        REFERENCE.package,
+        REFERENCE.version,
+        REFERENCE.measured,
+        per_call.join(" and ")
+    );
+    md.push_str(" The `backend_checkpointer` rows save every step as JSON through `BackendCheckpointer` on in-memory storage, with the 5,000-skill catalog stored once as a blob (the default) or `inline` in every checkpoint.\n\n| scenario | per call µs | overhead per call µs | bytes written per run |\n|---|---:|---:|---:|\n");
     for r in of("loop_overhead") {
         for s in r.get("results").and_then(Value::as_array).into_iter().flatten() {
             let _ = writeln!(
@@ -273,4 +397,40 @@ fn svg_chart(title: &str, series: &[Series<'_>]) -> String {
     }
     out.push_str("</svg>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_numbers_say_what_they_are() {
+        let json = REFERENCE.to_json();
+        assert_eq!(json["quoted"], true);
+        assert_eq!(json["reproduced_by_this_repository"], false);
+        for key in [
+            "source",
+            "package",
+            "version",
+            "measured",
+            "environment",
+            "machine",
+        ] {
+            assert!(json[key].as_str().is_some_and(|s| !s.is_empty()), "{key}");
+        }
+        assert_eq!(json["skills_discovery"].as_array().map(Vec::len), Some(4));
+        let note = REFERENCE.note();
+        for part in [
+            "quoted",
+            "deepagents 0.7.32",
+            "2026-11-30",
+            "baseline-deepagents-perf.md",
+        ] {
+            assert!(note.contains(part), "{part}: {note}");
+        }
+        assert_eq!(thousands(5_000), "5,000");
+        assert_eq!(thousands(20_000), "20,000");
+        assert_eq!(thousands(100), "100");
+        assert_eq!(thousands(1_428_519), "1,428,519");
+    }
 }

@@ -4,7 +4,9 @@
 //! cargo xtask emulators start   install (if needed) and start S3 / GCS / Azure emulators
 //! cargo xtask emulators stop    stop the emulators recorded in target/emulators/pids
 //! cargo xtask emulators env     print the environment the emulator-backed tests read
-//! cargo xtask test [-- ARGS]    install + start emulators, run every test, stop them
+//! cargo xtask layers           check that each crate depends only on the crate below it
+//! cargo xtask test [-- ARGS]    layer check, install + start emulators, run every test, stop them
+//! cargo xtask trellis ARGS      build `trellis` as the test build does (no second compile), run it
 //! cargo xtask snapshot [--accept]  prompt snapshot tests (diff on change; --accept takes them)
 //! cargo xtask fuzz [--seconds N] [TARGET...]  run the cargo-fuzz targets in fuzz/
 //! ```
@@ -17,11 +19,14 @@ mod emulators;
 mod fuzz;
 mod http;
 mod install;
+mod layers;
 mod layout;
+mod manifest;
 mod procs;
 mod snapshot;
 mod test;
 mod timings;
+mod trellis;
 
 use std::process::ExitCode;
 
@@ -43,11 +48,18 @@ commands:
                     install cargo-fuzz if missing, run each fuzz target in fuzz/ for N seconds
                     (default 60), seeded from fuzz/seeds/; one JSON line per target with
                     executions and crashes (artifacts in fuzz/artifacts/); see docs/fuzzing.md
+  layers            fail when a crate under crates/ names a trellis crate other than the one
+                    directly below it (agent → middleware → fs-tools → backend), in any
+                    dependency section
   snapshot [--accept]
                     run every prompt snapshot test; show a diff on change, or take the new text
-  test [-- ARGS]    install + start the emulators, run `cargo test --workspace --all-targets`
-                    and `cargo test --workspace --doc` (ARGS are passed to cargo test),
-                    stop the emulators it started, exit with the tests' status
+  test [-- ARGS]    run the layer check (stop on failure), install + start the emulators,
+                    run `cargo test --workspace --all-targets` and `cargo test --workspace
+                    --doc` (ARGS are passed to cargo test), stop the emulators it started,
+                    exit with the tests' status
+  trellis ARGS      build the `trellis` binary with the features the test build uses (so
+                    `test` reuses every crate it compiles) and run it with ARGS, e.g.
+                    `cargo xtask trellis inspect --skills examples/sales-assistant/skills`
   help              print this message";
 
 fn main() -> ExitCode {
@@ -76,6 +88,11 @@ fn run() -> Result<ExitCode> {
         Some("snapshot") => snapshot::run(&layout, &args[1..]),
         Some("bench") => bench::run(&layout, &args[1..]),
         Some("fuzz") => fuzz::run(&layout, &args[1..]),
+        Some("layers") => layers::run(&layout, &args[1..]),
+        Some("trellis") => {
+            let rest = &args[1..];
+            trellis::run(&layout, rest.strip_prefix(&["--".to_owned()][..]).unwrap_or(rest))
+        }
         Some("test") => {
             // `cargo xtask test -- --nocapture` reaches us as `test -- --nocapture`.
             let rest = &args[1..];

@@ -1,5 +1,6 @@
-//! `cargo xtask test`: install + start the emulators, run every test with the
-//! emulator environment, stop what was started, exit with the tests' status.
+//! `cargo xtask test`: check the crate layering (and stop if it fails), install + start the
+//! emulators, run every test with the emulator environment, stop what was started, exit with the
+//! tests' status.
 
 use std::ffi::{OsStr, OsString};
 use std::process::{Command, ExitCode};
@@ -9,6 +10,7 @@ use anyhow::{Context, Result};
 
 use crate::emulators;
 use crate::install;
+use crate::layers;
 use crate::layout::Layout;
 use crate::procs::Attach;
 use crate::timings::Timings;
@@ -32,6 +34,10 @@ const TARGET_FLAGS: &[&str] = &[
 pub fn run(layout: &Layout, extra: &[String]) -> Result<ExitCode> {
     let total = Instant::now();
     let mut timings = Timings::default();
+
+    // Cheapest check first: a layering mistake fails before anything is installed or built.
+    layers::check(layout)?;
+    eprintln!("xtask: layer check passed");
 
     let t = Instant::now();
     install::ensure_all(layout, &mut timings)?;

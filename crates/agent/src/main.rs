@@ -1,20 +1,41 @@
 //! The `trellis` command line: `inspect`, `run`, `skills list`, `skills validate`.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{ArgAction, Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::LevelFilter;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_agent::{builder::deep_agent, inspect, providers, skills_cli, workspace};
 use trellis_middleware::backend::{Backend, FilesystemBackend, VirtualPath};
 use trellis_middleware::{BackendCheckpointer, EventSink, RunEvent, RunInput, ThreadId};
 
+/// Shown after the options of every command.
+const LOGGING_HELP: &str = "\
+Logging (to stderr): warnings and errors by default; -v adds info, -vv debug, -vvv trace;
+-q keeps errors only. RUST_LOG, when set and not empty, takes precedence over -v and -q: it is
+a tracing EnvFilter, e.g. RUST_LOG=debug or RUST_LOG=warn,trellis_middleware=trace.
+Log lines are coloured only when stderr is a terminal and NO_COLOR is unset or empty.";
+
 #[derive(Parser, Debug)]
-#[command(name = "trellis", version, about = "A skills-and-memory agent harness")]
+#[command(
+    name = "trellis",
+    version,
+    about = "A skills-and-memory agent harness",
+    after_help = LOGGING_HELP
+)]
 struct Cli {
+    /// Log more: -v info, -vv debug, -vvv trace (RUST_LOG, when set, takes precedence).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Log errors only (RUST_LOG, when set, takes precedence).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -22,6 +43,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Print the exact first request the model would receive (no API key needed).
+    #[command(after_help = LOGGING_HELP)]
     Inspect {
         /// A skills directory or object-store URL (repeatable; later sources override earlier ones).
         #[arg(long = "skills", value_name = "SRC")]
@@ -40,12 +62,17 @@ enum Command {
         task: String,
     },
     /// Run the agent on a task, printing progress; resume a thread with --thread.
+    #[command(after_help = LOGGING_HELP)]
     Run {
         /// The model, e.g. anthropic:claude-sonnet-4-5 or openai:gpt-4.1.
         #[arg(long)]
         model: String,
+        /// A skills directory or object-store URL, mounted under /skills (repeatable; later sources
+        /// override earlier ones).
         #[arg(long = "skills", value_name = "SRC")]
         skills: Vec<String>,
+        /// A memory file (AGENTS.md), local or an object-store URL, loaded into the system prompt
+        /// (repeatable).
         #[arg(long = "memory", value_name = "SRC")]
         memory: Vec<String>,
         /// Continue this thread (checkpoints live in --state-dir).
@@ -71,6 +98,7 @@ enum Command {
         task: String,
     },
     /// Skill libraries.
+    #[command(after_help = LOGGING_HELP)]
     Skills {
         #[command(subcommand)]
         command: SkillsCommand,
@@ -80,28 +108,30 @@ enum Command {
 #[derive(Subcommand, Debug)]
 enum SkillsCommand {
     /// List the skills of one or more sources.
+    #[command(after_help = LOGGING_HELP)]
     List {
+        /// Print JSON (each skill's fields and the load warnings) instead of one entry per skill.
         #[arg(long)]
         json: bool,
+        /// Skills directories or object-store URLs (later sources override earlier ones).
         #[arg(required = true, value_name = "SOURCE")]
         sources: Vec<String>,
     },
     /// Check every skill against the Agent Skills rules; exit 1 on errors.
+    #[command(after_help = LOGGING_HELP)]
     Validate {
+        /// Print JSON (findings per SKILL.md, source warnings, error and warning counts) instead of text.
         #[arg(long)]
         json: bool,
+        /// Skills directories or object-store URLs to check.
         #[arg(required = true, value_name = "SOURCE")]
         sources: Vec<String>,
     },
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::WARN)
-        .with_target(false)
-        .init();
     let cli = Cli::parse();
+    init_logging(cli.verbose, cli.quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -116,6 +146,42 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Log to stderr at the level `-v`/`-q` ask for, unless `RUST_LOG` says otherwise.
+fn init_logging(verbose: u8, quiet: bool) {
+    let default = default_level(verbose, quiet);
+    let rust_log = std::env::var("RUST_LOG").unwrap_or_default();
+    let builder = EnvFilter::builder().with_default_directive(default.into());
+    let filter = builder.parse(rust_log.trim()).unwrap_or_else(|e| {
+        eprintln!("trellis: ignoring RUST_LOG ({e}); logging at {default}");
+        builder.parse_lossy("")
+    });
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_ansi(use_color(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
+        .with_target(false)
+        .init();
+}
+
+/// The level when `RUST_LOG` is unset or empty: WARN, raised by each `-v`, or ERROR with `-q`.
+fn default_level(verbose: u8, quiet: bool) -> LevelFilter {
+    match (quiet, verbose) {
+        (true, _) => LevelFilter::ERROR,
+        (false, 0) => LevelFilter::WARN,
+        (false, 1) => LevelFilter::INFO,
+        (false, 2) => LevelFilter::DEBUG,
+        (false, _) => LevelFilter::TRACE,
+    }
+}
+
+/// Colours only on a terminal, and never when `NO_COLOR` is set to something (<https://no-color.org>).
+fn use_color(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 async fn dispatch(command: Command) -> Result<ExitCode> {
@@ -278,4 +344,69 @@ async fn run_agent(
         .await?;
     println!("{}", out.final_text().unwrap_or_default());
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every argument of every command, nested ones included, says what it is for.
+    #[test]
+    fn every_argument_has_help_text() {
+        fn check(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", cmd.get_name());
+            if cmd.get_about().is_none() && path != " trellis" {
+                missing.push(format!("{path} (the command itself)"));
+            }
+            for arg in cmd.get_arguments() {
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                if help.trim().is_empty() {
+                    missing.push(format!("{path} {}", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                check(sub, &path, missing);
+            }
+        }
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        let mut missing = Vec::new();
+        check(&cmd, "", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:?}");
+    }
+
+    #[test]
+    fn levels_follow_the_flags() {
+        assert_eq!(default_level(0, false), LevelFilter::WARN);
+        assert_eq!(default_level(1, false), LevelFilter::INFO);
+        assert_eq!(default_level(2, false), LevelFilter::DEBUG);
+        assert_eq!(default_level(3, false), LevelFilter::TRACE);
+        assert_eq!(default_level(9, false), LevelFilter::TRACE);
+        assert_eq!(default_level(0, true), LevelFilter::ERROR);
+    }
+
+    #[test]
+    fn colour_needs_a_terminal_and_no_no_color() {
+        use std::ffi::OsStr;
+        assert!(use_color(true, None));
+        assert!(
+            use_color(true, Some(OsStr::new(""))),
+            "an empty NO_COLOR does not count"
+        );
+        assert!(!use_color(true, Some(OsStr::new("1"))));
+        assert!(!use_color(false, None));
+        assert!(!use_color(false, Some(OsStr::new(""))));
+    }
+
+    #[test]
+    fn verbose_counts_and_quiet_conflicts() {
+        let cli = Cli::try_parse_from(["trellis", "-vv", "skills", "list", "x"]).unwrap();
+        assert_eq!(cli.verbose, 2);
+        let cli = Cli::try_parse_from(["trellis", "skills", "list", "-v", "x", "-v", "-v"]).unwrap();
+        assert_eq!(cli.verbose, 3, "global: accepted after the subcommand too");
+        assert!(Cli::try_parse_from(["trellis", "-q", "inspect"]).unwrap().quiet);
+        assert!(Cli::try_parse_from(["trellis", "-q", "-v", "inspect"]).is_err());
+    }
 }

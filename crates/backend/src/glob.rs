@@ -13,8 +13,12 @@
 //! * A pattern ending in `/` names directories, and globs only ever return files: it matches nothing.
 //! * Malformed classes or braces (`[a-`, `*.{py`) are literal text. A `..` segment is refused.
 //!
-//! Matching is linear in the name length per segment (no exponential backtracking), with a memo over
-//! segment positions for `**`.
+//! Matching takes polynomial time, never exponential. Within one segment a greedy scan backtracks
+//! only to the most recent `*`: about linear for ordinary patterns, O(pattern tokens × name
+//! characters) at worst (`*a*a*a…b` against `aaaa…`). Across segments a memo over (pattern segment,
+//! path segment) pairs decides each pair once, and a `**` tries every later path position, so a path
+//! costs at most O(pattern segments × path segments²) steps plus one segment match per pair. Each
+//! brace alternative (at most [`MAX_EXPANSIONS`]) is matched on its own.
 
 /// Most alternatives one pattern may expand to.
 pub const MAX_EXPANSIONS: usize = 1_000;
@@ -262,7 +266,8 @@ fn match_segment(tokens: &[Token], name: &str) -> bool {
     if name.first() == Some(&'.') && tokens.first() != Some(&Token::Literal('.')) {
         return false;
     }
-    // Classic linear glob match with one backtrack point for the last `*`.
+    // Greedy match that backtracks only to the last `*` seen (earlier stars never need to move
+    // again): no exponential blow-up, O(tokens × chars) at worst.
     let (mut t, mut n) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
     while n < name.len() {
