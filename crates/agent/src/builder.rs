@@ -142,7 +142,13 @@ impl DeepAgentBuilder {
     }
 
     /// Add a tool.
-    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
+    pub fn tool(mut self, tool: impl Tool + 'static) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Add a tool that is already shared.
+    pub fn tool_arc(mut self, tool: Arc<dyn Tool>) -> Self {
         self.tools.push(tool);
         self
     }

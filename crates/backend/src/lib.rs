@@ -3,7 +3,7 @@
 //! The storage layer of Trellis. Everything an agent reads or writes — skills, memory, its own work,
 //! checkpoints — goes through one object-safe [`Backend`] trait:
 //!
-//! * [`StateBackend`]: in memory, serializable with a thread's checkpoint;
+//! * [`StateBackend`]: in process memory (serializable to JSON), shared by its handles;
 //! * [`FilesystemBackend`]: a directory on local disk, with every escape refused;
 //! * [`ObjectStoreBackend`]: any `object_store` store (S3, GCS, Azure, local, memory) under a prefix;
 //! * [`CompositeBackend`]: routes paths to other backends by longest prefix.

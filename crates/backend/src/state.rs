@@ -1,4 +1,4 @@
-//! [`StateBackend`]: files kept in memory, serializable with a thread's checkpoint.
+//! [`StateBackend`]: files kept in process memory, serializable to JSON.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -31,7 +31,7 @@ struct Files {
     revision: u64,
 }
 
-/// In-memory files that travel with a thread.
+/// Files in process memory: shared by every holder of the handle, lost when the process exits.
 ///
 /// Cloning shares the same files (it is a handle). Directories are implicit: a directory exists while
 /// a file below it exists. Serializes as a map from path to `{content, encoding, modified, revision}`,

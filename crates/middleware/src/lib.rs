@@ -118,3 +118,8 @@ pub use tools::{
     DetachedRun, FnTool, HiddenPaths, Tool, ToolContext, ToolError, ToolOutput, ToolRun, UserIdentity,
     parameters_schema, parameters_schema as tool_schema, parse_args,
 };
+
+/// `docs/writing-a-tool.md`, compiled: its example is this crate's doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/writing-a-tool.md")]
+pub struct WritingATool;
