@@ -5,7 +5,8 @@
 //! 1. load the thread's checkpoint (or start empty), append the input, set input slots;
 //! 2. `before_agent` hooks; checkpoint;
 //! 3. `before_model` hooks; collect the step's tools; the `wrap_model_call` chain calls the model;
-//!    `after_model` hooks; the reply is appended; checkpoint;
+//!    tool-call ids made unique in the thread (`call_ids.rs`); `after_model` hooks; the reply is
+//!    appended; checkpoint;
 //! 4. if the reply calls tools, run them concurrently (each through the `wrap_tool_call` chain),
 //!    append the results in call order, apply their slot writes in call order, checkpoint, go to 3;
 //! 5. otherwise the `after_agent` hooks may send the run back to 3 with new messages; else checkpoint
@@ -34,7 +35,7 @@ use crate::runtime::middleware::{AfterAgent, Middleware, Next, ToolNext, ToolSet
 use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, Usage};
 use crate::runtime::run::{RunInput, RunOutput};
 use crate::runtime::state::{PublicState, State, StateUpdates};
-use crate::runtime::util;
+use crate::runtime::{call_ids, util};
 use crate::tools::{Tool, ToolOutput};
 
 /// Model calls one run may make by default.
@@ -345,6 +346,7 @@ impl Agent {
                 }
             };
             model_calls += 1;
+            call_ids::make_unique(&mut response.message, &state.messages);
             for m in inner.middleware.iter().rev() {
                 let span = tracing::debug_span!("after_model", middleware = m.name());
                 m.after_model(&mut response, &mut state, cx)
