@@ -7,12 +7,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod conformance;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use conformance::Target;
+use crate::conformance::{self, Target};
 use trellis_backend::{
     Backend, CompositeBackend, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath,
 };
@@ -188,7 +186,7 @@ async fn conformance_composite_mount() {
 
 /// Create-only and version-checked writes tag the object (`trelliswrite` metadata) so that a write
 /// whose reply was lost can be recognised; the tag must survive the round trip on every store
-/// (the fault tests in `tests/tests/object_store_faults/` exercise the recovery on all three).
+/// (the fault tests in `tests/tests/integration/object_store_faults/` exercise the recovery on all three).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conditional_writes_carry_a_readable_write_tag() {
     use object_store::{Attribute, GetOptions, path::Path};
