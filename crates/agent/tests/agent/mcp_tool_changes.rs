@@ -5,14 +5,13 @@
 //! change keep their names and order.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_common;
-
 use std::sync::Arc;
 
-use mcp_common::{agent_on, caps, library, python, tool_results};
 use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
 use trellis_middleware::{EventSink, ModelRequest, RunEvent, RunInput, ScriptedModel, ToolCall};
+
+use crate::mcp_common::{self, agent_on, caps, library, python, tool_results};
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 const ADDED: &str = "crm__invoice_lookup";

@@ -9,17 +9,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod providers_anthropic_common;
-mod providers_common;
-
-use providers_anthropic_common::*;
-use providers_common::*;
 use serde_json::json;
 use trellis_agent::providers::anthropic;
 use trellis_middleware::{
     ChatModel, ContentBlock, Message, ModelError, ModelRequest, ResponseFormat, StopReason,
 };
 use wiremock::ResponseTemplate;
+
+use crate::providers_anthropic_common::*;
+use crate::providers_common::*;
 
 fn verdict_format() -> ResponseFormat {
     ResponseFormat {

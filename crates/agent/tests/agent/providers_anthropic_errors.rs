@@ -10,16 +10,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod providers_anthropic_common;
-mod providers_common;
-
 use std::time::Duration;
 
-use providers_anthropic_common::*;
-use providers_common::*;
 use serde_json::json;
 use trellis_middleware::{ChatModel, Message, ModelError, ModelRequest};
 use wiremock::ResponseTemplate;
+
+use crate::providers_anthropic_common::*;
+use crate::providers_common::*;
 
 fn error_body(kind: &str, message: &str) -> serde_json::Value {
     json!({

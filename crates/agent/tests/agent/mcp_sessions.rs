@@ -5,15 +5,16 @@
 //! stopped beyond the limit; shutdown stops them all.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_common;
-
 use std::sync::Arc;
 
-use mcp_common::{agent_on, caps, gone, http_server_with, library, python, script, tool_results};
 use serde_json::json;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_middleware::skills::Viewer;
 use trellis_middleware::{RunInput, ScriptedModel, ToolCall};
+
+use crate::mcp_common::{
+    self, agent_on, caps, gone, http_server_with, library, python, script, tool_results,
+};
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 

@@ -3,15 +3,14 @@
 //! timeouts, crashes and servers that never start all become tool results the model can act on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_common::{agent_on, alive, caps, gone, library, python, started, stdio, tool_results};
 use serde_json::json;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_middleware::{RunContext, RunInput, ScriptedModel, ToolCall};
+
+use crate::mcp_common::{agent_on, alive, caps, gone, library, python, started, stdio, tool_results};
 
 fn detached() -> RunContext {
     RunContext::detached(Arc::new(ScriptedModel::new()))

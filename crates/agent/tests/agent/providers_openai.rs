@@ -8,11 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod providers_common;
-
 use std::time::Duration;
 
-use providers_common::*;
 use serde_json::{Value, json};
 use trellis_agent::providers::openai::{self, InlineSystem, MaxTokensField, OpenAiConfig, OpenAiModel};
 use trellis_middleware::{
@@ -21,6 +18,8 @@ use trellis_middleware::{
     ToolChoice, ToolMessage, Usage,
 };
 use wiremock::ResponseTemplate;
+
+use crate::providers_common::*;
 
 fn openai_at(base_url: &str) -> OpenAiModel {
     OpenAiModel::new(OpenAiConfig::openai("gpt-4.1", "sk-test").with_base_url(base_url)).unwrap()

@@ -3,14 +3,13 @@
 //! server process outlives the command.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_common;
-
 use std::process::Command;
 
-use mcp_common::{alive, python, script, started};
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::mcp_common::{alive, python, script, started};
 
 fn reply(content: Value, stop: &str) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(json!({

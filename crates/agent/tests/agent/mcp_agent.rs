@@ -4,17 +4,16 @@
 //! role; both transports; no name collisions between servers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_common;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use mcp_common::{agent_on, caps, http_server, library, python, started, stdio, tool_results};
 use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
 use trellis_middleware::skills::Viewer;
 use trellis_middleware::tools::UserIdentity;
 use trellis_middleware::{ModelRequest, RunInput, ScriptedModel, ToolCall, ToolSpec};
+
+use crate::mcp_common::{agent_on, caps, http_server, library, python, started, stdio, tool_results};
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 

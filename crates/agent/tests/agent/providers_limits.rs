@@ -3,9 +3,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod providers_common;
-
-use providers_common::*;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trellis_agent::providers::HttpConfig;
@@ -13,6 +10,8 @@ use trellis_agent::providers::anthropic::{AnthropicConfig, AnthropicModel};
 use trellis_agent::providers::openai::{OpenAiConfig, OpenAiModel};
 use trellis_middleware::{ChatModel, Message, ModelError, ModelRequest};
 use wiremock::ResponseTemplate;
+
+use crate::providers_common::*;
 
 const LIMIT: usize = 4096;
 

@@ -12,11 +12,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod providers_anthropic_common;
-mod providers_common;
-
-use providers_anthropic_common::*;
-use providers_common::*;
 use serde_json::json;
 use trellis_agent::providers::anthropic;
 use trellis_middleware::{
@@ -24,6 +19,9 @@ use trellis_middleware::{
     StopReason, SystemBlock, SystemMessage, ToolCall, ToolChoice, ToolMessage, Usage,
 };
 use wiremock::ResponseTemplate;
+
+use crate::providers_anthropic_common::*;
+use crate::providers_common::*;
 
 #[tokio::test]
 async fn system_blocks_breakpoints_and_tools() {
