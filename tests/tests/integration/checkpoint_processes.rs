@@ -19,7 +19,8 @@ use trellis_backend::{Backend, ObjectStoreBackend, StoreOptions, VirtualPath};
 use trellis_middleware::*;
 use trellis_tests::emulator::{s3_target, unique};
 
-const TEST_NAME: &str = "two_worker_processes_share_one_thread";
+/// This test's path in the test binary, for `--exact` (the binary is `tests/integration/main.rs`).
+const TEST_NAME: &str = "checkpoint_processes::two_worker_processes_share_one_thread";
 const ROLE: &str = "TRELLIS_CHECKPOINT_WORKER";
 const DIR: &str = "TRELLIS_CHECKPOINT_WORKER_DIR";
 const PREFIX: &str = "TRELLIS_CHECKPOINT_WORKER_PREFIX";
