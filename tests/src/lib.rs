@@ -3,7 +3,8 @@
 //! * [`fault_proxy`]: a loopback HTTP proxy that injects faults in front of an emulator or a mock
 //!   model provider;
 //! * [`emulator`]: where the emulators are, and skipping (or failing) when they are not;
-//! * [`fuzz`]: the invariants the fuzz targets in `fuzz/` check, replayed by `tests/fuzz_replay.rs`.
+//! * [`fuzz`]: the invariants the fuzz targets in `fuzz/` check, replayed by
+//!   `tests/integration/fuzz_replay.rs`.
 
 #![warn(missing_docs)]
 

@@ -13,11 +13,12 @@ use anyhow::{Context, Result};
 use crate::layout::Layout;
 use crate::test::cargo;
 
-/// Test targets that hold prompt snapshots, by package.
-const TARGETS: &[(&str, &[&str])] = &[
-    ("trellis-fs-tools", &["snapshots", "eviction"]),
+/// The test binary of each package that holds prompt snapshots, and the modules in it that do.
+const TARGETS: &[(&str, &str, &[&str])] = &[
+    ("trellis-fs-tools", "fs_tools", &["snapshots", "eviction"]),
     (
         "trellis-middleware",
+        "middleware",
         &[
             "core_stack",
             "filesystem",
@@ -33,7 +34,7 @@ const TARGETS: &[(&str, &[&str])] = &[
         ],
     ),
     // mcp_agent: the tools a real MCP server discloses (needs the venv's `mcp`; skipped without it).
-    ("trellis-agent", &["inspect", "mcp_agent"]),
+    ("trellis-agent", "agent", &["inspect", "mcp_agent"]),
 ];
 
 pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {
@@ -43,11 +44,14 @@ pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {
     }
     let mut cmd = cargo();
     cmd.arg("test").arg("--no-fail-fast");
-    for (package, tests) in TARGETS {
-        cmd.args(["-p", package]);
-        for test in *tests {
-            cmd.args(["--test", test]);
-        }
+    for (package, test, _) in TARGETS {
+        cmd.args(["-p", package, "--test", test]);
+    }
+    // libtest runs the tests whose path contains any filter: `core_stack::` is that module's tests.
+    // Every binary gets every filter; the module names are distinct across the three binaries.
+    cmd.arg("--");
+    for (_, _, modules) in TARGETS {
+        cmd.args(modules.iter().map(|m| format!("{m}::")));
     }
     if layout.venv_python().exists() {
         cmd.env("TRELLIS_MCP_PYTHON", layout.venv_python());

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use trellis_middleware::*;
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/middleware/common/mod.rs"]
 mod common;
 
 const TURNS: usize = 50;

@@ -2,7 +2,7 @@
 //!
 //! * the `cargo fuzz` targets in `fuzz/fuzz_targets/` (run by `cargo xtask fuzz`), one per
 //!   function in [`TARGETS`], each calling that function on every generated input;
-//! * `tests/tests/fuzz_replay.rs`, a plain `cargo test` that replays every file under
+//! * `tests/tests/integration/fuzz_replay.rs`, a plain `cargo test` that replays every file under
 //!   `fuzz/seeds/<target>/` and `fuzz/regressions/<target>/` through the same function, so CI
 //!   (which does not run the fuzzer) still exercises the seeds and past findings.
 //!

@@ -1,0 +1,23 @@
+//! The integration tests of trellis-agent, built as one test binary: each module below was a
+//! `tests/*.rs` file of its own. `mcp_common`, `providers_common` and `providers_anthropic_common`
+//! hold what several of them share; the MCP server they start is `tests/mcp_server/server.py`.
+
+mod adversarial_cli;
+mod cli;
+mod cli_logging;
+mod inspect;
+mod mcp_agent;
+mod mcp_cli;
+mod mcp_common;
+mod mcp_lifecycle;
+mod mcp_sessions;
+mod mcp_tool_changes;
+mod providers_anthropic_common;
+mod providers_anthropic_errors;
+mod providers_anthropic_messages;
+mod providers_anthropic_options;
+mod providers_common;
+mod providers_limits;
+mod providers_openai;
+mod providers_parsers_never_panic;
+mod providers_registry;

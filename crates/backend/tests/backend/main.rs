@@ -1,0 +1,9 @@
+//! The integration tests of trellis-backend, built as one test binary: each module below was a
+//! `tests/*.rs` file of its own. `conformance` is the suite that `backends` runs on every backend.
+
+mod adversarial_paths;
+mod backends;
+mod conformance;
+mod escapes;
+mod fuzz_regressions;
+mod local_races;

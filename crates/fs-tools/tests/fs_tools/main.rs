@@ -1,0 +1,9 @@
+//! The integration tests of trellis-fs-tools, built as one test binary: each module below was a
+//! `tests/*.rs` file of its own, and `common` holds the fixtures they share.
+
+mod common;
+mod concurrency;
+mod eviction;
+mod permissions;
+mod properties;
+mod snapshots;

@@ -1,0 +1,8 @@
+//! The cross-crate integration tests of trellis-tests, built as one test binary: each module below
+//! was a test target of its own (`object_store_faults` a directory, the others one file each).
+
+mod agent_faults;
+mod checkpoint_processes;
+mod fuzz_replay;
+mod object_store_faults;
+mod provider_faults;
