@@ -249,7 +249,7 @@ pub struct Capabilities {
 /// Object-safe (`Arc<dyn Backend>`); conveniences live on [`BackendExt`](crate::BackendExt). Every
 /// path is a parsed [`VirtualPath`], so implementations only need to keep it inside their root. The
 /// contract below holds for every implementation and is checked by one conformance suite
-/// (`crates/backend/tests/conformance`).
+/// (`crates/backend/tests/backend/conformance`).
 #[async_trait]
 pub trait Backend: Send + Sync + Debug {
     /// What this backend supports.

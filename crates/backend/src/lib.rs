@@ -10,7 +10,7 @@
 //!
 //! Paths are parsed once into [`VirtualPath`]; failures are one error enum, [`BackendError`], that
 //! always names the path. Conveniences (read as string, read-modify-write with retries, …) are on
-//! [`BackendExt`]. One conformance suite (`tests/conformance`) checks every implementation against the
+//! [`BackendExt`]. One conformance suite (`tests/backend/conformance`) checks every implementation against the
 //! same contract, the cloud ones against emulators.
 //!
 //! ```

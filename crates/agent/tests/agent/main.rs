@@ -3,6 +3,7 @@
 //! hold what several of them share; the MCP server they start is `tests/mcp_server/server.py`.
 
 mod adversarial_cli;
+mod call_ids;
 mod cli;
 mod cli_logging;
 mod inspect;
