@@ -246,12 +246,20 @@ impl Backend for CompositeBackend {
     }
 
     async fn read_many(&self, paths: &[VirtualPath], range: Option<ByteRange>) -> Vec<Result<ReadOutput>> {
-        // One batched read per backend, all backends at once; results go back in input order.
-        let all: Vec<usize> = (0..paths.len()).collect();
-        let groups = self.by_backend(paths, &all);
+        // A path of the default backend with mount points below it is a directory here, as `read`
+        // says; the rest get one batched read per backend, all backends at once. Results go back
+        // in input order.
+        let (directories, routed): (Vec<usize>, Vec<usize>) = (0..paths.len())
+            .partition(|&i| !self.in_mount(&paths[i]) && self.mounts_below(&paths[i]).next().is_some());
+        let mut out: Vec<Option<Result<ReadOutput>>> = paths.iter().map(|_| None).collect();
+        for i in directories {
+            out[i] = Some(Err(BackendError::IsADirectory {
+                path: paths[i].to_string(),
+            }));
+        }
+        let groups = self.by_backend(paths, &routed);
         let results =
             futures::future::join_all(groups.iter().map(|g| g.backend.read_many(&g.inner, range))).await;
-        let mut out: Vec<Option<Result<ReadOutput>>> = paths.iter().map(|_| None).collect();
         for (group, results) in groups.iter().zip(results) {
             for ((&i, inner), result) in group.index.iter().zip(&group.inner).zip(results) {
                 out[i] = Some(result.map_err(|e| Self::with_mount_path(e, inner, &paths[i])));
@@ -407,6 +415,42 @@ mod tests {
         for path in &paths {
             one_by_one.push(composite.read(path, None).await.map_err(|e| e.to_string()));
         }
+        let batched: Vec<_> = composite
+            .read_many(&paths, None)
+            .await
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
+        assert_eq!(batched, one_by_one);
+    }
+
+    #[tokio::test]
+    async fn read_many_answers_as_read_above_a_mount_point() {
+        // `/m` exists only as the directory above the mount at `/m/n`; `/k/x` is a file of the
+        // backend mounted at `/k`, whatever is mounted below it.
+        let k = Arc::new(StateBackend::new());
+        k.write(&p("/x"), Bytes::from("kx"), WriteMode::CreateNew)
+            .await
+            .unwrap();
+        let composite = CompositeBackend::new(Arc::new(StateBackend::new()))
+            .mount("/m/n", Arc::new(StateBackend::new()))
+            .unwrap()
+            .mount("/k", k)
+            .unwrap()
+            .mount("/k/x/y", Arc::new(StateBackend::new()))
+            .unwrap();
+        let paths = vec![p("/m"), p("/m/n"), p("/other"), p("/k/x"), p("/")];
+        let mut one_by_one = Vec::new();
+        for path in &paths {
+            one_by_one.push(composite.read(path, None).await.map_err(|e| e.to_string()));
+        }
+        assert!(
+            one_by_one[0]
+                .as_ref()
+                .is_err_and(|e| e.contains("is a directory")),
+            "{one_by_one:?}"
+        );
+        assert!(one_by_one[3].is_ok(), "{one_by_one:?}");
         let batched: Vec<_> = composite
             .read_many(&paths, None)
             .await
