@@ -1,6 +1,7 @@
 //! The [`Backend`] trait and the values it speaks in.
 
-use std::fmt::Debug;
+use std::fmt::{self, Debug};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -182,6 +183,38 @@ pub struct GlobOutput {
     pub truncated: bool,
 }
 
+/// Which files a search may look at: a predicate on paths, as the backend searched names them. See
+/// [`GrepQuery::path_filter`]. Cheap to clone (clones share the predicate).
+#[derive(Clone)]
+pub struct PathFilter(Arc<dyn Fn(&VirtualPath) -> bool + Send + Sync>);
+
+impl PathFilter {
+    /// A filter that allows the paths for which `allows` returns true.
+    pub fn new(allows: impl Fn(&VirtualPath) -> bool + Send + Sync + 'static) -> Self {
+        Self(Arc::new(allows))
+    }
+
+    /// True when the search may look at `path`.
+    pub fn allows(&self, path: &VirtualPath) -> bool {
+        (self.0)(path)
+    }
+}
+
+impl Debug for PathFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PathFilter(..)")
+    }
+}
+
+/// Filters are equal when they share one predicate (one is a clone of the other).
+impl PartialEq for PathFilter {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for PathFilter {}
+
 /// A literal-text search; see [`Backend::grep`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrepQuery {
@@ -195,6 +228,10 @@ pub struct GrepQuery {
     pub max_matches: usize,
     /// Skip files larger than this many bytes.
     pub max_file_bytes: u64,
+    /// Only files this filter allows are searched. Every other file is left out before it is read:
+    /// it is never read, its matches never count toward `max_matches`, and it is never listed in
+    /// [`GrepOutput::skipped`]. `None` searches every file.
+    pub path_filter: Option<PathFilter>,
 }
 
 impl GrepQuery {
@@ -206,6 +243,7 @@ impl GrepQuery {
             file_glob: None,
             max_matches: 1_000,
             max_file_bytes: 10 * 1024 * 1024,
+            path_filter: None,
         }
     }
 }
@@ -311,7 +349,12 @@ pub trait Backend: Send + Sync + Debug {
         search::glob_via_listing(self, pattern, base, DEFAULT_GLOB_LIMIT).await
     }
 
-    /// Lines containing a literal string, in files below `query.base`.
+    /// Lines containing a literal string, in files below `query.base`. A file that
+    /// `query.path_filter` does not allow is left out before its content is read, so it is never
+    /// read and never counted toward `query.max_matches`. An implementation that overrides this
+    /// must keep that: apply the filter to every candidate before reading it, with the paths as
+    /// this backend names them (a wrapper that passes the query on to a backend with the same
+    /// paths keeps it; one that rewrites paths must rewrite them for the filter too).
     async fn grep(&self, query: &GrepQuery) -> Result<GrepOutput> {
         search::grep_via_reads(self, query).await
     }

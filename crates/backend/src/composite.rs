@@ -24,13 +24,14 @@ pub struct CompositeBackend {
     mounts: Vec<(VirtualPath, Arc<dyn Backend>)>,
 }
 
-/// Paths routed to one backend (see `CompositeBackend::by_backend`).
+/// Paths routed to one backend (see `CompositeBackend::by_backend`). One backend may be mounted at
+/// several points and be the default too, so each path keeps its own mount point.
 struct Routed<'a> {
     backend: &'a dyn Backend,
-    /// The mount point (`None`: the default backend).
-    mount: Option<&'a VirtualPath>,
     /// Positions in the caller's list.
     index: Vec<usize>,
+    /// The mount point each path went through (`None`: the default backend).
+    mounts: Vec<Option<&'a VirtualPath>>,
     /// The same paths, inside `backend`.
     inner: Vec<VirtualPath>,
 }
@@ -100,7 +101,7 @@ impl CompositeBackend {
     }
 
     /// `paths[i]` for each `i` in `index`, grouped by the backend they route to (in order of first
-    /// appearance), with their paths inside that backend.
+    /// appearance), with their paths inside that backend and the mount point each went through.
     fn by_backend<'a>(&'a self, paths: &[VirtualPath], index: &[usize]) -> Vec<Routed<'a>> {
         let mut groups: Vec<Routed<'a>> = Vec::new();
         for &i in index {
@@ -109,12 +110,13 @@ impl CompositeBackend {
             match groups.iter_mut().find(same) {
                 Some(group) => {
                     group.index.push(i);
+                    group.mounts.push(mount);
                     group.inner.push(inner);
                 }
                 None => groups.push(Routed {
                     backend,
-                    mount,
                     index: vec![i],
+                    mounts: vec![mount],
                     inner: vec![inner],
                 }),
             }
@@ -227,10 +229,11 @@ impl Backend for CompositeBackend {
         let groups = self.by_backend(paths, &routed);
         let results = futures::future::join_all(groups.iter().map(|g| g.backend.stat_many(&g.inner))).await;
         for (group, results) in groups.iter().zip(results) {
-            for ((&i, inner), result) in group.index.iter().zip(&group.inner).zip(results) {
+            let routed = group.index.iter().zip(&group.mounts).zip(&group.inner);
+            for (((&i, &mount), inner), result) in routed.zip(results) {
                 out[i] = Some(match result {
                     Ok(entry) => {
-                        Self::outward(entry, group.mount).ok_or_else(|| BackendError::not_found(&paths[i]))
+                        Self::outward(entry, mount).ok_or_else(|| BackendError::not_found(&paths[i]))
                     }
                     Err(e) => Err(Self::with_mount_path(e, inner, &paths[i])),
                 });
@@ -243,12 +246,20 @@ impl Backend for CompositeBackend {
     }
 
     async fn read_many(&self, paths: &[VirtualPath], range: Option<ByteRange>) -> Vec<Result<ReadOutput>> {
-        // One batched read per backend, all backends at once; results go back in input order.
-        let all: Vec<usize> = (0..paths.len()).collect();
-        let groups = self.by_backend(paths, &all);
+        // A path of the default backend with mount points below it is a directory here, as `read`
+        // says; the rest get one batched read per backend, all backends at once. Results go back
+        // in input order.
+        let (directories, routed): (Vec<usize>, Vec<usize>) = (0..paths.len())
+            .partition(|&i| !self.in_mount(&paths[i]) && self.mounts_below(&paths[i]).next().is_some());
+        let mut out: Vec<Option<Result<ReadOutput>>> = paths.iter().map(|_| None).collect();
+        for i in directories {
+            out[i] = Some(Err(BackendError::IsADirectory {
+                path: paths[i].to_string(),
+            }));
+        }
+        let groups = self.by_backend(paths, &routed);
         let results =
             futures::future::join_all(groups.iter().map(|g| g.backend.read_many(&g.inner, range))).await;
-        let mut out: Vec<Option<Result<ReadOutput>>> = paths.iter().map(|_| None).collect();
         for (group, results) in groups.iter().zip(results) {
             for ((&i, inner), result) in group.index.iter().zip(&group.inner).zip(results) {
                 out[i] = Some(result.map_err(|e| Self::with_mount_path(e, inner, &paths[i])));
@@ -322,5 +333,130 @@ impl Backend for CompositeBackend {
             truncated = true;
         }
         Ok(FileListing { files, truncated })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::state::StateBackend;
+
+    fn p(s: &str) -> VirtualPath {
+        VirtualPath::parse(s).unwrap()
+    }
+
+    /// One `StateBackend` mounted at `/a` and `/b` and used as the default, with `/x.txt` and
+    /// `/d/y.txt` inside it.
+    async fn one_backend_three_ways() -> CompositeBackend {
+        let shared = Arc::new(StateBackend::new());
+        for (path, text) in [("/x.txt", "x"), ("/d/y.txt", "yy")] {
+            shared
+                .write(&p(path), Bytes::from(text), WriteMode::CreateNew)
+                .await
+                .unwrap();
+        }
+        CompositeBackend::new(shared.clone())
+            .mount("/a", shared.clone())
+            .unwrap()
+            .mount("/b", shared)
+            .unwrap()
+    }
+
+    /// Paths under both mounts and the default, interleaved, with missing ones and a directory.
+    fn mixed_paths() -> Vec<VirtualPath> {
+        [
+            "/b/x.txt",
+            "/x.txt",
+            "/a/d/y.txt",
+            "/a/missing",
+            "/b/d",
+            "/d/y.txt",
+            "/a/x.txt",
+            "/missing",
+            "/b/d/y.txt",
+            "/b/gone/z",
+        ]
+        .into_iter()
+        .map(p)
+        .collect()
+    }
+
+    #[tokio::test]
+    async fn stat_many_maps_each_result_with_its_own_mount() {
+        let composite = one_backend_three_ways().await;
+        let paths = mixed_paths();
+        let mut one_by_one = Vec::new();
+        for path in &paths {
+            one_by_one.push(composite.stat(path).await.map_err(|e| e.to_string()));
+        }
+        let batched: Vec<_> = composite
+            .stat_many(&paths)
+            .await
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
+        assert_eq!(batched, one_by_one);
+        // And `stat` itself names every path as the caller did.
+        for (path, result) in paths.iter().zip(&batched) {
+            match result {
+                Ok(entry) => assert_eq!(&entry.path, path),
+                Err(e) => assert!(e.contains(path.as_str()), "{path}: {e}"),
+            }
+        }
+        assert_eq!(batched.iter().filter(|r| r.is_ok()).count(), 7, "{batched:?}");
+    }
+
+    #[tokio::test]
+    async fn read_many_maps_each_result_with_its_own_mount() {
+        let composite = one_backend_three_ways().await;
+        let paths = mixed_paths();
+        let mut one_by_one = Vec::new();
+        for path in &paths {
+            one_by_one.push(composite.read(path, None).await.map_err(|e| e.to_string()));
+        }
+        let batched: Vec<_> = composite
+            .read_many(&paths, None)
+            .await
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
+        assert_eq!(batched, one_by_one);
+    }
+
+    #[tokio::test]
+    async fn read_many_answers_as_read_above_a_mount_point() {
+        // `/m` exists only as the directory above the mount at `/m/n`; `/k/x` is a file of the
+        // backend mounted at `/k`, whatever is mounted below it.
+        let k = Arc::new(StateBackend::new());
+        k.write(&p("/x"), Bytes::from("kx"), WriteMode::CreateNew)
+            .await
+            .unwrap();
+        let composite = CompositeBackend::new(Arc::new(StateBackend::new()))
+            .mount("/m/n", Arc::new(StateBackend::new()))
+            .unwrap()
+            .mount("/k", k)
+            .unwrap()
+            .mount("/k/x/y", Arc::new(StateBackend::new()))
+            .unwrap();
+        let paths = vec![p("/m"), p("/m/n"), p("/other"), p("/k/x"), p("/")];
+        let mut one_by_one = Vec::new();
+        for path in &paths {
+            one_by_one.push(composite.read(path, None).await.map_err(|e| e.to_string()));
+        }
+        assert!(
+            one_by_one[0]
+                .as_ref()
+                .is_err_and(|e| e.contains("is a directory")),
+            "{one_by_one:?}"
+        );
+        assert!(one_by_one[3].is_ok(), "{one_by_one:?}");
+        let batched: Vec<_> = composite
+            .read_many(&paths, None)
+            .await
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
+        assert_eq!(batched, one_by_one);
     }
 }

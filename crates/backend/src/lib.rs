@@ -42,8 +42,8 @@ mod state;
 
 pub use backend::{
     Backend, ByteRange, Capabilities, DEFAULT_GLOB_LIMIT, DEFAULT_LIST_LIMIT, DEFAULT_READ_CONCURRENCY,
-    Entry, EntryKind, FileListing, GlobOutput, GrepMatch, GrepOutput, GrepQuery, ReadOutput, Version,
-    WriteMode, WriteOutcome,
+    Entry, EntryKind, FileListing, GlobOutput, GrepMatch, GrepOutput, GrepQuery, PathFilter, ReadOutput,
+    Version, WriteMode, WriteOutcome,
 };
 pub use composite::CompositeBackend;
 pub use error::{BackendError, ConflictKind, Result};

@@ -112,7 +112,8 @@ pub(crate) async fn glob_via_listing<B: Backend + ?Sized>(
     Ok(GlobOutput { matches, truncated })
 }
 
-/// Grep by listing, filtering and reading files in batches with [`Backend::read_many`].
+/// Grep by listing, filtering and reading files in batches with [`Backend::read_many`]. Files the
+/// query's path filter does not allow are dropped from the listing, before anything is read.
 pub(crate) async fn grep_via_reads<B: Backend + ?Sized>(
     backend: &B,
     query: &GrepQuery,
@@ -123,7 +124,7 @@ pub(crate) async fn grep_via_reads<B: Backend + ?Sized>(
             reason: "grep needs a non-empty search string".to_owned(),
         });
     }
-    let filter = query.file_glob.as_deref().map(compile_glob).transpose()?;
+    let file_glob = query.file_glob.as_deref().map(compile_glob).transpose()?;
     let listing = backend
         .list_files(&query.base, crate::backend::DEFAULT_LIST_LIMIT)
         .await?;
@@ -133,7 +134,10 @@ pub(crate) async fn grep_via_reads<B: Backend + ?Sized>(
     };
     let mut candidates = Vec::new();
     for file in listing.files {
-        if filter
+        if query.path_filter.as_ref().is_some_and(|f| !f.allows(&file.path)) {
+            continue;
+        }
+        if file_glob
             .as_ref()
             .is_some_and(|g| !g.matches(relative_for_match(&file.path, &query.base)))
         {

@@ -216,6 +216,8 @@ impl Backend for Hiding {
     }
 
     async fn grep(&self, query: &GrepQuery) -> Result<GrepOutput> {
+        // Either way the query goes on whole, so its path filter (the caller's permission rules)
+        // still leaves files out before they are read.
         if self.hidden.hides(&query.base) || self.hidden.any_below(&query.base) {
             return Walk(self).grep(query).await;
         }

@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use trellis_backend::glob::GlobPattern;
-use trellis_backend::{BackendExt, GrepMatch, GrepQuery, VirtualPath};
+use trellis_backend::{BackendExt, GrepMatch, GrepQuery, PathFilter, VirtualPath};
 
 use crate::files::FileAccess;
 use crate::files::format::{backend_error, cap_lines, count, parse_path, quote, truncate_chars};
@@ -55,8 +55,9 @@ struct GrepArgs {
 }
 
 file_tool! {
-    /// `grep`: searches with [`Backend::grep`](trellis_backend::Backend::grep), hiding files the rules
-    /// do not let the model read.
+    /// `grep`: searches with [`Backend::grep`](trellis_backend::Backend::grep), leaving out files the
+    /// rules do not let the model read before they are read (so they never count toward the match
+    /// limit either).
     GrepTool, "grep", GrepArgs
 }
 
@@ -81,16 +82,24 @@ impl GrepTool {
         {
             return Err(ToolOutput::error(format!("invalid glob {}: {e}.", quote(g, 200))));
         }
+        // Files the model may not read are left out before the backend reads them.
+        let path_filter = (!files.permissions.rules().is_empty()).then(|| {
+            let permissions = files.permissions.clone();
+            PathFilter::new(move |path| permissions.allows(Access::Read, path))
+        });
         let query = GrepQuery {
             file_glob,
             max_matches: files.limits.grep_max_matches.max(1),
             max_file_bytes: files.limits.max_file_bytes,
+            path_filter,
             ..GrepQuery::new(args.pattern.clone(), base.clone())
         };
         let found = tokio::time::timeout(files.limits.search_timeout, files.backend.grep(&query))
             .await
             .map_err(|_| timed_out("grep", files))?
             .map_err(|e| ToolOutput::error(backend_error(&e)))?;
+        // The backend applied the filter already; checked again so that a backend that ignores it
+        // still never shows the model a denied file.
         let matches: Vec<&GrepMatch> = found.matches.iter().filter(|m| files.visible(&m.path)).collect();
         let skipped: Vec<&VirtualPath> = found.skipped.iter().filter(|p| files.visible(p)).collect();
         let mut notes = Vec::new();
@@ -242,8 +251,153 @@ fn looks_like_regex(pattern: &str) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use async_trait::async_trait;
+    use bytes::Bytes;
+    use serde_json::json;
+    use trellis_backend::{
+        Backend, ByteRange, Capabilities, Entry, FileListing, ReadOutput, Result, StateBackend, WriteMode,
+        WriteOutcome,
+    };
+
     use super::*;
+    use crate::files::{HiddenPaths, Limits, PermissionRule, Permissions};
+    use crate::tool::{DetachedRun, ToolOutput};
+
+    /// A backend that records every path whose content or metadata it is asked for. It keeps the
+    /// trait's default `read_many`, `glob` and `grep`, so a search's reads all pass through `read`.
+    #[derive(Debug, Default)]
+    struct Recording {
+        inner: StateBackend,
+        touched: Mutex<Vec<String>>,
+    }
+
+    impl Recording {
+        fn touched(&self) -> Vec<String> {
+            self.touched.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait]
+    impl Backend for Recording {
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+        async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
+            self.inner.ls(dir).await
+        }
+        async fn stat(&self, path: &VirtualPath) -> Result<Entry> {
+            self.touched.lock().unwrap().push(path.to_string());
+            self.inner.stat(path).await
+        }
+        async fn read(&self, path: &VirtualPath, range: Option<ByteRange>) -> Result<ReadOutput> {
+            self.touched.lock().unwrap().push(path.to_string());
+            self.inner.read(path, range).await
+        }
+        async fn write(&self, path: &VirtualPath, data: Bytes, mode: WriteMode) -> Result<WriteOutcome> {
+            self.inner.write(path, data, mode).await
+        }
+        async fn delete(&self, path: &VirtualPath) -> Result<()> {
+            self.inner.delete(path).await
+        }
+        async fn list_files(&self, base: &VirtualPath, limit: usize) -> Result<FileListing> {
+            self.inner.list_files(base, limit).await
+        }
+    }
+
+    fn p(s: &str) -> VirtualPath {
+        VirtualPath::parse(s).unwrap()
+    }
+
+    /// `/a/secret.txt` (ten matching lines, and a file too large to search beside it) sorts before
+    /// `/z/visible.txt` (one matching line); with `hidden_too`, so do `/h/hidden.txt` and
+    /// `/h/large.txt`, alike. Read access to `/a/**` is denied; grep collects at most three lines
+    /// and searches files up to 1,000 bytes.
+    async fn setup(hidden_too: bool) -> (Arc<Recording>, GrepTool) {
+        let backend = Arc::new(Recording::default());
+        let many: String = (1..=10).map(|i| format!("needle {i} hunter2\n")).collect();
+        let large = format!("needle\n{}", "x".repeat(2_000));
+        let mut tree = vec![
+            ("/a/secret.txt", many.clone()),
+            ("/a/large.txt", large.clone()),
+            ("/z/visible.txt", "one needle here\n".to_owned()),
+        ];
+        if hidden_too {
+            tree.extend([("/h/hidden.txt", many), ("/h/large.txt", large)]);
+        }
+        for (path, text) in tree {
+            backend
+                .inner
+                .write(&p(path), text.into(), WriteMode::CreateNew)
+                .await
+                .unwrap();
+        }
+        let files = FileAccess::new(backend.clone())
+            .with_permissions(Permissions::new(vec![
+                PermissionRule::deny("/a/**", &[Access::Read]).unwrap(),
+            ]))
+            .with_limits(Limits {
+                grep_max_matches: 3,
+                max_file_bytes: 1_000,
+                ..Limits::default()
+            });
+        (backend, GrepTool::new(files))
+    }
+
+    async fn grep(tool: &GrepTool, run: &DetachedRun, mode: &str) -> ToolOutput {
+        let args = json!({"pattern": "needle", "output_mode": mode});
+        tool.call(args, &run.context("call_1")).await.unwrap()
+    }
+
+    /// Only the visible match is collected: the denied file is neither read nor counted toward
+    /// `grep_max_matches`, so nothing says the search stopped early.
+    fn assert_only_the_visible_match(out: &ToolOutput, mode: &str) {
+        let text = out.text_content();
+        let expected = match mode {
+            "content" => "/z/visible.txt\n  1: one needle here",
+            "count" => "/z/visible.txt: 1",
+            _ => "/z/visible.txt",
+        };
+        assert!(!out.is_error, "{text}");
+        assert_eq!(text, expected, "{mode}");
+    }
+
+    #[tokio::test]
+    async fn grep_never_reads_or_counts_denied_files() {
+        let (backend, tool) = setup(false).await;
+        let run = DetachedRun::new();
+        for mode in ["content", "count", "files_with_matches"] {
+            let out = grep(&tool, &run, mode).await;
+            assert_only_the_visible_match(&out, mode);
+        }
+        let touched = backend.touched();
+        assert!(touched.iter().all(|t| !t.starts_with("/a/")), "{touched:?}");
+        assert!(touched.contains(&"/z/visible.txt".to_owned()), "{touched:?}");
+    }
+
+    #[tokio::test]
+    async fn grep_through_hidden_paths_never_reads_or_counts_hidden_or_denied_files() {
+        // A hidden subtree below the base (the search walks without it), and one elsewhere (the
+        // search goes straight to the inner backend's grep).
+        for (hidden, hidden_too) in [("/h", true), ("/elsewhere", false)] {
+            let (backend, tool) = setup(hidden_too).await;
+            let run = DetachedRun::new().with_extension(HiddenPaths::new([p(hidden)]));
+            for mode in ["content", "count", "files_with_matches"] {
+                let out = grep(&tool, &run, mode).await;
+                assert_only_the_visible_match(&out, mode);
+            }
+            let touched = backend.touched();
+            let unseen = |t: &String| !t.starts_with("/a/") && !t.starts_with("/h/");
+            assert!(touched.iter().all(unseen), "{hidden}: {touched:?}");
+            assert!(
+                touched.contains(&"/z/visible.txt".to_owned()),
+                "{hidden}: {touched:?}"
+            );
+        }
+    }
 
     #[test]
     fn regex_heuristic() {
