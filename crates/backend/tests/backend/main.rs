@@ -6,4 +6,5 @@ mod backends;
 mod conformance;
 mod escapes;
 mod fuzz_regressions;
+mod grep_path_filter;
 mod local_races;
