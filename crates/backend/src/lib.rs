@@ -8,6 +8,9 @@
 //! * [`ObjectStoreBackend`]: any `object_store` store (S3, GCS, Azure, local, memory) under a prefix;
 //! * [`CompositeBackend`]: routes paths to other backends by longest prefix.
 //!
+//! A thread's or a user's files are placed by a checked [`ScopeId`] (a [`ScopeKind`] and an id that
+//! is always exactly one path segment, or an [`InvalidScopeId`] naming it).
+//!
 //! Paths are parsed once into [`VirtualPath`]; failures are one error enum, [`BackendError`], that
 //! always names the path. Conveniences (read as string, read-modify-write with retries, …) are on
 //! [`BackendExt`]. One conformance suite (`tests/backend/conformance`) checks every implementation against the
@@ -37,6 +40,7 @@ mod local;
 mod object;
 mod object_config;
 pub mod path;
+mod scope;
 mod search;
 mod state;
 
@@ -52,4 +56,5 @@ pub use local::FilesystemBackend;
 pub use object::ObjectStoreBackend;
 pub use object_config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, RetryOptions, StoreOptions};
 pub use path::{PathError, VirtualPath};
+pub use scope::{InvalidScopeId, ScopeId, ScopeKind};
 pub use state::StateBackend;
