@@ -92,7 +92,7 @@ impl ScopeId {
     /// Never fails: only a `base` within 129 bytes of
     /// [`MAX_PATH_BYTES`](crate::path::MAX_PATH_BYTES) makes a result longer than a parsed path may
     /// be, and then the result is still `base/<id>` (it does not drop the id or reach elsewhere);
-    /// a `ScopedBackend` at such a prefix refuses every path with
+    /// a [`ScopedBackend`](crate::ScopedBackend) at such a prefix refuses every path with
     /// `InvalidPath`.
     pub fn under(&self, base: &VirtualPath) -> VirtualPath {
         let root = VirtualPath::root();
