@@ -7,8 +7,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use crate::backend::{
-    Backend, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery, ReadOutput,
-    WriteMode, WriteOutcome,
+    Backend, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery, PathFilter,
+    ReadOutput, WriteMode, WriteOutcome,
 };
 use crate::error::{BackendError, Result};
 use crate::path::{MAX_PATH_BYTES, VirtualPath};
@@ -46,8 +46,10 @@ const IDLE_ROUNDS: usize = 3;
 /// * **glob and grep** run in `inner` (with its own fast paths) from the base moved below the prefix.
 ///   Patterns match paths relative to that base, which are the same in both, so a pattern means the
 ///   same in the view as in a whole backend; `/`-anchored patterns anchor at the base, not at the
-///   inner root, and dot-segments of the prefix itself never count against `**`. Matches, skipped
-///   files and listings keep inner's order and its `truncated` flag.
+///   inner root, and dot-segments of the prefix itself never count against `**`. A grep's
+///   [`path_filter`](GrepQuery::path_filter) is asked about view paths, as the caller wrote it:
+///   inner applies it to its own paths moved back, so a file it refuses is still never read nor
+///   counted. Matches, skipped files and listings keep inner's order and its `truncated` flag.
 /// * **Versions** are inner's, unchanged: a [`Version`](crate::Version) read through the view is
 ///   good for `IfVersion` writes through the view and in `inner` at the corresponding path.
 /// * **Capabilities** are inner's.
@@ -135,9 +137,7 @@ impl ScopedBackend {
 
     /// The view path of an inner path strictly below the prefix.
     fn outward(&self, inner: &VirtualPath) -> Option<VirtualPath> {
-        inner
-            .rebase(&self.prefix, &VirtualPath::root())
-            .filter(|p| !p.is_root())
+        view_path(&self.prefix, inner)
     }
 
     /// `err` naming the view's path: the same file when it named one in the scope (the prefix
@@ -215,6 +215,13 @@ impl<T> Batch<T> {
             .map(|(r, p)| r.unwrap_or_else(|| Err(BackendError::not_found(p))))
             .collect()
     }
+}
+
+/// The view path of `inner` in a view at `prefix`, when `inner` lies strictly below `prefix`.
+fn view_path(prefix: &VirtualPath, inner: &VirtualPath) -> Option<VirtualPath> {
+    inner
+        .rebase(prefix, &VirtualPath::root())
+        .filter(|p| !p.is_root())
 }
 
 fn is_a_directory(path: &VirtualPath) -> BackendError {
@@ -332,8 +339,15 @@ impl Backend for ScopedBackend {
     }
 
     async fn grep(&self, query: &GrepQuery) -> Result<GrepOutput> {
+        // The caller's filter judges view paths: `inner` asks it about its own paths, moved back
+        // (and refuses anything not strictly below the prefix without asking).
+        let path_filter = query.path_filter.clone().map(|allows| {
+            let prefix = self.prefix.clone();
+            PathFilter::new(move |inner| view_path(&prefix, inner).is_some_and(|p| allows.allows(&p)))
+        });
         let inner = GrepQuery {
             base: self.inward(&query.base)?,
+            path_filter,
             ..query.clone()
         };
         let out = self

@@ -1,7 +1,7 @@
 //! `ScopedBackend`: the conformance suite through a scope of a state, a local-disk and an S3 (moto)
 //! backend, each holding files planted outside the scope that must never show; and isolation: two
 //! threads' scopes over one backend never see each other, `delete_all` removes exactly one scope,
-//! errors name the view's paths.
+//! errors name the view's paths; a grep's path filter judges the view's paths.
 //!
 //! The S3 tests need the emulator (`cargo xtask emulators start`, then
 //! `eval "$(cargo xtask emulators env)"`); without it they say they were skipped, and with
@@ -11,6 +11,8 @@
 
 #[path = "backend/conformance/mod.rs"]
 mod conformance;
+#[path = "scoped/grep_filter.rs"]
+mod grep_filter;
 #[path = "scoped/isolation.rs"]
 mod isolation;
 
