@@ -6,7 +6,10 @@
 //! * [`StateBackend`]: in process memory (serializable to JSON), shared by its handles;
 //! * [`FilesystemBackend`]: a directory on local disk, with every escape refused;
 //! * [`ObjectStoreBackend`]: any `object_store` store (S3, GCS, Azure, local, memory) under a prefix;
-//! * [`CompositeBackend`]: routes paths to other backends by longest prefix.
+//! * [`CompositeBackend`]: routes paths to other backends by longest prefix;
+//! * [`ScopedBackend`]: a view of another backend below a prefix, with nothing outside it in reach:
+//!   the file space of one thread or one user, placed by a checked [`ScopeId`] (a [`ScopeKind`] and
+//!   an id that is always exactly one path segment, or an [`InvalidScopeId`] naming it).
 //!
 //! Paths are parsed once into [`VirtualPath`]; failures are one error enum, [`BackendError`], that
 //! always names the path. Conveniences (read as string, read-modify-write with retries, …) are on
@@ -37,6 +40,9 @@ mod local;
 mod object;
 mod object_config;
 pub mod path;
+mod reroot;
+mod scope;
+mod scoped;
 mod search;
 mod state;
 
@@ -52,4 +58,6 @@ pub use local::FilesystemBackend;
 pub use object::ObjectStoreBackend;
 pub use object_config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, RetryOptions, StoreOptions};
 pub use path::{PathError, VirtualPath};
+pub use scope::{InvalidScopeId, ScopeId, ScopeKind};
+pub use scoped::ScopedBackend;
 pub use state::StateBackend;
