@@ -31,7 +31,7 @@ use trellis_middleware::backend::{Backend, StateBackend};
 use trellis_middleware::skills::render::SEARCH_TOOL;
 use trellis_middleware::skills::{BoundTools, SkillSource};
 use trellis_middleware::subagents::TASK_TOOL_NAME;
-use trellis_middleware::tools::{FileAccess, Limits, Permissions};
+use trellis_middleware::tools::{FileAccess, FileLayout, Limits, Permissions};
 use trellis_middleware::{
     Agent, AgentError, AttachmentsMiddleware, ChatModel, Checkpointer, FilesystemMiddleware,
     MemoryMiddleware, Middleware, ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware,
@@ -52,6 +52,7 @@ you finish, say briefly what you did and where the results are.";
 pub struct DeepAgentBuilder {
     model: Arc<dyn ChatModel>,
     backend: Arc<dyn Backend>,
+    layout: FileLayout,
     system_prompt: String,
     skills: Vec<SkillSource>,
     skills_middleware: Option<SkillsMiddleware>,
@@ -71,12 +72,14 @@ pub struct DeepAgentBuilder {
     mcp_servers: Option<Arc<McpServers>>,
 }
 
-/// Start building an agent around `model`. Files live in a fresh [`StateBackend`] unless
-/// [`DeepAgentBuilder::backend`] says otherwise.
+/// Start building an agent around `model`. Unless [`DeepAgentBuilder::backend`] says otherwise,
+/// each thread has files of its own: they live beside the thread's checkpoints (in memory with the
+/// default checkpointer), come back when the thread resumes, and no other thread sees them.
 pub fn deep_agent(model: Arc<dyn ChatModel>) -> DeepAgentBuilder {
     DeepAgentBuilder {
         model,
         backend: Arc::new(StateBackend::new()),
+        layout: FileLayout::per_thread([]),
         system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
         skills: Vec::new(),
         skills_middleware: None,
@@ -98,9 +101,20 @@ pub fn deep_agent(model: Arc<dyn ChatModel>) -> DeepAgentBuilder {
 }
 
 impl DeepAgentBuilder {
-    /// The backend the file tools, skills and memory read from (often a `CompositeBackend`).
+    /// The backend the file tools, skills and memory read from (often a `CompositeBackend`). Every
+    /// thread works on these same files (the [`FileLayout::Shared`] layout) unless
+    /// [`file_layout`](Self::file_layout) says otherwise.
     pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
         self.backend = backend;
+        self.layout = FileLayout::Shared;
+        self
+    }
+
+    /// Whose files the paths are (call after [`backend`](Self::backend)): for example
+    /// `FileLayout::per_thread([skills dir, memory dir])` gives each thread its own files at `/`
+    /// while skills and memory come from the backend.
+    pub fn file_layout(mut self, layout: FileLayout) -> Self {
+        self.layout = layout;
         self
     }
 
@@ -260,7 +274,7 @@ impl DeepAgentBuilder {
     /// Assemble the agent.
     pub fn build(mut self) -> Result<Agent, AgentError> {
         let mcp = self.mcp()?;
-        let mut files = FileAccess::new(self.backend.clone());
+        let mut files = FileAccess::new(self.backend.clone()).with_layout(self.layout.clone());
         if let Some(p) = self.permissions {
             files = files.with_permissions(p);
         }
@@ -288,8 +302,11 @@ impl DeepAgentBuilder {
             None => None,
         };
         let summarization: Option<Arc<dyn Middleware>> = self.summarization.map(|config| {
-            Arc::new(SummarizationMiddleware::new(self.backend.clone()).with_config(config))
-                as Arc<dyn Middleware>
+            Arc::new(
+                SummarizationMiddleware::new(self.backend.clone())
+                    .with_layout(self.layout.clone())
+                    .with_config(config),
+            ) as Arc<dyn Middleware>
         });
 
         let mut subagents = Vec::new();

@@ -23,6 +23,7 @@ pub mod inspect;
 pub mod mcp;
 pub mod providers;
 pub mod skills_cli;
+pub mod threads_cli;
 pub mod workspace;
 
 pub use builder::{DEFAULT_SYSTEM_PROMPT, DeepAgentBuilder, deep_agent};

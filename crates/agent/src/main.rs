@@ -11,9 +11,9 @@ use clap::{ArgAction, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
-use trellis_agent::{builder::deep_agent, inspect, providers, skills_cli, workspace};
-use trellis_middleware::backend::{Backend, FilesystemBackend, VirtualPath};
-use trellis_middleware::{BackendCheckpointer, EventSink, RunEvent, RunInput, ThreadId};
+use trellis_agent::{builder::deep_agent, inspect, providers, skills_cli, threads_cli, workspace};
+use trellis_middleware::tools::{UserFiles, UserIdentity};
+use trellis_middleware::{EventSink, RunEvent, RunInput, ThreadId};
 
 /// Shown after the options of every command.
 const LOGGING_HELP: &str = "\
@@ -75,13 +75,14 @@ enum Command {
         /// (repeatable).
         #[arg(long = "memory", value_name = "SRC")]
         memory: Vec<String>,
-        /// Continue this thread (checkpoints live in --state-dir).
+        /// Continue this thread (its checkpoints and its own files live in --state-dir).
         #[arg(long)]
         thread: Option<String>,
-        /// A directory the agent works in (default: files live in memory for the run).
+        /// Your workspace: a directory the agent sees at /workspace in every thread you run
+        /// (without it, the agent has only the thread's own files, kept with the thread).
         #[arg(long)]
         workdir: Option<PathBuf>,
-        /// Where thread checkpoints are kept.
+        /// Where thread checkpoints and each thread's own files are kept.
         #[arg(long, default_value = ".trellis")]
         state_dir: PathBuf,
         /// An MCP server skills can bind with `include_tools: mcp:NAME` (repeatable):
@@ -97,11 +98,36 @@ enum Command {
         /// The task.
         task: String,
     },
+    /// List, show or delete the threads `trellis run` kept (checkpoints and each thread's files).
+    #[command(after_help = LOGGING_HELP)]
+    Threads {
+        /// Where `trellis run` keeps threads.
+        #[arg(long, default_value = ".trellis", global = true)]
+        state_dir: PathBuf,
+        #[command(subcommand)]
+        command: ThreadsCommand,
+    },
     /// Skill libraries.
     #[command(after_help = LOGGING_HELP)]
     Skills {
         #[command(subcommand)]
         command: SkillsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ThreadsCommand {
+    /// Print the ids of the stored threads, one a line.
+    List,
+    /// Print a thread's messages in brief and its files.
+    Show {
+        /// The thread id.
+        id: String,
+    },
+    /// Delete a thread: its checkpoints and its files.
+    Delete {
+        /// The thread id.
+        id: String,
     },
 }
 
@@ -224,6 +250,11 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             };
             run(&model, &skills, &memory, options, &task).await
         }
+        Command::Threads { state_dir, command } => match command {
+            ThreadsCommand::List => threads_cli::list(&state_dir).await,
+            ThreadsCommand::Show { id } => threads_cli::show(&state_dir, &id).await,
+            ThreadsCommand::Delete { id } => threads_cli::delete(&state_dir, &id).await,
+        },
         Command::Skills {
             command: SkillsCommand::List { json, sources },
         } => skills_cli::list(&sources, json).await,
@@ -285,10 +316,12 @@ async fn run_agent(
     let model = providers::from_model_string(model)?;
     let ws = workspace::assemble(skills, memory, workdir.as_deref())?;
     std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
-    let store: Arc<dyn Backend> = Arc::new(FilesystemBackend::new(&state_dir)?);
-    let checkpointer = Arc::new(BackendCheckpointer::new(store, VirtualPath::parse("/threads")?)?);
+    let checkpointer = Arc::new(threads_cli::checkpointer(&state_dir)?);
+    // The thread's own files live in the state dir beside its checkpoints; skills and memory are
+    // shared mounts; --workdir is the user's workspace at /workspace.
     let mut builder = deep_agent(model)
         .backend(ws.backend.clone())
+        .file_layout(ws.layout())
         .permissions(ws.permissions(writable_skills)?)
         .checkpointer(checkpointer);
     for source in &ws.skills {
@@ -339,11 +372,23 @@ async fn run_agent(
         } => eprintln!("  [{middleware}] {kind} {data}"),
         _ => {}
     });
-    let out = agent
-        .run(RunInput::human(task).thread(thread_id).events(events))
-        .await?;
+    let mut input = RunInput::human(task).thread(thread_id).events(events);
+    if let Some(files) = &ws.user_files {
+        input = input
+            .extension(UserIdentity::new(local_user()))
+            .extension(UserFiles(files.clone()));
+    }
+    let out = agent.run(input).await?;
     println!("{}", out.final_text().unwrap_or_default());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The local user a `--workdir` belongs to: `$USER`, else `local`.
+fn local_user() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "local".to_owned())
 }
 
 #[cfg(test)]

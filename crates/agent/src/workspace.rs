@@ -6,11 +6,13 @@
 //! | `--skills ./team/skills` | `/skills/team` | `/skills/team/<skill>/SKILL.md` |
 //! | `--skills s3://bucket/org/skills` | `/skills/org` | `/skills/org/<skill>/SKILL.md` |
 //! | `--memory ./proj/AGENTS.md` | `/memory/proj` (the file's directory) | `/memory/proj/AGENTS.md` |
-//! | `--workdir ./out` | `/` (the default backend) | everything else |
+//! | `--workdir ./out` | `/workspace` (the user's workspace) | `/workspace/…`, shared by the user's threads |
+//! | (the thread) | `/` | everything else: the thread's own files, kept in `--state-dir` beside its checkpoints |
 //!
 //! Mount names come from the last path segment that is not `skills` (so a source's label reads like
-//! its team or project); clashes get `-2`, `-3`, …. Without `--workdir`, files the agent writes live in
-//! memory for the run.
+//! its team or project); clashes get `-2`, `-3`, …. The skill and memory mounts are shared by every
+//! thread ([`Workspace::layout`]); everything else a thread writes is its own and comes back when the
+//! thread resumes.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -18,10 +20,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use trellis_middleware::SkillSource;
+use trellis_middleware::backend::VirtualPath;
 use trellis_middleware::backend::{
     Backend, CompositeBackend, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions,
 };
-use trellis_middleware::tools::{Access, PermissionRule, Permissions};
+use trellis_middleware::tools::{Access, FileLayout, PermissionRule, Permissions};
 
 /// The agent's backend and where its skills and memory are.
 #[derive(Debug, Clone)]
@@ -34,9 +37,21 @@ pub struct Workspace {
     pub memory: Vec<String>,
     /// What was mounted where, for display.
     pub mounts: Vec<(String, String)>,
+    /// The user's workspace (`--workdir`), mounted at `/workspace` for runs that have it.
+    pub user_files: Option<Arc<dyn Backend>>,
 }
 
 impl Workspace {
+    /// The file layout for runs on this workspace: each thread's own files at `/`, the skill and
+    /// memory mounts shared, the user's workspace at `/workspace` when there is one.
+    pub fn layout(&self) -> FileLayout {
+        FileLayout::per_thread(
+            self.mounts
+                .iter()
+                .filter_map(|(at, _)| VirtualPath::parse(at).ok()),
+        )
+    }
+
     /// File-tool rules for a run on this workspace: the mounted skill sources are read-only unless
     /// `writable_skills`, so a prompt-injected agent cannot rewrite the instructions later runs (and
     /// other users) load. Memory stays writable: editing it is how the agent learns.
@@ -114,14 +129,15 @@ fn split_file(source: &str) -> Result<(String, String)> {
 
 /// Build the workspace for the given sources.
 pub fn assemble(skills: &[String], memory: &[String], workdir: Option<&Path>) -> Result<Workspace> {
-    let default: Arc<dyn Backend> = match workdir {
+    let user_files: Option<Arc<dyn Backend>> = match workdir {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-            Arc::new(FilesystemBackend::new(dir)?)
+            Some(Arc::new(FilesystemBackend::new(dir)?))
         }
-        None => Arc::new(StateBackend::new()),
+        None => None,
     };
-    let mut composite = CompositeBackend::new(default);
+    // Serves paths outside the mounts only when a run has no thread files (never in `trellis run`).
+    let mut composite = CompositeBackend::new(Arc::new(StateBackend::new()));
     let mut mounts = Vec::new();
     let mut taken = BTreeSet::new();
     let mut skill_mounts = Vec::new();
@@ -157,6 +173,7 @@ pub fn assemble(skills: &[String], memory: &[String], workdir: Option<&Path>) ->
         skills,
         memory: memory_paths,
         mounts,
+        user_files,
     })
 }
 

@@ -6,3 +6,4 @@ mod checkpoint_processes;
 mod fuzz_replay;
 mod object_store_faults;
 mod provider_faults;
+mod thread_files;

@@ -8,3 +8,4 @@ mod escapes;
 mod fuzz_regressions;
 mod grep_path_filter;
 mod local_races;
+mod scoped;

@@ -9,6 +9,7 @@ use trellis_backend::{Backend, VirtualPath};
 
 use super::hidden::HiddenPaths;
 use super::permissions::{Access, Permissions};
+use super::spaces::{FileLayout, ThreadFiles, UserFiles};
 use crate::tool::{ToolContext, ToolOutput};
 
 /// Size and time limits of the file tools. `Default` gives the documented values.
@@ -80,16 +81,26 @@ pub struct FileAccess {
     pub permissions: Arc<Permissions>,
     /// Size and time limits.
     pub limits: Limits,
+    /// Whose files the paths are: shared by every thread (the default), or the run's thread's.
+    pub layout: FileLayout,
 }
 
 impl FileAccess {
-    /// Access to `backend` with no permission rules (everything allowed) and default limits.
+    /// Access to `backend` with no permission rules (everything allowed), default limits and the
+    /// [`FileLayout::Shared`] layout.
     pub fn new(backend: Arc<dyn Backend>) -> Self {
         Self {
             backend,
             permissions: Arc::new(Permissions::allow_all()),
             limits: Limits::default(),
+            layout: FileLayout::Shared,
         }
+    }
+
+    /// Use this layout.
+    pub fn with_layout(mut self, layout: FileLayout) -> Self {
+        self.layout = layout;
+        self
     }
 
     /// Use these permission rules.
@@ -104,16 +115,34 @@ impl FileAccess {
         self
     }
 
-    /// What one call of a file tool works on: this access, with the backend wrapped so that the
-    /// run's [`HiddenPaths`] (when `cx` carries that extension) are absent.
+    /// What one call of a file tool works on: this access over the call's view of the files (the
+    /// run's thread and user spaces under [`FileLayout::PerThread`]), with the run's
+    /// [`HiddenPaths`] (when `cx` carries that extension) absent.
     pub fn for_call(&self, cx: &ToolContext<'_>) -> Cow<'_, FileAccess> {
-        match cx.extension::<HiddenPaths>() {
-            Some(hidden) if !hidden.is_empty() => Cow::Owned(Self {
-                backend: hidden.wrap(self.backend.clone()),
-                ..self.clone()
-            }),
-            _ => Cow::Borrowed(self),
+        let hidden = cx.extension::<HiddenPaths>().filter(|h| !h.is_empty());
+        let thread = cx.extension::<ThreadFiles>();
+        if hidden.is_none() && (thread.is_none() || matches!(self.layout, FileLayout::Shared)) {
+            return Cow::Borrowed(self);
         }
+        let backend = match self
+            .layout
+            .view(&self.backend, thread, cx.extension::<UserFiles>())
+        {
+            Ok(backend) => backend,
+            Err(e) => {
+                // Only a shared directory at the root could fail to mount; `per_thread` drops it.
+                tracing::warn!(error = %e, "file layout could not be mounted; using the shared backend");
+                self.backend.clone()
+            }
+        };
+        let backend = match hidden {
+            Some(hidden) => hidden.wrap(backend),
+            None => backend,
+        };
+        Cow::Owned(Self {
+            backend,
+            ..self.clone()
+        })
     }
 
     /// `Ok` when the rules allow `access` to `path`; otherwise the error the model sees.

@@ -145,7 +145,8 @@ impl Tool for EvictLargeOutput {
 
     async fn call(&self, args: Value, cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let output = self.inner.call(args, cx).await.unwrap_or_else(ToolOutput::from);
-        Ok(evict_large_output(self.inner.as_ref(), output, &self.files, cx.call_id()).await)
+        let files = self.files.for_call(cx);
+        Ok(evict_large_output(self.inner.as_ref(), output, &files, cx.call_id()).await)
     }
 }
 

@@ -6,12 +6,14 @@ mod eviction;
 pub(crate) mod format;
 mod hidden;
 mod permissions;
+mod spaces;
 pub(crate) mod tools;
 
 pub use access::{FileAccess, Limits};
 pub use eviction::{EvictLargeOutput, LARGE_RESULTS_DIR, evict_if_large, evict_large_output};
 pub use hidden::HiddenPaths;
 pub use permissions::{Access, Effect, PermissionError, PermissionRule, Permissions};
+pub use spaces::{FileLayout, ThreadFiles, UserFiles, WORKSPACE_DIR};
 pub use tools::{
     DEFAULT_READ_LIMIT, DeleteTool, EditFileTool, GlobTool, GrepTool, LsTool, OutputMode, ReadFileTool,
     WriteFileTool, file_tools,

@@ -125,6 +125,8 @@ impl Middleware for FilesystemMiddleware {
         if self.own_tools.contains(&name) {
             return Ok(output);
         }
-        Ok(evict_if_large(&name, output, &self.files, cx.call_id()).await)
+        // Into the call's view of the files: the thread's own space under a per-thread layout.
+        let files = self.files.for_call(cx);
+        Ok(evict_if_large(&name, output, &files, cx.call_id()).await)
     }
 }

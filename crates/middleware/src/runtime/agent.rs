@@ -36,7 +36,7 @@ use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, Usage};
 use crate::runtime::run::{RunInput, RunOutput};
 use crate::runtime::state::{PublicState, State, StateUpdates};
 use crate::runtime::{call_ids, util};
-use crate::tools::{Tool, ToolOutput};
+use crate::tools::{ThreadFiles, Tool, ToolOutput};
 
 /// Model calls one run may make by default.
 pub const DEFAULT_MAX_STEPS: u32 = 100;
@@ -245,6 +245,13 @@ impl Agent {
         self.inner.checkpointer.as_ref()
     }
 
+    /// The thread's own files, from the checkpointer ([`Checkpointer::thread_files`]): what a
+    /// per-thread file layout shows the thread's runs at `/`. `None` without a checkpointer or when
+    /// it keeps no files.
+    pub fn thread_files(&self, thread_id: &ThreadId) -> Option<Arc<dyn crate::backend::Backend>> {
+        self.inner.checkpointer.as_ref()?.thread_files(thread_id)
+    }
+
     /// The caller-visible state of a saved thread.
     pub async fn state(&self, thread_id: &ThreadId) -> Result<Option<PublicState>, AgentError> {
         let Some(checkpointer) = &self.inner.checkpointer else {
@@ -286,6 +293,9 @@ impl Agent {
     async fn run_loop(&self, mut input: RunInput, cx: &mut RunContext) -> Result<RunOutput, AgentError> {
         let inner = &*self.inner;
         let (mut state, mut saver, resumed) = self.load(&cx.thread_id).await?;
+        if let Some(files) = self.thread_files(&cx.thread_id) {
+            cx.extensions.insert(ThreadFiles(files));
+        }
         cx.events.emit_with(|| RunEvent::RunStarted {
             thread_id: cx.thread_id.to_string(),
             run_id: cx.run_id.clone(),

@@ -38,6 +38,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::backend::{Backend, VirtualPath, WriteMode};
+use crate::tools::{FileLayout, ThreadFiles, UserFiles};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -159,6 +160,7 @@ impl SummarizationConfig {
 #[derive(Debug, Clone)]
 pub struct SummarizationMiddleware {
     backend: Arc<dyn Backend>,
+    layout: FileLayout,
     config: SummarizationConfig,
     estimator: Arc<dyn TokenEstimator>,
     summary_model: Option<Arc<dyn ChatModel>>,
@@ -169,10 +171,18 @@ impl SummarizationMiddleware {
     pub fn new(backend: Arc<dyn Backend>) -> Self {
         Self {
             backend,
+            layout: FileLayout::Shared,
             config: SummarizationConfig::default(),
             estimator: Arc::new(BytesEstimator),
             summary_model: None,
         }
+    }
+
+    /// Write through this layout, as the file tools do, so that the model can read what was
+    /// offloaded: under [`FileLayout::PerThread`] offloads land in the run's thread space.
+    pub fn with_layout(mut self, layout: FileLayout) -> Self {
+        self.layout = layout;
+        self
     }
 
     /// Replace the settings.
@@ -217,9 +227,18 @@ impl Middleware for SummarizationMiddleware {
         let before = state.get(&SUMMARIZATION)?.cloned().unwrap_or_default();
         let messages = std::mem::take(&mut request.messages);
         let fixed = self.estimator.request(&request);
+        let files = self
+            .layout
+            .view(
+                &self.backend,
+                cx.extension::<ThreadFiles>(),
+                cx.extension::<UserFiles>(),
+            )
+            .unwrap_or_else(|_| self.backend.clone());
         let mut pass = Pass {
             mw: self,
             cx,
+            files,
             summary_model: self.summary_model.clone().unwrap_or_else(|| model.clone()),
             threshold: self.config.threshold_tokens(model.capabilities().context_window),
             fixed,
@@ -250,6 +269,8 @@ impl Middleware for SummarizationMiddleware {
 struct Pass<'a> {
     mw: &'a SummarizationMiddleware,
     cx: &'a RunContext,
+    /// Where offloads and transcripts are written: the run's view of the files.
+    files: Arc<dyn Backend>,
     summary_model: Arc<dyn ChatModel>,
     threshold: u64,
     /// Estimate of everything but the messages.
@@ -358,7 +379,7 @@ impl Pass<'_> {
             plan,
             limits,
             self.mw.estimator.as_ref(),
-            self.mw.backend.as_ref(),
+            self.files.as_ref(),
             &dir,
             &mut self.st.offloaded,
         )
@@ -481,12 +502,7 @@ impl Pass<'_> {
         let text = stage2::transcript(self.cx.thread_id().as_str(), &self.stored.slice(..cutoff), |id| {
             offloaded.get(id).cloned()
         });
-        match self
-            .mw
-            .backend
-            .write(&path, text.into(), WriteMode::Overwrite)
-            .await
-        {
+        match self.files.write(&path, text.into(), WriteMode::Overwrite).await {
             Ok(_) => Some(path.to_string()),
             Err(e) => {
                 tracing::warn!(path = %path, error = %e, "could not write the summarized transcript");

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::backend::{
-    Backend, BackendError, ConflictKind, DEFAULT_LIST_LIMIT, Version, VirtualPath, WriteMode,
+    Backend, BackendError, ConflictKind, DEFAULT_LIST_LIMIT, ScopedBackend, Version, VirtualPath, WriteMode,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -16,7 +16,8 @@ use super::{
 };
 use crate::runtime::context::ThreadId;
 
-/// Threads saved as JSON files through any [`Backend`]: `{root}/{thread_id}/checkpoint.json`.
+/// Threads saved as JSON files through any [`Backend`]: `{root}/{thread_id}/checkpoint.json`, with
+/// the thread's own files under `{root}/{thread_id}/files/` ([`Checkpointer::thread_files`]).
 ///
 /// Saves are version-checked writes ([`WriteMode::CreateNew`] for a new thread,
 /// [`WriteMode::IfVersion`] after), so on a shared store (an `s3://` bucket through
@@ -37,6 +38,7 @@ pub struct BackendCheckpointer {
 
 const FILE_NAME: &str = "checkpoint.json";
 const BLOB_DIR: &str = "blobs";
+const FILES_DIR: &str = "files";
 
 impl BackendCheckpointer {
     /// Checkpoints under `root` of `backend`. Fails when the backend cannot do version-checked writes.
@@ -64,6 +66,60 @@ impl BackendCheckpointer {
         self.root
             .join(thread_id.as_str())
             .map_err(|e| Self::storage(thread_id, BackendError::invalid_path(thread_id.as_str(), e)))
+    }
+
+    /// The ids of the stored threads, sorted: the directories under the root that hold a
+    /// checkpoint. Directories whose names are not thread ids are left out.
+    pub async fn threads(&self) -> Result<Vec<ThreadId>, CheckpointError> {
+        let entries = match self.backend.ls(&self.root).await {
+            Ok(entries) => entries,
+            Err(BackendError::NotFound { .. }) => return Ok(Vec::new()),
+            Err(source) => return Err(CheckpointError::Listing { source }),
+        };
+        let candidates: Vec<ThreadId> = entries
+            .iter()
+            .filter_map(|e| e.path.file_name())
+            .filter_map(|name| ThreadId::new(name).ok())
+            .collect();
+        let mut paths = Vec::with_capacity(candidates.len());
+        for id in &candidates {
+            paths.push(self.path(id)?);
+        }
+        let found = self.backend.stat_many(&paths).await;
+        let mut ids: Vec<ThreadId> = candidates
+            .into_iter()
+            .zip(found)
+            .filter_map(|(id, stat)| stat.ok().map(|_| id))
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Delete every file below `dir`, a page of listings at a time.
+    async fn delete_below(&self, thread_id: &ThreadId, dir: &VirtualPath) -> Result<(), CheckpointError> {
+        loop {
+            let listing = match self.backend.list_files(dir, DEFAULT_LIST_LIMIT).await {
+                Ok(listing) => listing,
+                Err(BackendError::NotFound { .. }) => return Ok(()),
+                Err(e) => return Err(Self::storage(thread_id, e)),
+            };
+            for file in &listing.files {
+                match self.backend.delete(&file.path).await {
+                    Ok(()) | Err(BackendError::NotFound { .. }) => {}
+                    Err(e) => return Err(Self::storage(thread_id, e)),
+                }
+            }
+            if !listing.truncated || listing.files.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// `{root}/{thread_id}/files`: the thread's own files.
+    fn files_dir(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
+        self.thread_dir(thread_id)?
+            .join(FILES_DIR)
+            .map_err(|e| Self::storage(thread_id, BackendError::invalid_path(FILES_DIR, e)))
     }
 
     /// Where the blob with content hash `hash` (64 hex digits) of the thread lives.
@@ -232,21 +288,12 @@ impl Checkpointer for BackendCheckpointer {
             .join(BLOB_DIR)
             .map_err(|e| Self::storage(thread_id, BackendError::invalid_path(BLOB_DIR, e)))?;
         self.known_blobs.forget_below(&dir);
-        loop {
-            let listing = match self.backend.list_files(&dir, DEFAULT_LIST_LIMIT).await {
-                Ok(listing) => listing,
-                Err(BackendError::NotFound { .. }) => return Ok(()),
-                Err(e) => return Err(Self::storage(thread_id, e)),
-            };
-            for file in &listing.files {
-                match self.backend.delete(&file.path).await {
-                    Ok(()) | Err(BackendError::NotFound { .. }) => {}
-                    Err(e) => return Err(Self::storage(thread_id, e)),
-                }
-            }
-            if !listing.truncated || listing.files.is_empty() {
-                return Ok(());
-            }
-        }
+        self.delete_below(thread_id, &dir).await?;
+        self.delete_below(thread_id, &self.files_dir(thread_id)?).await
+    }
+
+    fn thread_files(&self, thread_id: &ThreadId) -> Option<Arc<dyn Backend>> {
+        let dir = self.files_dir(thread_id).ok()?;
+        Some(Arc::new(ScopedBackend::new(self.backend.clone(), dir)))
     }
 }

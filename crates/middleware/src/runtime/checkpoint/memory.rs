@@ -1,15 +1,17 @@
 //! [`InMemoryCheckpointer`]: threads kept in this process.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
 use super::{Checkpoint, CheckpointError, CheckpointVersion, Checkpointer, StoredCheckpoint};
+use crate::backend::{Backend, StateBackend};
 use crate::runtime::context::ThreadId;
 
 /// Threads kept in memory, for one process. Saving clones the state (cheap: slot values are shared),
-/// so nothing is serialized.
+/// so nothing is serialized. Each thread's files are a [`StateBackend`] of its own, created on first
+/// use and dropped by [`delete`](Checkpointer::delete).
 #[derive(Debug, Default)]
 pub struct InMemoryCheckpointer {
     inner: Mutex<Inner>,
@@ -18,6 +20,7 @@ pub struct InMemoryCheckpointer {
 #[derive(Debug, Default)]
 struct Inner {
     threads: HashMap<ThreadId, (Checkpoint, u64)>,
+    files: HashMap<ThreadId, Arc<StateBackend>>,
     /// Last revision handed out; revisions never repeat, even after a delete.
     revision: u64,
 }
@@ -77,6 +80,13 @@ impl Checkpointer for InMemoryCheckpointer {
     async fn delete(&self, thread_id: &ThreadId) -> Result<(), CheckpointError> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.threads.remove(thread_id);
+        inner.files.remove(thread_id);
         Ok(())
+    }
+
+    fn thread_files(&self, thread_id: &ThreadId) -> Option<Arc<dyn Backend>> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let files = inner.files.entry(thread_id.clone()).or_default().clone();
+        Some(files)
     }
 }

@@ -11,6 +11,7 @@ mod blobs;
 mod memory;
 
 use std::fmt::Debug;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 pub use self::backend::BackendCheckpointer;
 pub use self::blobs::DEFAULT_BLOB_THRESHOLD;
 pub use self::memory::InMemoryCheckpointer;
+use crate::backend::Backend;
 use crate::runtime::context::ThreadId;
 use crate::runtime::state::State;
 
@@ -126,6 +128,13 @@ pub enum CheckpointError {
         /// The format found.
         format: u32,
     },
+    /// Listing the stored threads failed.
+    #[error("listing the stored threads failed: {source}")]
+    Listing {
+        /// The cause.
+        #[source]
+        source: crate::backend::BackendError,
+    },
     /// The storage failed.
     #[error("checkpoint storage failed for thread {thread_id}: {source}")]
     Storage {
@@ -159,6 +168,15 @@ pub trait Checkpointer: Send + Sync + Debug {
         expected: Option<&CheckpointVersion>,
     ) -> Result<CheckpointVersion, CheckpointError>;
 
-    /// Forget the thread. Deleting an unknown thread is not an error.
+    /// Forget the thread, its files included. Deleting an unknown thread is not an error.
     async fn delete(&self, thread_id: &ThreadId) -> Result<(), CheckpointError>;
+
+    /// The thread's own file space: stored beside its checkpoints, so a resumed thread finds its
+    /// files in any process that can load it, and removed by [`delete`](Checkpointer::delete).
+    /// The agent loop hands it to the run as its [`ThreadFiles`](crate::tools::ThreadFiles).
+    /// `None` (the default) when this checkpointer keeps no files.
+    fn thread_files(&self, thread_id: &ThreadId) -> Option<Arc<dyn Backend>> {
+        let _ = thread_id;
+        None
+    }
 }

@@ -9,18 +9,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "backend/conformance/mod.rs"]
-mod conformance;
-#[path = "scoped/grep_filter.rs"]
 mod grep_filter;
-#[path = "scoped/isolation.rs"]
 mod isolation;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use conformance::Target;
+use crate::conformance::Target;
 use trellis_backend::{
     Backend, BackendExt, FilesystemBackend, GrepQuery, ObjectStoreBackend, ScopeId, ScopedBackend,
     StateBackend, StoreOptions, VirtualPath, WriteMode,
@@ -189,7 +185,7 @@ fn memfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// then check every one of them with [`assert_planted_files_unseen`].
 async fn suite<K: Send + 'static>(name: &str, make: impl Fn() -> (Arc<dyn Backend>, K)) {
     let made = std::sync::Mutex::new(Vec::new());
-    conformance::run(name, || {
+    crate::conformance::run(name, || {
         let (inner, keep) = make();
         let view = Arc::new(ScopedBackend::new(inner.clone(), thread("a")));
         made.lock().unwrap().push((view.clone(), keep));
