@@ -1,0 +1,317 @@
+//! `trellis run` keeps each thread's files with the thread (issue 17), end to end through the
+//! binary: a new process resuming a thread finds the files it wrote, another thread does not,
+//! `--workdir` is the user's workspace shared by their threads, and `trellis threads list | show |
+//! delete` see and remove what a thread kept.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockBuilder, MockServer, ResponseTemplate};
+
+/// What thread alpha writes to `/notes/a.txt`.
+const NOTE: &str = "remember the milk\n";
+
+fn trellis() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_trellis"))
+}
+
+/// A mock of the Anthropic Messages endpoint.
+fn messages() -> MockBuilder {
+    Mock::given(method("POST")).and(path("/v1/messages"))
+}
+
+/// An Anthropic Messages response with these content blocks.
+fn reply(content: Value, stop_reason: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": content, "stop_reason": stop_reason, "stop_sequence": null,
+        "usage": {"input_tokens": 10, "output_tokens": 5}
+    }))
+}
+
+fn write(file_path: &str, content: &str) -> (&'static str, Value) {
+    ("write_file", json!({"file_path": file_path, "content": content}))
+}
+
+fn read(file_path: &str) -> (&'static str, Value) {
+    ("read_file", json!({"file_path": file_path}))
+}
+
+/// One `trellis run` (a new process) in `thread`, whose model makes `calls` in one step and then
+/// answers. Returns the `tool_result` blocks the model got back, in the order of `calls`.
+async fn run_calling(
+    state: &Path,
+    workdir: Option<&Path>,
+    thread: &str,
+    calls: Vec<(&'static str, Value)>,
+) -> Vec<Value> {
+    static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+    let server = MockServer::start().await;
+    let uses: Vec<Value> = calls
+        .iter()
+        .map(|(name, input)| {
+            let id = format!("toolu_{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+            json!({"type": "tool_use", "id": id, "name": name, "input": input})
+        })
+        .collect();
+    // The first request gets the calls, every later one the answer.
+    messages()
+        .respond_with(reply(Value::Array(uses), "tool_use"))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    messages()
+        .respond_with(reply(json!([{"type": "text", "text": "done"}]), "end_turn"))
+        .mount(&server)
+        .await;
+    let mut command = trellis();
+    command
+        .args(["run", "--model", "anthropic:claude-sonnet-4-5", "--state-dir"])
+        .arg(state)
+        .args(["--thread", thread]);
+    if let Some(dir) = workdir {
+        command.arg("--workdir").arg(dir);
+    }
+    command
+        .arg(format!("Work on {thread}"))
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", server.uri());
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    succeeded(&output);
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 2, "one tool round, then the answer");
+    let body: Value = serde_json::from_slice(&requests[1].body).unwrap();
+    let last = body["messages"].as_array().unwrap().last().unwrap();
+    let results: Vec<Value> = last["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|block| block["type"] == "tool_result")
+        .cloned()
+        .collect();
+    assert_eq!(results.len(), calls.len(), "one result per call: {last}");
+    results
+}
+
+/// A tool result's text: its content is a string or a list of blocks.
+fn result_text(result: &Value) -> String {
+    match &result["content"] {
+        Value::String(text) => text.clone(),
+        blocks => blocks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+/// The text of a result that is not an error.
+fn ok_text(result: &Value) -> String {
+    assert_ne!(result["is_error"], true, "{result}");
+    result_text(result)
+}
+
+fn assert_not_found(result: &Value) {
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(result_text(result).contains("not found"), "{result}");
+}
+
+/// Thread alpha writes `/notes/a.txt`; a second process resumes alpha and reads it; thread beta
+/// reads it too. Returns (alpha's read, beta's read).
+async fn alpha_writes_then_alpha_and_beta_read(state: &Path) -> (Value, Value) {
+    let wrote = run_calling(state, None, "alpha", vec![write("/notes/a.txt", NOTE)]).await;
+    ok_text(&wrote[0]);
+    let alpha = run_calling(state, None, "alpha", vec![read("/notes/a.txt")]).await;
+    let beta = run_calling(state, None, "beta", vec![read("/notes/a.txt")]).await;
+    (alpha[0].clone(), beta[0].clone())
+}
+
+/// `trellis threads --state-dir STATE ARGS…`.
+fn threads(state: &Path, args: &[&str]) -> Output {
+    trellis()
+        .arg("threads")
+        .arg("--state-dir")
+        .arg(state)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The stdout of a command that succeeded.
+fn succeeded(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+/// The stderr of a command that failed.
+fn failed(output: &Output) -> String {
+    assert!(
+        !output.status.success(),
+        "succeeded: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// Every file below `dir` (none when `dir` is gone).
+fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .map(|entry| entry.unwrap().path())
+        .flat_map(|p| if p.is_dir() { files_below(&p) } else { vec![p] })
+        .collect()
+}
+
+/// The headline bug: a second `trellis run --thread alpha` (a new process, no `--workdir`) reads
+/// back the file the first one wrote, which is on disk beside alpha's checkpoints; thread beta of
+/// the same state dir does not see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_thread_finds_its_files_and_another_thread_does_not() {
+    let state = tempfile::tempdir().unwrap();
+    let (alpha, beta) = alpha_writes_then_alpha_and_beta_read(state.path()).await;
+    let text = ok_text(&alpha);
+    assert!(
+        text.contains(NOTE.trim_end()),
+        "the second process read the file back: {text}"
+    );
+    let on_disk = state.path().join("threads/alpha/files/notes/a.txt");
+    assert_eq!(std::fs::read_to_string(&on_disk).unwrap(), NOTE);
+    assert_not_found(&beta);
+    assert!(
+        files_below(&state.path().join("threads/beta/files")).is_empty(),
+        "beta wrote nothing"
+    );
+}
+
+/// `trellis threads list | show | delete` on the threads of the test above; ids that are not a
+/// path segment are refused, naming the id, and touch nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_list_show_and_delete_what_runs_kept() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    alpha_writes_then_alpha_and_beta_read(s).await;
+    assert_eq!(succeeded(&threads(s, &["list"])), "alpha\nbeta\n");
+
+    let shown = succeeded(&threads(s, &["show", "alpha"]));
+    let lines: Vec<&str> = shown.lines().collect();
+    let briefs = [
+        "  user: Work on alpha",
+        "  assistant: calls write_file",
+        "  tool: ",
+        "  assistant: done",
+        "  user: Work on alpha",
+        "  assistant: calls read_file",
+        "  tool: ",
+        "  assistant: done",
+    ];
+    assert_eq!(lines.len(), 1 + briefs.len() + 2, "{shown}");
+    assert_eq!(lines[0], format!("thread alpha: {} messages", briefs.len()));
+    for (line, brief) in lines[1..].iter().zip(briefs) {
+        assert!(line.starts_with(brief), "{line:?} is not {brief:?}…:\n{shown}");
+    }
+    assert_eq!(
+        lines[1 + briefs.len()..],
+        ["files: 1", &format!("  /notes/a.txt ({} bytes)", NOTE.len())],
+        "{shown}"
+    );
+
+    // A directory an escaping id would name, with a checkpoint and a file in it.
+    let outside = s.join("x");
+    std::fs::create_dir_all(outside.join("files")).unwrap();
+    std::fs::copy(
+        s.join("threads/beta/checkpoint.json"),
+        outside.join("checkpoint.json"),
+    )
+    .unwrap();
+    std::fs::write(outside.join("files/keep.txt"), "keep").unwrap();
+    for command in ["show", "delete"] {
+        let refused = failed(&threads(s, &[command, "../x"]));
+        assert!(refused.contains("../x"), "{command}: {refused}");
+    }
+    assert_eq!(files_below(&outside).len(), 2, "a refused id deleted nothing");
+
+    assert_eq!(
+        succeeded(&threads(s, &["delete", "alpha"])).trim(),
+        "deleted thread alpha"
+    );
+    assert_eq!(succeeded(&threads(s, &["list"])), "beta\n");
+    let gone = failed(&threads(s, &["show", "alpha"]));
+    assert!(gone.contains("no thread alpha"), "{gone}");
+    assert_eq!(files_below(&s.join("threads/alpha")), Vec::<PathBuf>::new());
+    let beta = succeeded(&threads(s, &["show", "beta"]));
+    assert!(beta.starts_with("thread beta: 4 messages\n"), "{beta}");
+    assert!(
+        beta.lines()
+            .any(|l| l.starts_with("  tool (error): ") && l.contains("file not found")),
+        "{beta}"
+    );
+}
+
+/// With `--workdir W`, `/workspace` is W and is shared by the user's threads; the rest of a
+/// thread's files stay its own (in the state dir, not in W).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workdir_is_the_workspace_every_thread_shares() {
+    let state = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (s, w) = (state.path(), Some(work.path()));
+    let wrote = run_calling(
+        s,
+        w,
+        "one",
+        vec![
+            write("/workspace/report.md", "# Q3\n"),
+            write("/report.md", "scratch\n"),
+        ],
+    )
+    .await;
+    for result in &wrote {
+        ok_text(result);
+    }
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("report.md")).unwrap(),
+        "# Q3\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.join("threads/one/files/report.md")).unwrap(),
+        "scratch\n"
+    );
+    assert_eq!(
+        files_below(work.path()).len(),
+        1,
+        "only the workspace file is in W"
+    );
+    assert_eq!(
+        files_below(&s.join("threads/one/files")).len(),
+        1,
+        "the workspace file is not copied into the thread's files"
+    );
+
+    let got = run_calling(
+        s,
+        w,
+        "two",
+        vec![read("/workspace/report.md"), read("/report.md")],
+    )
+    .await;
+    let text = ok_text(&got[0]);
+    assert!(
+        text.contains("# Q3"),
+        "thread two reads the user's workspace: {text}"
+    );
+    assert_not_found(&got[1]);
+}
