@@ -27,11 +27,11 @@
 
 use std::sync::Arc;
 
-use trellis_middleware::backend::{Backend, StateBackend};
+use trellis_middleware::backend::{Backend, StateBackend, VirtualPath};
 use trellis_middleware::skills::render::SEARCH_TOOL;
 use trellis_middleware::skills::{BoundTools, SkillSource};
 use trellis_middleware::subagents::TASK_TOOL_NAME;
-use trellis_middleware::tools::{FileAccess, FileLayout, Limits, Permissions};
+use trellis_middleware::tools::{FileAccess, FileLayout, Limits, Permissions, UserSpaces};
 use trellis_middleware::{
     Agent, AgentError, AttachmentsMiddleware, ChatModel, Checkpointer, FilesystemMiddleware,
     MemoryMiddleware, Middleware, ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware,
@@ -107,6 +107,16 @@ impl DeepAgentBuilder {
     pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
         self.backend = backend;
         self.layout = FileLayout::Shared;
+        self
+    }
+
+    /// Give each user a workspace of their own at `/workspace`: user `ada`'s is `<root>/ada` on
+    /// `backend`, shared by all of ada's threads and invisible to every other user. Runs without a
+    /// `UserIdentity` get no workspace; a user id that is not one safe path segment is refused, by
+    /// name, on the first file-tool call. Applies to per-thread layouts (the default without
+    /// [`backend`](Self::backend)); call after [`file_layout`](Self::file_layout).
+    pub fn user_workspaces(mut self, backend: Arc<dyn Backend>, root: VirtualPath) -> Self {
+        self.layout = self.layout.with_user_spaces(UserSpaces::new(backend, root));
         self
     }
 

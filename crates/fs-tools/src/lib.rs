@@ -77,9 +77,9 @@ mod tool;
 
 pub use files::{
     Access, DEFAULT_READ_LIMIT, DeleteTool, EditFileTool, Effect, EvictLargeOutput, FileAccess, FileLayout,
-    GlobTool, GrepTool, HiddenPaths, LARGE_RESULTS_DIR, Limits, LsTool, OutputMode, PermissionError,
-    PermissionRule, Permissions, ReadFileTool, ThreadFiles, UserFiles, WORKSPACE_DIR, WriteFileTool,
-    evict_if_large, evict_large_output, file_tools,
+    GlobTool, GrepTool, HiddenPaths, INHERITED_DIRS, LARGE_RESULTS_DIR, Limits, LsTool, OutputMode,
+    ParentFiles, PermissionError, PermissionRule, Permissions, ReadFileTool, RunSpaces, ThreadFiles,
+    UserFiles, UserSpaces, WORKSPACE_DIR, WriteFileTool, evict_if_large, evict_large_output, file_tools,
 };
 pub use tool::{
     DetachedRun, Extensions, FnTool, ImageSource, Slot, SlotValue, Slots, StateError, StateUpdates,

@@ -7,3 +7,4 @@ mod fuzz_replay;
 mod object_store_faults;
 mod provider_faults;
 mod thread_files;
+mod workspaces;

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use trellis_agent::builder::DeepAgentBuilder;
 use trellis_agent::deep_agent;
 use trellis_backend::{Backend, FilesystemBackend, ObjectStoreBackend, StoreOptions, VirtualPath};
 use trellis_middleware::*;
@@ -37,25 +38,40 @@ pub(crate) fn driver() -> ScriptedModel {
 }
 
 pub(crate) struct Harness {
-    agent: Agent,
+    pub(crate) agent: Agent,
 }
 
 impl Harness {
     pub(crate) fn new(checkpointer: Arc<dyn Checkpointer>) -> Self {
-        let agent = deep_agent(Arc::new(driver()))
-            .checkpointer(checkpointer)
-            .build()
-            .expect("agent");
+        Self::with(|b| b.checkpointer(checkpointer))
+    }
+
+    /// `deep_agent` on the driver model, configured by `configure`.
+    pub(crate) fn with(configure: impl FnOnce(DeepAgentBuilder) -> DeepAgentBuilder) -> Self {
+        let agent = configure(deep_agent(Arc::new(driver()))).build().expect("agent");
         Self { agent }
     }
 
     /// Call `tool` with `args` in `thread`; the tool's answer, `ERROR ` first when it failed.
     pub(crate) async fn call(&self, thread: &str, tool: &str, args: Value) -> String {
-        let input = RunInput::human(format!("call {}", json!({"tool": tool, "args": args})))
-            .thread(ThreadId::new(thread).expect("thread id"));
+        self.call_as(None, thread, tool, args).await
+    }
+
+    /// [`Harness::call`] for `user`, when given.
+    pub(crate) async fn call_as(&self, user: Option<&str>, thread: &str, tool: &str, args: Value) -> String {
+        let mut input =
+            RunInput::human(call_text(tool, args)).thread(ThreadId::new(thread).expect("thread id"));
+        if let Some(user) = user {
+            input = input.extension(tools::UserIdentity::new(user));
+        }
         let out = self.agent.run(input).await.expect("run");
         out.final_text().unwrap_or_default()
     }
+}
+
+/// The human message that makes the driver call `tool` with `args`.
+pub(crate) fn call_text(tool: &str, args: Value) -> String {
+    format!("call {}", json!({"tool": tool, "args": args}))
 }
 
 /// Thread `b` cannot list, read, edit, delete, glob or grep what thread `a` wrote, nor overwrite

@@ -9,7 +9,7 @@ use trellis_backend::{Backend, VirtualPath};
 
 use super::hidden::HiddenPaths;
 use super::permissions::{Access, Permissions};
-use super::spaces::{FileLayout, ThreadFiles, UserFiles};
+use super::spaces::{FileLayout, RunSpaces};
 use crate::tool::{ToolContext, ToolOutput};
 
 /// Size and time limits of the file tools. `Default` gives the documented values.
@@ -116,33 +116,28 @@ impl FileAccess {
     }
 
     /// What one call of a file tool works on: this access over the call's view of the files (the
-    /// run's thread and user spaces under [`FileLayout::PerThread`]), with the run's
-    /// [`HiddenPaths`] (when `cx` carries that extension) absent.
-    pub fn for_call(&self, cx: &ToolContext<'_>) -> Cow<'_, FileAccess> {
+    /// run's thread, parent and user spaces under [`FileLayout::PerThread`]), with the run's
+    /// [`HiddenPaths`] (when `cx` carries that extension) absent. The error is the answer for the
+    /// model when the run's spaces cannot be opened (a user id that is not one safe path segment).
+    pub fn for_call(&self, cx: &ToolContext<'_>) -> Result<Cow<'_, FileAccess>, ToolOutput> {
         let hidden = cx.extension::<HiddenPaths>().filter(|h| !h.is_empty());
-        let thread = cx.extension::<ThreadFiles>();
-        if hidden.is_none() && (thread.is_none() || matches!(self.layout, FileLayout::Shared)) {
-            return Cow::Borrowed(self);
+        let spaces = RunSpaces::of(cx);
+        let scoped = spaces.thread.is_some() && !matches!(self.layout, FileLayout::Shared);
+        if hidden.is_none() && !scoped {
+            return Ok(Cow::Borrowed(self));
         }
-        let backend = match self
+        let backend = self
             .layout
-            .view(&self.backend, thread, cx.extension::<UserFiles>())
-        {
-            Ok(backend) => backend,
-            Err(e) => {
-                // Only a shared directory at the root could fail to mount; `per_thread` drops it.
-                tracing::warn!(error = %e, "file layout could not be mounted; using the shared backend");
-                self.backend.clone()
-            }
-        };
+            .view(&self.backend, &spaces)
+            .map_err(|e| ToolOutput::error(format!("this run's files cannot be opened: {e}")))?;
         let backend = match hidden {
             Some(hidden) => hidden.wrap(backend),
             None => backend,
         };
-        Cow::Owned(Self {
+        Ok(Cow::Owned(Self {
             backend,
             ..self.clone()
-        })
+        }))
     }
 
     /// `Ok` when the rules allow `access` to `path`; otherwise the error the model sees.

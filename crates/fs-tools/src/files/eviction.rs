@@ -145,7 +145,10 @@ impl Tool for EvictLargeOutput {
 
     async fn call(&self, args: Value, cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let output = self.inner.call(args, cx).await.unwrap_or_else(ToolOutput::from);
-        let files = self.files.for_call(cx);
+        let files = match self.files.for_call(cx) {
+            Ok(files) => files,
+            Err(refused) => return Ok(refused),
+        };
         Ok(evict_large_output(self.inner.as_ref(), output, &files, cx.call_id()).await)
     }
 }

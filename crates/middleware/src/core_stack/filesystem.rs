@@ -126,7 +126,10 @@ impl Middleware for FilesystemMiddleware {
             return Ok(output);
         }
         // Into the call's view of the files: the thread's own space under a per-thread layout.
-        let files = self.files.for_call(cx);
+        let files = match self.files.for_call(cx) {
+            Ok(files) => files,
+            Err(refused) => return Ok(refused),
+        };
         Ok(evict_if_large(&name, output, &files, cx.call_id()).await)
     }
 }

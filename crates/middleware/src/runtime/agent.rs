@@ -36,7 +36,7 @@ use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, Usage};
 use crate::runtime::run::{RunInput, RunOutput};
 use crate::runtime::state::{PublicState, State, StateUpdates};
 use crate::runtime::{call_ids, util};
-use crate::tools::{ThreadFiles, Tool, ToolOutput};
+use crate::tools::{ParentFiles, ThreadFiles, Tool, ToolOutput};
 
 /// Model calls one run may make by default.
 pub const DEFAULT_MAX_STEPS: u32 = 100;
@@ -294,6 +294,10 @@ impl Agent {
         let inner = &*self.inner;
         let (mut state, mut saver, resumed) = self.load(&cx.thread_id).await?;
         if let Some(files) = self.thread_files(&cx.thread_id) {
+            // A subagent's run arrives with its parent's space: keep it as the parent's.
+            if let Some(parent) = cx.extensions.get::<ThreadFiles>().cloned() {
+                cx.extensions.insert(ParentFiles(parent.0));
+            }
             cx.extensions.insert(ThreadFiles(files));
         }
         cx.events.emit_with(|| RunEvent::RunStarted {

@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::backend::{Backend, VirtualPath, WriteMode};
-use crate::tools::{FileLayout, ThreadFiles, UserFiles};
+use crate::tools::{FileLayout, RunSpaces};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -229,12 +229,8 @@ impl Middleware for SummarizationMiddleware {
         let fixed = self.estimator.request(&request);
         let files = self
             .layout
-            .view(
-                &self.backend,
-                cx.extension::<ThreadFiles>(),
-                cx.extension::<UserFiles>(),
-            )
-            .unwrap_or_else(|_| self.backend.clone());
+            .view(&self.backend, &thread_only(cx))
+            .map_err(|e| AgentError::middleware(NAME, e))?;
         let mut pass = Pass {
             mw: self,
             cx,
@@ -262,6 +258,16 @@ impl Middleware for SummarizationMiddleware {
         request.messages = pass.prepare(true).await;
         state.set(&SUMMARIZATION, pass.st.clone());
         next.run(request, state, cx).await
+    }
+}
+
+/// The run's thread space (and its parent's), without the user's workspace: offloads and
+/// transcripts belong to the thread, and a user id only matters to `/workspace`.
+fn thread_only<'a>(cx: &'a RunContext) -> RunSpaces<'a> {
+    RunSpaces {
+        user_files: None,
+        user_id: None,
+        ..RunSpaces::from_extensions(cx.extensions())
     }
 }
 

@@ -65,7 +65,10 @@ macro_rules! file_tool {
                 args: serde_json::Value,
                 cx: &crate::tool::ToolContext<'_>,
             ) -> Result<crate::tool::ToolOutput, crate::tool::ToolError> {
-                let files = self.files.for_call(cx);
+                let files = match self.files.for_call(cx) {
+                    Ok(files) => files,
+                    Err(refused) => return Ok(refused),
+                };
                 Ok(match self.run(args, &files).await {
                     Ok(out) | Err(out) => out,
                 })
