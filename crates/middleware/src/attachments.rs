@@ -14,6 +14,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::backend::{Backend, BackendError, ConflictKind, VirtualPath, WriteMode};
+use crate::runtime::agent::Agent;
+use crate::runtime::context::ThreadId;
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -119,6 +121,13 @@ impl AttachmentStore {
             root: VirtualPath::parse(DEFAULT_ATTACHMENTS_DIR).unwrap_or_else(|_| VirtualPath::root()),
             max_bytes: DEFAULT_MAX_ATTACHMENT_BYTES,
         }
+    }
+
+    /// Uploads into `thread`'s own files, where a per-thread file layout shows them to that
+    /// thread (and, under [`DEFAULT_ATTACHMENTS_DIR`], to its subagents) and nowhere else. `None`
+    /// when the agent's checkpointer keeps no thread files.
+    pub fn for_thread(agent: &Agent, thread: &ThreadId) -> Option<Self> {
+        agent.thread_files(thread).map(Self::new)
     }
 
     /// Write uploads under `root` instead.

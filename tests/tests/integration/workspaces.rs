@@ -204,3 +204,43 @@ async fn a_subagent_sees_its_parents_uploads_and_outputs_but_not_its_scratch() {
         "the subagent's scratch is its own: {parent_view}"
     );
 }
+
+#[tokio::test]
+async fn attachments_land_in_their_thread_and_its_subagents_see_them() {
+    let h = Harness::with(|b| b);
+    let thread = trellis_middleware::ThreadId::new("with-upload").unwrap();
+    let store = trellis_middleware::AttachmentStore::for_thread(&h.agent, &thread).expect("thread files");
+    let input = store
+        .attach(
+            trellis_middleware::RunInput::human(call_text("ls", json!({"path": "/attachments"})))
+                .thread(thread.clone()),
+            [trellis_middleware::attachments::Upload::new(
+                "q3.csv",
+                "region,revenue\nnorth,120\n",
+            )],
+        )
+        .await
+        .unwrap();
+    let listed = h.agent.run(input).await.unwrap().final_text().unwrap_or_default();
+    assert!(
+        listed.contains("/attachments/q3.csv"),
+        "the thread sees its upload: {listed}"
+    );
+    let other = h
+        .call(
+            "another",
+            "read_file",
+            json!({"file_path": "/attachments/q3.csv"}),
+        )
+        .await;
+    assert!(other.contains("not found"), "another thread does not: {other}");
+    let task = json!({
+        "description": call_text("read_file", json!({"file_path": "/attachments/q3.csv"})),
+        "subagent_type": "general-purpose"
+    });
+    let seen = h.call("with-upload", "task", task).await;
+    assert!(
+        seen.contains("north,120"),
+        "the thread's subagent reads it: {seen}"
+    );
+}

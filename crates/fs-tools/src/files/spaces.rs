@@ -4,7 +4,7 @@
 //! | scope | who reads and writes it | where it is stored | when it goes |
 //! |---|---|---|---|
 //! | thread (`/` under [`FileLayout::PerThread`]) | the runs of one thread | beside the thread's checkpoints (the checkpointer's thread files) | when the thread is deleted |
-//! | parent's `/uploads`, `/outputs` | the parent thread and its subagents' threads | the parent thread's space | with the parent thread |
+//! | parent's `/uploads`, `/outputs`, `/attachments` | the parent thread and its subagents' threads | the parent thread's space | with the parent thread |
 //! | user (`/workspace`) | every thread of that user | [`UserSpaces`] under `<root>/<user id>`, or a caller's [`UserFiles`] | never by Trellis |
 //! | shared directories (skills, memory) | every thread and user of the agent, as the permission rules allow | the [`FileAccess`](super::FileAccess) backend | never by Trellis |
 //!
@@ -88,8 +88,9 @@ pub enum FileLayout {
 pub const WORKSPACE_DIR: &str = "/workspace";
 
 /// A thread's directories that its subagents see too (Yuxi's rule: a subagent shares its parent's
-/// uploads and outputs, not the rest of its scratch).
-pub const INHERITED_DIRS: [&str; 2] = ["/uploads", "/outputs"];
+/// uploads and outputs, not the rest of its scratch). `/attachments` is where the attachments
+/// middleware stores a user's uploads by default.
+pub const INHERITED_DIRS: [&str; 3] = ["/uploads", "/outputs", "/attachments"];
 
 impl FileLayout {
     /// A per-thread layout with these shared directories, the workspace at [`WORKSPACE_DIR`] and

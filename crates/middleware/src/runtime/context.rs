@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::backend::ScopeId;
 use crate::runtime::events::{EventSink, RunEvent};
 use crate::runtime::model::ChatModel;
 use crate::runtime::util;
@@ -23,19 +24,12 @@ pub struct ThreadId(String);
 pub struct InvalidThreadId(pub String);
 
 impl ThreadId {
-    /// Parse and validate.
+    /// Parse and validate, by the storage layer's one rule for scope ids ([`ScopeId`]), so a thread
+    /// id is always exactly one segment of the paths and keys its checkpoints and files live under.
     pub fn new(id: impl Into<String>) -> Result<Self, InvalidThreadId> {
-        let id = id.into();
-        let ok = !id.is_empty()
-            && id.len() <= 128
-            && !id.starts_with('.')
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-        if ok {
-            Ok(Self(id))
-        } else {
-            Err(InvalidThreadId(id))
+        match ScopeId::thread(id) {
+            Ok(scope) => Ok(Self(scope.as_str().to_owned())),
+            Err(e) => Err(InvalidThreadId(e.id)),
         }
     }
 
