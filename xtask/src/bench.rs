@@ -3,9 +3,10 @@
 //!
 //! Benchmarks (each a bench binary that prints JSON, so numbers are compared as ratios within one
 //! run, never asserted in tests): `trellis-backend/read_many`, `trellis-middleware/loop_overhead`,
-//! `trellis-middleware/skills_discovery`. Results go to `target/bench/results.json`, with one more
-//! entry, `python_reference`: numbers for the Python package quoted (not measured) from the project's
-//! baseline, with their source, version and date; the report labels them the same way.
+//! `trellis-middleware/skills_discovery`, `trellis-middleware/thread_resume`. Results go to
+//! `target/bench/results.json`, with one more entry, `python_reference`: numbers for the Python
+//! package quoted (not measured) from the project's baseline, with their source, version and date;
+//! the report labels them the same way.
 
 use std::fmt::Write as _;
 use std::process::{ExitCode, Stdio};
@@ -25,6 +26,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("trellis-backend", "read_many"),
     ("trellis-middleware", "loop_overhead"),
     ("trellis-middleware", "skills_discovery"),
+    ("trellis-middleware", "thread_resume"),
 ];
 
 /// Numbers for the Python package, quoted from a measurement made outside this repository: nothing
@@ -322,9 +324,68 @@ quoted measurement of {} {} ({}) has a median gap between two model calls of {} 
         );
     }
     md.push_str("\nOn the bare S3 emulator both sides are bound by moto's own CPU (about 3 ms per request on one Python thread), so concurrency cannot help much there; the run with an added per-request latency shows what `read_many` is for.\n");
+    thread_resume_section(&mut md, of("thread_resume"));
     std::fs::write(layout.workspace.join("docs/benchmarks.md"), md)?;
     eprintln!("xtask: wrote docs/benchmarks.md and docs/benchmarks/*.svg");
     Ok(())
+}
+
+/// `## Thread resume`: one row per store and case of the `thread_resume` bench; a store the bench
+/// skipped gets one row saying why.
+fn thread_resume_section<'a>(md: &mut String, rows: impl Iterator<Item = &'a Value>) {
+    let rows: Vec<&Value> = rows.collect();
+    let text = |r: &Value, key: &str| r.get(key).and_then(Value::as_str).unwrap_or("?").to_owned();
+    let int = |r: &Value, key: &str| r.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let setup = rows.iter().find(|r| r.get("skipped").is_none());
+    let mut iterations: Vec<String> = Vec::new();
+    for (store, name) in [("local", "local disk"), ("s3-emulator", "the S3 emulator")] {
+        let measured = rows
+            .iter()
+            .find(|r| r.get("store").and_then(Value::as_str) == Some(store) && r.get("skipped").is_none());
+        if let Some(r) = measured {
+            iterations.push(format!("{} iterations on {name}", int(r, "runs")));
+        }
+    }
+    let _ = write!(
+        md,
+        "\n## Thread resume\n\nA thread whose checkpoint holds {} messages ({} bytes as stored, written by two runs \
+of the agent loop) and whose file space holds {} files of {} bytes. Every iteration opens a fresh store backend \
+and a fresh `BackendCheckpointer`, as a new worker process would. `resume` loads the checkpoint and obtains the \
+thread's files, which is what a run does before its first model call; `resume_read_one` adds one \
+`read_file`-equivalent read of one file; `resume_read_all` adds listing the space and reading all its files \
+(what a tool that greps the whole space pays). A counting wrapper around the store sums the bytes that reads \
+return and counts requests (a batch counts once per path). Resuming reads the checkpoint file and nothing else \
+(its bytes read equal the checkpoint's size, checked by the bench), so resume costs O(checkpoint), not O(files): \
+a file is read only when a tool asks for it. Median and p90 over {}.\n\n| store | case | median ms | p90 ms | bytes read | files read | requests | ratio to resume |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+        setup.map_or(0, |r| int(r, "messages")),
+        thousands(setup.map_or(0, |r| int(r, "checkpoint_bytes"))),
+        setup.map_or(0, |r| int(r, "files")),
+        thousands(setup.map_or(0, |r| int(r, "file_bytes"))),
+        iterations.join(" and "),
+    );
+    for r in rows {
+        if let Some(reason) = r.get("skipped") {
+            let _ = writeln!(
+                md,
+                "| {} | skipped: {} | — | — | — | — | — | — |",
+                text(r, "store"),
+                reason.as_str().unwrap_or("?")
+            );
+            continue;
+        }
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.2} | {:.2} | {} | {} | {} | {:.2} |",
+            text(r, "store"),
+            text(r, "case"),
+            num(r, "median_ms"),
+            num(r, "p90_ms"),
+            thousands(int(r, "bytes_read")),
+            int(r, "files_read"),
+            int(r, "requests"),
+            num(r, "ratio_to_resume"),
+        );
+    }
 }
 
 /// One line of a chart: label, colour, points.
@@ -432,5 +493,31 @@ mod tests {
         assert_eq!(thousands(20_000), "20,000");
         assert_eq!(thousands(100), "100");
         assert_eq!(thousands(1_428_519), "1,428,519");
+    }
+
+    #[test]
+    fn thread_resume_rows_and_skips_are_reported() {
+        let rows = [
+            serde_json::json!({"bench": "thread_resume", "store": "local", "case": "resume", "files": 100,
+                "file_bytes": 10240, "messages": 36, "checkpoint_bytes": 31650, "median_ms": 0.21,
+                "p90_ms": 0.3, "bytes_read": 31650, "files_read": 1, "requests": 1,
+                "ratio_to_resume": 1.0, "runs": 50}),
+            serde_json::json!({"bench": "thread_resume", "store": "s3-emulator",
+                "skipped": "TRELLIS_S3_ENDPOINT is not set"}),
+        ];
+        let mut md = String::new();
+        thread_resume_section(&mut md, rows.iter());
+        assert!(md.contains("## Thread resume"), "{md}");
+        assert!(md.contains("36 messages (31,650 bytes"), "{md}");
+        assert!(md.contains("100 files of 10,240 bytes"), "{md}");
+        assert!(md.contains("over 50 iterations on local disk."), "{md}");
+        assert!(
+            md.contains("| local | resume | 0.21 | 0.30 | 31,650 | 1 | 1 | 1.00 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| s3-emulator | skipped: TRELLIS_S3_ENDPOINT is not set |"),
+            "{md}"
+        );
     }
 }
