@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
-use trellis_agent::backend::{Backend, BackendExt, StateBackend, VirtualPath};
+use trellis_agent::backend::{BackendExt, StateBackend, VirtualPath};
 use trellis_agent::deep_agent;
 use trellis_agent::middleware::{FnTool, Message, RunInput, ThreadId, ToolOutput};
 use trellis_agent::providers::openai::{OpenAiConfig, OpenAiModel};
@@ -76,7 +76,7 @@ async fn five_turns_without_provider_ids_evict_to_five_distinct_files() {
         |args: Value| async move { Ok(ToolOutput::text(report(args["turn"].as_u64().unwrap_or(99)))) },
     );
     let agent = deep_agent(Arc::new(model))
-        .backend(backend.clone())
+        .backend(backend)
         .tool(tool)
         .build()
         .unwrap();
@@ -106,6 +106,8 @@ async fn five_turns_without_provider_ids_evict_to_five_distinct_files() {
     let ids: BTreeSet<&str> = results.iter().map(|t| t.call_id.as_str()).collect();
     assert_eq!(ids.len(), TURNS, "every call got its own id: {ids:?}");
 
+    // Evicted results are the thread's own, even when the agent's files are shared.
+    let backend = agent.thread_files(&thread).expect("thread files");
     let dir = VirtualPath::parse("/large_tool_results").unwrap();
     let saved = backend.list_files(&dir, 100).await.unwrap();
     assert_eq!(saved.files.len(), TURNS, "{:?}", saved.files);

@@ -122,8 +122,7 @@ impl FileAccess {
     pub fn for_call(&self, cx: &ToolContext<'_>) -> Result<Cow<'_, FileAccess>, ToolOutput> {
         let hidden = cx.extension::<HiddenPaths>().filter(|h| !h.is_empty());
         let spaces = RunSpaces::of(cx);
-        let scoped = spaces.thread.is_some() && !matches!(self.layout, FileLayout::Shared);
-        if hidden.is_none() && !scoped {
+        if hidden.is_none() && spaces.thread.is_none() {
             return Ok(Cow::Borrowed(self));
         }
         let backend = self

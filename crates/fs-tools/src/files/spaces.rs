@@ -6,7 +6,8 @@
 //! | thread (`/` under [`FileLayout::PerThread`]) | the runs of one thread | beside the thread's checkpoints (the checkpointer's thread files) | when the thread is deleted |
 //! | parent's `/uploads`, `/outputs`, `/attachments` | the parent thread and its subagents' threads | the parent thread's space | with the parent thread |
 //! | user (`/workspace`) | every thread of that user | [`UserSpaces`] under `<root>/<user id>`, or a caller's [`UserFiles`] | never by Trellis |
-//! | shared directories (skills, memory) | every thread and user of the agent, as the permission rules allow | the [`FileAccess`](super::FileAccess) backend | never by Trellis |
+//! | shared directories (skills, memory; everything under [`FileLayout::Shared`]) | every thread and user of the agent, as the permission rules allow | the [`FileAccess`](super::FileAccess) backend | never by Trellis |
+//! | `/large_tool_results` under [`FileLayout::Shared`] | the runs of one thread | the thread's space | with the thread |
 //!
 //! The runtime puts the thread's space into the run's extensions when a run starts (and, for a
 //! subagent's run, the parent's as [`ParentFiles`]); a file tool builds the view for one call from
@@ -18,6 +19,8 @@
 use std::sync::Arc;
 
 use trellis_backend::{Backend, BackendError, CompositeBackend, ScopeId, ScopedBackend, VirtualPath};
+
+use super::eviction::LARGE_RESULTS_DIR;
 
 /// The file space of the run's thread. A run extension, set by the runtime from its checkpointer.
 #[derive(Debug, Clone)]
@@ -118,8 +121,10 @@ impl FileLayout {
         }
     }
 
-    /// The backend one call sees, given the run's spaces and user: `base` itself under
-    /// [`FileLayout::Shared`] or without a thread space. Fails with an error naming the user id
+    /// The backend one call sees, given the run's spaces and user: without a thread space, `base`
+    /// itself; under [`FileLayout::Shared`], `base` with the thread's own
+    /// [`LARGE_RESULTS_DIR`](crate::LARGE_RESULTS_DIR) mounted over it (evicted results are named
+    /// after call ids, which are unique only within a thread). Fails with an error naming the user id
     /// when [`UserSpaces`] cannot place it, and when a shared directory cannot be mounted (the
     /// root, which [`FileLayout::per_thread`] leaves out).
     pub fn view(
@@ -127,16 +132,22 @@ impl FileLayout {
         base: &Arc<dyn Backend>,
         spaces: &RunSpaces<'_>,
     ) -> Result<Arc<dyn Backend>, BackendError> {
-        let (
-            Self::PerThread {
-                shared,
-                workspace,
-                users,
-            },
-            Some(thread),
-        ) = (self, spaces.thread)
-        else {
+        let Some(thread) = spaces.thread else {
             return Ok(base.clone());
+        };
+        let Self::PerThread {
+            shared,
+            workspace,
+            users,
+        } = self
+        else {
+            // Shared files, but derived files stay the thread's: an evicted result is named after
+            // a call id, which is unique only within its thread.
+            let results = dir(LARGE_RESULTS_DIR);
+            let scoped: Arc<dyn Backend> = Arc::new(ScopedBackend::new(thread.0.clone(), results.clone()));
+            return Ok(Arc::new(
+                CompositeBackend::new(base.clone()).mount(results.as_str(), scoped)?,
+            ));
         };
         let mut view = CompositeBackend::new(thread.0.clone());
         for dir in shared.iter() {

@@ -121,15 +121,16 @@ impl Middleware for FilesystemMiddleware {
         next: ToolNext<'_>,
     ) -> Result<ToolOutput, AgentError> {
         let name = call.name.clone();
-        let output = next.run(call, cx).await?;
         if self.own_tools.contains(&name) {
-            return Ok(output);
+            return next.run(call, cx).await;
         }
-        // Into the call's view of the files: the thread's own space under a per-thread layout.
+        // Opened before the tool runs: a run whose spaces cannot be opened (a user id that is not
+        // a safe path segment) is refused before anything happens, not after.
         let files = match self.files.for_call(cx) {
             Ok(files) => files,
             Err(refused) => return Ok(refused),
         };
+        let output = next.run(call, cx).await?;
         Ok(evict_if_large(&name, output, &files, cx.call_id()).await)
     }
 }

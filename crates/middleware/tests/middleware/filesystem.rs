@@ -137,7 +137,10 @@ async fn large_results_of_other_tools_are_saved_and_previewed() {
         texts[0].contains("row 0") && texts[0].contains("row 19999"),
         "head and tail are shown"
     );
-    let saved = backend
+    // Evicted results are the thread's own (call ids are unique only within a thread).
+    let saved = agent
+        .thread_files(&out.thread_id)
+        .unwrap()
         .read_to_string(&VirtualPath::parse("/large_tool_results/call_1").unwrap())
         .await
         .unwrap();
