@@ -172,3 +172,36 @@ fn every_flag_named_in_the_issue_has_help_text() {
         "{help}"
     );
 }
+
+/// A library where every skill has a problem logs one summary line per source and kind, with
+/// counts by code, not a line per skill; `-v` shows each skill's own line.
+#[test]
+fn skill_warnings_are_summarised_per_source() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..40 {
+        let skill = dir.path().join(format!("broken-{i:02}"));
+        std::fs::create_dir_all(&skill).unwrap();
+        let text = if i % 4 == 0 {
+            "no frontmatter here\n"
+        } else {
+            "---\nname: [unclosed\n---\n"
+        };
+        std::fs::write(skill.join("SKILL.md"), text).unwrap();
+    }
+    let out = inspect(dir.path(), &[], &[]);
+    let log = stderr(&out);
+    let warn_lines: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warn_lines.len(), 1, "one summary line, not one per skill: {log}");
+    assert!(
+        warn_lines[0].contains("skipping skills in /skills/") && warn_lines[0].contains(": 40 ("),
+        "{}",
+        warn_lines[0]
+    );
+    assert!(
+        warn_lines[0].contains("frontmatter-missing 10") && warn_lines[0].contains("invalid-yaml 30"),
+        "counts by code: {}",
+        warn_lines[0]
+    );
+    let verbose = stderr(&inspect(dir.path(), &["-v"], &[]));
+    assert_eq!(verbose.matches("skipping skill:").count(), 40, "{verbose}");
+}

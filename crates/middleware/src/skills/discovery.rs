@@ -32,7 +32,7 @@ use futures::StreamExt;
 
 use super::catalog::{SkillCatalog, SkippedFile};
 use super::frontmatter::{self, MAX_FRONTMATTER_BYTES, Split};
-use super::skill::{IssueCode, Severity, SkillIssue, SkillMetadata};
+use super::skill::{IssueCode, SkillIssue, SkillMetadata};
 use super::source::SkillSource;
 use super::validate;
 use super::{MAX_SKILL_FILE_BYTES, SKILL_FILE};
@@ -570,15 +570,7 @@ fn merge(sources: &[SkillSource], outcomes: Vec<(usize, Outcome)>, warnings: Vec
     });
     let winners = loaded;
     issues.sort_by(|a, b| a.path.cmp(&b.path));
-    for issue in &issues {
-        match issue.severity() {
-            Severity::Skipped => tracing::warn!(path = %issue.path, "skipping skill: {}", issue.message),
-            Severity::Warning => {
-                tracing::warn!(path = %issue.path, "skill loaded with a warning: {}", issue.message)
-            }
-            Severity::Spec => tracing::debug!(path = %issue.path, "{}", issue.message),
-        }
-    }
+    super::issue_log::log_issues(sources, &issues);
     SkillCatalog::from_parts(
         sources.iter().map(|s| s.info().clone()).collect(),
         winners,

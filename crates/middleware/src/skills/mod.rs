@@ -31,6 +31,7 @@ pub mod catalog;
 pub mod discovery;
 mod fastyaml;
 pub mod frontmatter;
+pub(crate) mod issue_log;
 pub mod middleware;
 pub mod render;
 pub mod search;
