@@ -10,6 +10,7 @@ use crate::backend::{
 };
 use crate::error::{BackendError, Result};
 use crate::path::VirtualPath;
+use crate::reroot;
 
 /// Routes every path to the backend mounted at its longest matching prefix, or to the default.
 ///
@@ -79,10 +80,7 @@ impl CompositeBackend {
     fn outward(entry: Entry, mount: Option<&VirtualPath>) -> Option<Entry> {
         match mount {
             None => Some(entry),
-            Some(at) => {
-                let path = entry.path.rebase(&VirtualPath::root(), at)?;
-                Some(Entry { path, ..entry })
-            }
+            Some(at) => reroot::entry(entry, |p| p.rebase(&VirtualPath::root(), at)),
         }
     }
 
@@ -129,19 +127,7 @@ impl CompositeBackend {
         if err.path() != inner.as_str() {
             return err;
         }
-        let path = outer.to_string();
-        match err {
-            BackendError::NotFound { .. } => BackendError::NotFound { path },
-            BackendError::IsADirectory { .. } => BackendError::IsADirectory { path },
-            BackendError::NotADirectory { .. } => BackendError::NotADirectory { path },
-            BackendError::PermissionDenied { source, .. } => BackendError::PermissionDenied { path, source },
-            BackendError::InvalidPath { reason, .. } => BackendError::InvalidPath { path, reason },
-            BackendError::Conflict { kind, .. } => BackendError::Conflict { path, kind },
-            BackendError::TooLarge { size, limit, .. } => BackendError::TooLarge { path, size, limit },
-            BackendError::Unavailable { source, .. } => BackendError::Unavailable { path, source },
-            BackendError::Timeout { source, .. } => BackendError::Timeout { path, source },
-            BackendError::Other { source, .. } => BackendError::Other { path, source },
-        }
+        err.renamed(outer)
     }
 }
 

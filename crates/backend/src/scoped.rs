@@ -97,8 +97,11 @@ impl ScopedBackend {
         let (mut deleted, mut idle) = (0, 0);
         loop {
             let listing = self.list_files(&root, page.max(1)).await?;
-            let results: Vec<Result<()>> = futures::stream::iter(&listing.files)
-                .map(|file| self.delete(&file.path))
+            // Owned paths: a closure over borrowed entries makes the future not `Send` for every
+            // lifetime, and callers inside `#[async_trait]` methods need it to be.
+            let paths: Vec<VirtualPath> = listing.files.iter().map(|f| f.path.clone()).collect();
+            let results: Vec<Result<()>> = futures::stream::iter(paths)
+                .map(|path| async move { self.delete(&path).await })
                 .buffer_unordered(DELETE_CONCURRENCY)
                 .collect()
                 .await;

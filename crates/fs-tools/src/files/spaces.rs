@@ -189,12 +189,7 @@ pub struct RunSpaces<'a> {
 impl<'a> RunSpaces<'a> {
     /// The spaces of the run a tool call belongs to.
     pub fn of(cx: &crate::ToolContext<'a>) -> Self {
-        Self {
-            thread: cx.extension::<ThreadFiles>(),
-            parent: cx.extension::<ParentFiles>(),
-            user_files: cx.extension::<UserFiles>(),
-            user_id: cx.user().map(|u| u.user_id.as_str()),
-        }
+        Self::from_extensions(cx.extensions())
     }
 
     /// The spaces of a run, from its extensions.

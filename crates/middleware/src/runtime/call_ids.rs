@@ -8,8 +8,8 @@
 //! be taken for another call's. Ids that are already unique are left exactly as the provider sent
 //! them (providers that check ids, such as Anthropic, see their own ids back).
 //!
-//! Cost: one pass over the calls already in the thread per model reply that calls tools (a hash of
-//! each id); nothing for replies without tool calls.
+//! Cost: one pass over the calls already in the thread per model reply that calls tools, comparing
+//! each with the reply's few ids; nothing for replies without tool calls.
 
 use std::collections::HashSet;
 
@@ -20,17 +20,26 @@ use crate::runtime::util;
 /// Give every call in `reply` that needs one a fresh id (see the module docs). Returns how many
 /// ids were replaced.
 pub(crate) fn make_unique(reply: &mut AiMessage, history: &Messages) -> usize {
-    if reply.calls().next().is_none() {
+    let ids: Vec<&str> = reply.calls().map(|c| c.id.as_str()).collect();
+    if ids.is_empty() {
         return 0;
     }
-    let mut seen: HashSet<String> = history
+    // Only this reply's ids are looked up: the scan of the thread compares strings, nothing else
+    // is collected or hashed.
+    let mut taken = vec![false; ids.len()];
+    for call in history
         .iter()
         .filter_map(Message::as_ai)
-        .flat_map(|ai| ai.calls().map(|c| c.id.clone()))
-        .collect();
+        .flat_map(AiMessage::calls)
+    {
+        for (i, id) in ids.iter().enumerate() {
+            taken[i] |= call.id == *id;
+        }
+    }
+    let mut seen: HashSet<String> = HashSet::new();
     let mut replaced = 0;
-    for call in reply.calls_mut() {
-        if call.id.is_empty() || seen.contains(&call.id) {
+    for (call, taken) in reply.calls_mut().zip(taken) {
+        if call.id.is_empty() || taken || seen.contains(&call.id) {
             let fresh = loop {
                 let id = util::unique_id("call");
                 if !seen.contains(&id) {

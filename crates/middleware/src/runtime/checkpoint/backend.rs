@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{
-    Backend, BackendError, ConflictKind, DEFAULT_LIST_LIMIT, ScopedBackend, Version, VirtualPath, WriteMode,
-};
+use crate::backend::{Backend, BackendError, ConflictKind, ScopedBackend, Version, VirtualPath, WriteMode};
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -93,26 +91,6 @@ impl BackendCheckpointer {
             .collect();
         ids.sort();
         Ok(ids)
-    }
-
-    /// Delete every file below `dir`, a page of listings at a time.
-    async fn delete_below(&self, thread_id: &ThreadId, dir: &VirtualPath) -> Result<(), CheckpointError> {
-        loop {
-            let listing = match self.backend.list_files(dir, DEFAULT_LIST_LIMIT).await {
-                Ok(listing) => listing,
-                Err(BackendError::NotFound { .. }) => return Ok(()),
-                Err(e) => return Err(Self::storage(thread_id, e)),
-            };
-            for file in &listing.files {
-                match self.backend.delete(&file.path).await {
-                    Ok(()) | Err(BackendError::NotFound { .. }) => {}
-                    Err(e) => return Err(Self::storage(thread_id, e)),
-                }
-            }
-            if !listing.truncated || listing.files.is_empty() {
-                return Ok(());
-            }
-        }
     }
 
     /// `{root}/{thread_id}/files`: the thread's own files.
@@ -288,8 +266,13 @@ impl Checkpointer for BackendCheckpointer {
             .join(BLOB_DIR)
             .map_err(|e| Self::storage(thread_id, BackendError::invalid_path(BLOB_DIR, e)))?;
         self.known_blobs.forget_below(&dir);
-        self.delete_below(thread_id, &dir).await?;
-        self.delete_below(thread_id, &self.files_dir(thread_id)?).await
+        for dir in [dir, self.files_dir(thread_id)?] {
+            ScopedBackend::new(self.backend.clone(), dir)
+                .delete_all()
+                .await
+                .map_err(|e| Self::storage(thread_id, e))?;
+        }
+        Ok(())
     }
 
     fn thread_files(&self, thread_id: &ThreadId) -> Option<Arc<dyn Backend>> {
