@@ -93,6 +93,8 @@ fn url(port: u16) -> String {
 pub fn contract_env(layout: &Layout) -> Vec<(&'static str, String)> {
     vec![
         ("TRELLIS_EMULATORS", "required".to_string()),
+        // `install::ensure_all` installed bubblewrap: the sandbox tests must not skip.
+        ("TRELLIS_SANDBOX", "required".to_string()),
         ("TRELLIS_TEST_BUCKET", BUCKET.to_string()),
         ("TRELLIS_S3_ENDPOINT", url(MOTO.port)),
         ("TRELLIS_GCS_ENDPOINT", url(GCS_SHIM.port)),

@@ -53,6 +53,47 @@ pub fn ensure_all(layout: &Layout, timings: &mut Timings) -> Result<()> {
     ensure_venv(layout, timings)?;
     ensure_pip(layout, timings)?;
     ensure_azurite(layout, timings)?;
+    ensure_bubblewrap(layout, timings)?;
+    Ok(())
+}
+
+/// The sandbox tests run commands under `bwrap` (Debian package `bubblewrap`). Installed with
+/// apt-get when missing and this runs as root (as on CI); otherwise the fix is printed.
+fn ensure_bubblewrap(layout: &Layout, timings: &mut Timings) -> Result<()> {
+    let on_path = |name: &str| {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .chain([PathBuf::from("/usr/bin")])
+            .any(|dir| dir.join(name).is_file())
+    };
+    if on_path("bwrap") {
+        return Ok(());
+    }
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !is_root || !on_path("apt-get") {
+        bail!(
+            "the sandbox tests need bubblewrap: install it (`sudo apt-get install bubblewrap`, `dnf install bubblewrap`) and run again"
+        );
+    }
+    let start = Instant::now();
+    eprintln!("xtask: installing bubblewrap with apt-get");
+    let install = || {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap \
+             || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap)",
+        );
+        cmd
+    };
+    run_logged(
+        install,
+        &layout.log("install-bubblewrap"),
+        "apt-get install bubblewrap",
+        None,
+    )?;
+    timings.since("install: bubblewrap", start);
     Ok(())
 }
 

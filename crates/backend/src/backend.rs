@@ -293,6 +293,15 @@ pub trait Backend: Send + Sync + Debug {
     /// What this backend supports.
     fn capabilities(&self) -> Capabilities;
 
+    /// The sandbox that runs commands whose working directory is `cwd`, when this backend can run
+    /// commands (see [`sandbox`](crate::sandbox)). `None` (the default): it cannot, and no
+    /// `execute` tool is offered over it. A wrapper forwards this; a
+    /// [`CompositeBackend`](crate::CompositeBackend) asks the backend that owns `cwd`.
+    fn sandbox(&self, cwd: &VirtualPath) -> Option<Arc<dyn crate::sandbox::Sandbox>> {
+        let _ = cwd;
+        None
+    }
+
     /// Direct children of `dir`, sorted by path. Errors: `NotFound` when `dir` does not exist (the
     /// root always exists), `NotADirectory` when it is a file.
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>>;

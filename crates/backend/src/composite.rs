@@ -144,6 +144,11 @@ impl Backend for CompositeBackend {
             })
     }
 
+    fn sandbox(&self, cwd: &VirtualPath) -> Option<Arc<dyn crate::sandbox::Sandbox>> {
+        let (backend, inner, _) = self.route(cwd);
+        backend.sandbox(&inner)
+    }
+
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
         let (backend, inner, mount) = self.route(dir);
         if mount.is_some() {

@@ -11,6 +11,9 @@
 //!   the file space of one thread or one user, placed by a checked [`ScopeId`] (a [`ScopeKind`] and
 //!   an id that is always exactly one path segment, or an [`InvalidScopeId`] naming it).
 //!
+//! A backend may also run commands over its files: the [`Sandbox`] capability ([`sandbox`]), with
+//! bubblewrap as the default sandbox on Linux.
+//!
 //! Paths are parsed once into [`VirtualPath`]; failures are one error enum, [`BackendError`], that
 //! always names the path. Conveniences (read as string, read-modify-write with retries, …) are on
 //! [`BackendExt`]. One conformance suite (`tests/backend/conformance`) checks every implementation against the
@@ -41,6 +44,7 @@ mod object;
 mod object_config;
 pub mod path;
 mod reroot;
+pub mod sandbox;
 mod scope;
 mod scoped;
 mod search;
@@ -58,6 +62,7 @@ pub use local::FilesystemBackend;
 pub use object::ObjectStoreBackend;
 pub use object_config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, RetryOptions, StoreOptions};
 pub use path::{PathError, VirtualPath};
+pub use sandbox::{ExecFiles, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxedBackend};
 pub use scope::{InvalidScopeId, ScopeId, ScopeKind};
 pub use scoped::ScopedBackend;
 pub use state::StateBackend;

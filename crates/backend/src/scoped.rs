@@ -239,6 +239,10 @@ impl Backend for ScopedBackend {
         self.inner.capabilities()
     }
 
+    fn sandbox(&self, cwd: &VirtualPath) -> Option<Arc<dyn crate::sandbox::Sandbox>> {
+        self.inward(cwd).ok().and_then(|inner| self.inner.sandbox(&inner))
+    }
+
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
         let inner = self.inward(dir)?;
         match self.inner.ls(&inner).await {

@@ -29,7 +29,7 @@ fn unique(tag: &str) -> String {
 }
 
 /// The value of an emulator variable; `None` (after saying so) when emulators are not required.
-fn emulator(var: &str, suite: &str) -> Option<String> {
+pub fn emulator(var: &str, suite: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(v) if !v.is_empty() => Some(v),
         _ if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") => {

@@ -8,4 +8,5 @@ mod escapes;
 mod fuzz_regressions;
 mod grep_path_filter;
 mod local_races;
+mod sandbox;
 mod scoped;

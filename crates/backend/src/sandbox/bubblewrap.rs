@@ -1,0 +1,422 @@
+//! [`BubblewrapSandbox`]: commands under `bwrap` (Linux), seeing the agent's files and read-only
+//! system directories, nothing else of the host.
+//!
+//! Each command gets fresh user, mount, PID, IPC, UTS, cgroup and (unless the request asks for the
+//! host's) network namespaces. Its root is its private copy of the view ([`Workdir`]); over it go
+//! `/usr` and the host's `/bin`, `/lib*` links read-only, a handful of `/etc` files the C library
+//! and Python need (never `/etc/shadow`; `passwd` and `group` are generated and name only the
+//! sandbox user), a fresh `/proc` of its own PID namespace, a minimal `/dev`, a private `/tmp`, and
+//! the view's read-only parts remounted read-only. Everything else of the host — the state
+//! directory, other threads' files, `/root`, `/home`, the host's `/proc` — is not mounted at all.
+//!
+//! Killing `bwrap` (at the timeout) kills the PID namespace's first process, and with it every
+//! process of the namespace, however it forked or whatever signals it ignores. When Trellis runs as
+//! root, the command runs as an unprivileged user (`nobody`, 65534, unless configured), with no
+//! capabilities: root would ignore the process limit, and should not be what a skill script runs
+//! as.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use super::capture::Capture;
+use super::error::{SandboxError, SandboxUnavailable};
+use super::files::ExecFiles;
+use super::limits::{LimitKind, LimitStatus, SandboxLimits, SandboxReport, human_bytes};
+use super::process::{self, Rlimits, Spawn, find_program};
+use super::request::{ExecOutput, ExecRequest, Network};
+use super::workdir::{Owner, Workdir};
+use super::{Sandbox, runner};
+
+/// Files of the host's `/etc` mounted read-only, when they exist: what the dynamic linker, name
+/// lookups, time zones, TLS and Python read.
+const ETC_FILES: &[&str] = &[
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "hosts",
+    "resolv.conf",
+    "ssl",
+    "ca-certificates",
+    "mime.types",
+    "protocols",
+    "services",
+];
+
+/// The sandbox user's id when Trellis runs as root.
+pub const NOBODY: u32 = 65534;
+
+/// How a [`BubblewrapSandbox`] is set up. `Default` finds `bwrap` on `PATH`.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct BubblewrapConfig {
+    /// The `bwrap` binary; default: the first on `PATH`.
+    pub bwrap: Option<PathBuf>,
+    /// Resource limits.
+    pub limits: SandboxLimits,
+    /// Where commands' private copies go; default: the system's temporary directory.
+    pub work_root: Option<PathBuf>,
+    /// Who runs commands when Trellis runs as root; default `nobody` (65534:65534). Ignored when
+    /// Trellis does not run as root (commands then run as Trellis's own user).
+    pub run_as_when_root: Option<Owner>,
+}
+
+impl BubblewrapConfig {
+    /// Use these limits.
+    pub fn limits(mut self, limits: SandboxLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Put commands' private copies under `dir`.
+    pub fn work_root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.work_root = Some(dir.into());
+        self
+    }
+}
+
+/// Commands under bubblewrap. Built by [`BubblewrapSandbox::new`], which probes the host and fails
+/// with [`SandboxUnavailable`] rather than ever running a command unsandboxed.
+#[derive(Debug)]
+pub struct BubblewrapSandbox {
+    bwrap: PathBuf,
+    prlimit: Option<PathBuf>,
+    limits: SandboxLimits,
+    work_root: PathBuf,
+    run_as: Option<Owner>,
+    /// Holds the generated `passwd` and `group`.
+    system: tempfile::TempDir,
+    report: SandboxReport,
+}
+
+impl BubblewrapSandbox {
+    /// Find `bwrap`, check that it can create a sandbox here, and say what it will enforce.
+    pub fn new(config: BubblewrapConfig) -> Result<Self, SandboxUnavailable> {
+        if !cfg!(target_os = "linux") {
+            return Err(SandboxUnavailable::UnsupportedPlatform {
+                sandbox: "bubblewrap".into(),
+                os: std::env::consts::OS.into(),
+            });
+        }
+        let bwrap = match config.bwrap {
+            Some(path) if path.is_file() => path,
+            Some(path) => {
+                return Err(SandboxUnavailable::MissingBinary {
+                    program: "bwrap".into(),
+                    detail: format!("{} does not exist", path.display()),
+                });
+            }
+            None => find_program("bwrap").ok_or_else(|| SandboxUnavailable::MissingBinary {
+                program: "bwrap".into(),
+                detail: "not on PATH, /usr/bin or /bin".into(),
+            })?,
+        };
+        let prlimit = find_program("prlimit");
+        let work_root = config.work_root.unwrap_or_else(std::env::temp_dir);
+        let root = process::current_uid() == 0;
+        let wanted = root.then(|| {
+            config.run_as_when_root.unwrap_or(Owner {
+                uid: NOBODY,
+                gid: NOBODY,
+            })
+        });
+        let system = tempfile::Builder::new()
+            .prefix("trellis-sandbox-etc-")
+            .tempdir()
+            .map_err(|e| SandboxUnavailable::NamespacesDisabled {
+                detail: format!("cannot create a temporary directory: {e}"),
+            })?;
+        let mut me = Self {
+            bwrap,
+            prlimit,
+            limits: config.limits,
+            work_root,
+            run_as: wanted,
+            system,
+            report: SandboxReport {
+                sandbox: "bubblewrap".into(),
+                limits: Vec::new(),
+            },
+        };
+        me.write_identity()
+            .map_err(|e| SandboxUnavailable::NamespacesDisabled {
+                detail: format!("cannot write the sandbox's /etc/passwd: {e}"),
+            })?;
+        // As root, prefer an unprivileged user; if its namespaces are refused, run as root
+        // without capabilities (and say the process limit does not hold).
+        if let Err(first) = me.probe() {
+            if me.run_as.is_none() {
+                return Err(SandboxUnavailable::NamespacesDisabled { detail: first });
+            }
+            me.run_as = None;
+            me.write_identity()
+                .map_err(|e| SandboxUnavailable::NamespacesDisabled {
+                    detail: format!("cannot write the sandbox's /etc/passwd: {e}"),
+                })?;
+            me.probe()
+                .map_err(|detail| SandboxUnavailable::NamespacesDisabled { detail })?;
+        }
+        me.report = me.compute_report();
+        Ok(me)
+    }
+
+    /// The user commands run as (their uid and gid on the host).
+    pub fn runs_as(&self) -> Owner {
+        self.run_as.unwrap_or(Owner {
+            uid: process::current_uid(),
+            gid: process::current_gid(),
+        })
+    }
+
+    fn write_identity(&self) -> std::io::Result<()> {
+        let Owner { uid, gid } = self.runs_as();
+        std::fs::write(
+            self.system.path().join("passwd"),
+            format!("sandbox:x:{uid}:{gid}:sandbox:/home:/bin/sh\n"),
+        )?;
+        std::fs::write(self.system.path().join("group"), format!("sandbox:x:{gid}:\n"))
+    }
+
+    /// Run `/bin/true` in an empty sandbox.
+    fn probe(&self) -> Result<(), String> {
+        let root = tempfile::Builder::new()
+            .prefix("trellis-sandbox-probe-")
+            .tempdir_in(&self.work_root)
+            .map_err(|e| format!("cannot create a directory in {}: {e}", self.work_root.display()))?;
+        if let Some(owner) = self.run_as {
+            std::os::unix::fs::chown(root.path(), Some(owner.uid), Some(owner.gid))
+                .map_err(|e| format!("cannot hand {} to uid {}: {e}", root.path().display(), owner.uid))?;
+        }
+        let mut args = self.args(root.path(), &[], "/", Network::None);
+        args.extend(["--".into(), "/bin/true".into()]);
+        let mut cmd = std::process::Command::new(&self.bwrap);
+        cmd.args(&args).env_clear().stdin(std::process::Stdio::null());
+        if let Some(owner) = self.run_as {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(owner.uid).gid(owner.gid);
+        }
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot start {}: {e}", self.bwrap.display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "`bwrap … /bin/true` failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    fn compute_report(&self) -> SandboxReport {
+        let l = &self.limits;
+        let status = |kind, enforced, detail: String| LimitStatus {
+            kind,
+            enforced,
+            detail,
+        };
+        let unprivileged = self.runs_as().uid != 0;
+        let rl = self.prlimit.is_some();
+        let no_prlimit = "prlimit(1) not found (install util-linux)".to_owned();
+        SandboxReport {
+            sandbox: "bubblewrap".into(),
+            limits: vec![
+                status(
+                    LimitKind::Filesystem,
+                    true,
+                    "mount namespace: the agent's files at their virtual paths, read-only parts and system directories read-only, nothing else of the host".into(),
+                ),
+                status(
+                    LimitKind::Network,
+                    true,
+                    "network namespace with only its own loopback; a request for `host` shares the host's".into(),
+                ),
+                status(
+                    LimitKind::Environment,
+                    true,
+                    "cleared: PATH, HOME, LANG, TMPDIR, PYTHONDONTWRITEBYTECODE and the request's variables only".into(),
+                ),
+                status(
+                    LimitKind::Timeout,
+                    true,
+                    format!("PID namespace torn down at the timeout (at most {} s)", l.max_timeout.as_secs()),
+                ),
+                match (rl, unprivileged) {
+                    (true, true) => status(
+                        LimitKind::Processes,
+                        true,
+                        format!(
+                            "RLIMIT_NPROC: {} beyond what uid {} already runs",
+                            l.max_processes,
+                            self.runs_as().uid
+                        ),
+                    ),
+                    (false, _) => status(LimitKind::Processes, false, no_prlimit.clone()),
+                    (true, false) => status(
+                        LimitKind::Processes,
+                        false,
+                        "commands run as root (an unprivileged user's namespaces were refused), which RLIMIT_NPROC does not bind".into(),
+                    ),
+                },
+                if rl {
+                    status(
+                        LimitKind::Memory,
+                        true,
+                        format!("RLIMIT_AS {} per process", human_bytes(l.max_memory_bytes)),
+                    )
+                } else {
+                    status(LimitKind::Memory, false, no_prlimit.clone())
+                },
+                if rl {
+                    status(LimitKind::FileSize, true, format!("RLIMIT_FSIZE {}", human_bytes(l.max_file_bytes)))
+                } else {
+                    status(LimitKind::FileSize, false, no_prlimit)
+                },
+                status(
+                    LimitKind::Output,
+                    true,
+                    format!(
+                        "{} kept (both ends), up to {} saved as a file",
+                        human_bytes(l.output_bytes as u64),
+                        human_bytes(l.full_output_bytes)
+                    ),
+                ),
+            ],
+        }
+    }
+
+    /// `bwrap` arguments for a sandbox rooted at `root`, up to (not including) `--`.
+    fn args(
+        &self,
+        root: &Path,
+        read_only: &[(PathBuf, String)],
+        cwd: &str,
+        network: Network,
+    ) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::with_capacity(64);
+        let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
+        push(&[
+            "--unshare-all".as_ref(),
+            "--die-with-parent".as_ref(),
+            "--new-session".as_ref(),
+        ]);
+        if network == Network::Host {
+            push(&["--share-net".as_ref()]);
+        }
+        if self.runs_as().uid == 0 {
+            push(&["--cap-drop".as_ref(), "ALL".as_ref()]);
+        }
+        push(&["--hostname".as_ref(), "sandbox".as_ref()]);
+        push(&["--bind".as_ref(), root.as_os_str(), "/".as_ref()]);
+        push(&["--ro-bind".as_ref(), "/usr".as_ref(), "/usr".as_ref()]);
+        for dir in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+            let host = Path::new("/").join(dir);
+            let Ok(meta) = std::fs::symlink_metadata(&host) else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                if let Ok(target) = std::fs::read_link(&host) {
+                    push(&["--symlink".as_ref(), target.as_os_str(), host.as_os_str()]);
+                }
+            } else if meta.is_dir() {
+                push(&["--ro-bind".as_ref(), host.as_os_str(), host.as_os_str()]);
+            }
+        }
+        push(&["--tmpfs".as_ref(), "/etc".as_ref()]);
+        for name in ETC_FILES {
+            let host = Path::new("/etc").join(name);
+            push(&["--ro-bind-try".as_ref(), host.as_os_str(), host.as_os_str()]);
+        }
+        if let Ok(entries) = std::fs::read_dir("/etc") {
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with("python") {
+                    let host = entry.path();
+                    push(&["--ro-bind".as_ref(), host.as_os_str(), host.as_os_str()]);
+                }
+            }
+        }
+        let passwd = self.system.path().join("passwd");
+        let group = self.system.path().join("group");
+        push(&["--ro-bind".as_ref(), passwd.as_os_str(), "/etc/passwd".as_ref()]);
+        push(&["--ro-bind".as_ref(), group.as_os_str(), "/etc/group".as_ref()]);
+        push(&["--remount-ro".as_ref(), "/etc".as_ref()]);
+        push(&[
+            "--proc".as_ref(),
+            "/proc".as_ref(),
+            "--dev".as_ref(),
+            "/dev".as_ref(),
+        ]);
+        push(&["--tmpfs".as_ref(), "/tmp".as_ref()]);
+        for (host, inside) in read_only {
+            push(&["--ro-bind".as_ref(), host.as_os_str(), inside.as_ref()]);
+        }
+        push(&["--chdir".as_ref(), cwd.as_ref()]);
+        a
+    }
+}
+
+#[async_trait]
+impl Sandbox for BubblewrapSandbox {
+    fn name(&self) -> &str {
+        "bubblewrap"
+    }
+
+    fn report(&self) -> SandboxReport {
+        self.report.clone()
+    }
+
+    async fn execute(&self, files: &ExecFiles, request: &ExecRequest) -> Result<ExecOutput, SandboxError> {
+        let request = runner::checked(request, &self.limits)?;
+        let workdir = Workdir::materialize(files, &request, &self.work_root, self.run_as).await?;
+        let home = workdir.host_path(&runner::home());
+        let _ = std::fs::create_dir_all(&home);
+        if let Some(owner) = self.run_as {
+            let _ = std::os::unix::fs::chown(&home, Some(owner.uid), Some(owner.gid));
+        }
+        let read_only: Vec<(PathBuf, String)> = workdir
+            .read_only()
+            .iter()
+            .map(|p| (workdir.host_path(p), p.to_string()))
+            .collect();
+        let mut args = self.args(workdir.root(), &read_only, request.cwd.as_str(), request.network);
+        args.extend([
+            "--".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            request.command.clone().into(),
+        ]);
+        let limits = self.prlimit.as_deref().map(|prlimit| {
+            let uid = self.runs_as().uid;
+            (
+                prlimit,
+                Rlimits {
+                    processes: (uid != 0).then(|| process::processes_of(uid) + self.limits.max_processes),
+                    address_space: self.limits.max_memory_bytes,
+                    file_size: self.limits.max_file_bytes,
+                },
+            )
+        });
+        let started = Instant::now();
+        let finished = process::run(
+            Spawn {
+                program: &self.bwrap,
+                args,
+                env: runner::environment(&request, runner::home().as_str(), "/tmp"),
+                cwd: workdir.root(),
+                limits,
+                run_as: self.run_as,
+                timeout: request.timeout,
+            },
+            Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
+        )
+        .await?;
+        tracing::debug!(elapsed = ?started.elapsed(), exit = ?finished.exit_code, "bubblewrap command finished");
+        runner::finish(files, &request, workdir, finished).await
+    }
+}

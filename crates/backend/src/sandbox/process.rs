@@ -1,0 +1,195 @@
+//! Running one process under limits: a clean environment, resource limits set by `prlimit(1)`,
+//! stdout and stderr through one pipe into a [`Capture`], and a wall-clock timeout that kills the
+//! process group.
+//!
+//! The limits go through the `prlimit` program (util-linux, on every Linux distribution) because
+//! the workspace forbids `unsafe` code, and setting limits between `fork` and `exec` needs a
+//! `pre_exec` hook, which is unsafe. `prlimit` sets them on itself and `exec`s the command, which
+//! costs one extra `exec` (about 1 ms on the development machine, see `cargo xtask bench`).
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::capture::{Capture, Captured};
+use super::error::SandboxError;
+use super::workdir::Owner;
+
+/// Resource limits for `prlimit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Rlimits {
+    /// `RLIMIT_NPROC`, already adjusted for the processes the user runs elsewhere.
+    pub processes: Option<u64>,
+    /// `RLIMIT_AS`.
+    pub address_space: u64,
+    /// `RLIMIT_FSIZE`.
+    pub file_size: u64,
+}
+
+/// One process to run.
+#[derive(Debug)]
+pub(crate) struct Spawn<'a> {
+    pub program: &'a Path,
+    pub args: Vec<OsString>,
+    pub env: Vec<(String, String)>,
+    pub cwd: &'a Path,
+    /// Limits, applied by the `prlimit` program at this path.
+    pub limits: Option<(&'a Path, Rlimits)>,
+    pub run_as: Option<Owner>,
+    pub timeout: Duration,
+}
+
+/// How it ended.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub captured: Captured,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub duration: Duration,
+}
+
+/// How long to wait for the output pipe to close once the process is gone (a process that
+/// escaped the group may hold it; its output after that is not captured).
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// Run `spawn`, capturing its output into `capture`.
+pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, SandboxError> {
+    let (mut reader, writer) = std::io::pipe().map_err(SandboxError::io("creating the output pipe"))?;
+    let writer_too = writer
+        .try_clone()
+        .map_err(SandboxError::io("creating the output pipe"))?;
+    let mut cmd = match spawn.limits {
+        Some((prlimit, limits)) => {
+            let mut cmd = tokio::process::Command::new(prlimit);
+            if let Some(n) = limits.processes {
+                cmd.arg(format!("--nproc={n}"));
+            }
+            cmd.arg(format!("--as={}", limits.address_space))
+                .arg(format!("--fsize={}", limits.file_size))
+                .arg("--core=0")
+                .arg("--")
+                .arg(spawn.program);
+            cmd
+        }
+        None => tokio::process::Command::new(spawn.program),
+    };
+    cmd.args(&spawn.args)
+        .env_clear()
+        .envs(spawn.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(spawn.cwd)
+        .stdin(Stdio::null())
+        .stdout(writer_too)
+        .stderr(writer)
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(owner) = spawn.run_as {
+        cmd.uid(owner.uid).gid(owner.gid);
+    }
+    let started = Instant::now();
+    let spawned = cmd.spawn();
+    // The parent's copies of the pipe's write end must close, or the reader never sees EOF.
+    drop(cmd);
+    let mut child = spawned.map_err(SandboxError::io(format!("starting {}", spawn.program.display())))?;
+    let pgid = child.id();
+
+    let capture = Arc::new(Mutex::new(capture));
+    let sink = Arc::clone(&capture);
+    let drained = tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if let Ok(mut c) = sink.lock() {
+                        c.push(&buf[..n]);
+                    }
+                }
+            }
+        }
+    });
+
+    let (status, timed_out) = match tokio::time::timeout(spawn.timeout, child.wait()).await {
+        Ok(status) => (status.ok(), false),
+        Err(_) => {
+            kill_group(pgid);
+            let _ = child.kill().await;
+            (child.wait().await.ok(), true)
+        }
+    };
+    let duration = started.elapsed();
+    // Whatever of the group is still alive (a background job of the command) goes too.
+    kill_group(pgid);
+    let _ = tokio::time::timeout(DRAIN_GRACE, drained).await;
+    let captured = match Arc::try_unwrap(capture) {
+        Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()).finish(),
+        // The reader is still blocked on an escaped process: take what it has so far.
+        Err(shared) => {
+            let mut guard = shared.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::replace(&mut *guard, Capture::new(64, 0)).finish()
+        }
+    };
+    Ok(Finished {
+        captured,
+        exit_code: if timed_out {
+            None
+        } else {
+            status.and_then(|s| s.code())
+        },
+        timed_out,
+        duration,
+    })
+}
+
+fn kill_group(pgid: Option<u32>) {
+    let Some(pid) = pgid
+        .and_then(|p| i32::try_from(p).ok())
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return;
+    };
+    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+}
+
+/// The first executable called `name` on `PATH`, else in `/usr/bin` or `/bin`.
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin"), PathBuf::from("/bin")])
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// How many processes user `uid` runs now (by the owners of `/proc/<pid>`).
+pub(crate) fn processes_of(uid: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .count() as u64
+}
+
+/// The effective user id of this process.
+pub(crate) fn current_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// The effective group id of this process.
+pub(crate) fn current_gid() -> u32 {
+    rustix::process::getegid().as_raw()
+}

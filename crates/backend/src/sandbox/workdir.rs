@@ -1,0 +1,539 @@
+//! The command's private copy of the view: materializing it on local disk, and writing what the
+//! command changed back through the backend.
+//!
+//! [`Workdir::materialize`] copies into a fresh private directory every file the command can reach:
+//! all of the view outside the on-reach mounts, and the reached folders of those (see
+//! [`reach`](super::reach)). It records, for each writable file, the backend version it copied and
+//! the local size, and sets the copy's modification time to a fixed instant in the past, so that
+//! any write by the command — even one of the same size within the same clock tick — shows.
+//!
+//! [`Workdir::write_back`] runs after every process of the command is gone. It walks the copy
+//! without following links and, for every file that is new, changed or gone:
+//!
+//! * refuses what the view does not let the agent write ([`NotWrittenReason::Denied`]);
+//! * refuses anything that is not a regular file: a planted symbolic link is never followed, never
+//!   read and never written back ([`NotWrittenReason::NotARegularFile`]);
+//! * writes a new file create-only, a changed one only if the backend still holds the version that
+//!   was copied, and deletes a removed one only if it is unchanged; when someone else changed the
+//!   file meanwhile, the write is a [`NotWrittenReason::Conflict`] and the command's version is
+//!   kept beside it at `<path>.conflict-<id>` — nothing is overwritten and nothing is lost.
+//!
+//! Directories at the top of the copy that the sandbox mounts its system over (`/usr`, `/etc`,
+//! `/proc`, …, see [`RESERVED`]) are neither materialized nor written back; the view's files there
+//! are listed in [`Workdir::shadowed`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+
+use super::error::SandboxError;
+use super::files::{ExecFiles, MountAccess};
+use super::reach::{Reached, reached};
+use super::request::{ExecRequest, FileChange, FileChangeKind, NotWritten, NotWrittenReason};
+use crate::backend::{Backend, Entry, Version, WriteMode};
+use crate::error::BackendError;
+use crate::path::VirtualPath;
+
+/// Top-level names the sandbox mounts its own system directories at.
+pub const RESERVED: &[&str] = &[
+    "bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "proc", "dev", "sys", "tmp", "run",
+];
+
+/// How many files are read from the backend at once while materializing.
+const READ_BATCH: usize = 256;
+
+/// The modification time every materialized file gets (2001-09-09), so any write shows.
+fn materialized_mtime() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000)
+}
+
+/// What was copied for one writable file.
+#[derive(Debug, Clone)]
+struct Copied {
+    version: Option<Version>,
+    size: u64,
+}
+
+/// Who should own the copy (the sandbox may run the command as another user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+/// A command's private copy of the view.
+#[derive(Debug)]
+pub struct Workdir {
+    dir: tempfile::TempDir,
+    copied: BTreeMap<VirtualPath, Copied>,
+    read_only: Vec<VirtualPath>,
+    shadowed: Vec<VirtualPath>,
+}
+
+impl Workdir {
+    /// Copy what `request` can reach of `files` into a new private directory under `parent`,
+    /// owned by `owner` when given.
+    pub async fn materialize(
+        files: &ExecFiles,
+        request: &ExecRequest,
+        parent: &Path,
+        owner: Option<Owner>,
+    ) -> Result<Self, SandboxError> {
+        let dir = tempfile::Builder::new()
+            .prefix("trellis-exec-")
+            .tempdir_in(parent)
+            .map_err(SandboxError::io(format!(
+                "creating a work directory in {}",
+                parent.display()
+            )))?;
+        let mut me = Self {
+            dir,
+            copied: BTreeMap::new(),
+            read_only: Vec::new(),
+            shadowed: Vec::new(),
+        };
+        let entries = me.listing(files, request).await?;
+        me.copy(files, entries).await?;
+        let cwd = me.host_path(&request.cwd);
+        fs::create_dir_all(&cwd).map_err(SandboxError::io(format!(
+            "creating the working directory {}",
+            request.cwd
+        )))?;
+        for m in &files.mounts {
+            if m.access == MountAccess::ReadOnly {
+                let at = me.host_path(&m.at);
+                fs::create_dir_all(&at).map_err(SandboxError::io(format!("creating {}", m.at)))?;
+                me.read_only.push(m.at.clone());
+            }
+        }
+        if let Some(owner) = owner {
+            chown_tree(me.dir.path(), owner)?;
+        }
+        Ok(me)
+    }
+
+    /// The copy's root on local disk.
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Where `path` is in the copy.
+    pub fn host_path(&self, path: &VirtualPath) -> PathBuf {
+        let rel = path.as_str().trim_start_matches('/');
+        if rel.is_empty() {
+            self.dir.path().to_path_buf()
+        } else {
+            self.dir.path().join(rel)
+        }
+    }
+
+    /// Read-only parts of the view, to be mounted read-only.
+    pub fn read_only(&self) -> &[VirtualPath] {
+        &self.read_only
+    }
+
+    /// Files of the view the sandbox's system directories hide.
+    pub fn shadowed(&self) -> &[VirtualPath] {
+        &self.shadowed
+    }
+
+    /// Number of files copied in, writable or not.
+    pub fn writable_files(&self) -> usize {
+        self.copied.len()
+    }
+
+    /// Every file entry to copy: the view outside on-reach mounts, and the reached folders.
+    async fn listing(
+        &mut self,
+        files: &ExecFiles,
+        request: &ExecRequest,
+    ) -> Result<Vec<Entry>, SandboxError> {
+        let limit = files.max_files.saturating_add(1);
+        let on_reach: Vec<&VirtualPath> = files
+            .mounts
+            .iter()
+            .filter(|m| m.on_reach)
+            .map(|m| &m.at)
+            .collect();
+        let mut entries = Vec::new();
+        list_excluding(
+            files.backend.as_ref(),
+            &VirtualPath::root(),
+            &on_reach,
+            limit,
+            &mut entries,
+        )
+        .await?;
+        for mount in files.mounts.iter().filter(|m| m.on_reach) {
+            match reached(&mount.at, &request.command, &request.cwd) {
+                Reached::All => entries.extend(files.backend.list_files(&mount.at, limit).await?.files),
+                Reached::Folders(names) => {
+                    for name in names {
+                        let Ok(folder) = mount.at.join(&name) else {
+                            continue;
+                        };
+                        entries.extend(files.backend.list_files(&folder, limit).await?.files);
+                    }
+                }
+            }
+        }
+        let mut seen = BTreeSet::new();
+        entries.retain(|e| !e.is_dir() && seen.insert(e.path.clone()));
+        entries.retain(|e| {
+            let top = e.path.segments().next().unwrap_or("");
+            if RESERVED.contains(&top) {
+                self.shadowed.push(e.path.clone());
+                return false;
+            }
+            files.may_read(&e.path)
+        });
+        if entries.len() > files.max_files {
+            return Err(SandboxError::TooLarge(format!(
+                "the command can reach more than {} files; name the folders it needs",
+                files.max_files
+            )));
+        }
+        let bytes: u64 = entries.iter().map(|e| e.size).sum();
+        if bytes > files.max_bytes {
+            return Err(SandboxError::TooLarge(format!(
+                "the command can reach {bytes} bytes of files, more than the limit of {}",
+                files.max_bytes
+            )));
+        }
+        Ok(entries)
+    }
+
+    async fn copy(&mut self, files: &ExecFiles, entries: Vec<Entry>) -> Result<(), SandboxError> {
+        let stale = materialized_mtime();
+        for batch in entries.chunks(READ_BATCH) {
+            let paths: Vec<VirtualPath> = batch.iter().map(|e| e.path.clone()).collect();
+            let reads = files.backend.read_many(&paths, None).await;
+            for (path, read) in paths.into_iter().zip(reads) {
+                let read = match read {
+                    Ok(read) => read,
+                    // Deleted between the listing and the read: nothing to copy.
+                    Err(BackendError::NotFound { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                let host = self.host_path(&path);
+                let writable = files.may_write(&path);
+                let executable = !writable && path.segments().any(|s| s == "scripts");
+                if let Err(e) = write_copy(&host, &read.bytes, executable, stale) {
+                    // A file where the view also has a directory (object stores allow both).
+                    tracing::debug!(%path, error = %e, "not materialized");
+                    continue;
+                }
+                if writable {
+                    self.copied.insert(
+                        path,
+                        Copied {
+                            version: read.version,
+                            size: read.bytes.len() as u64,
+                        },
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Write back what the command changed (call only once every process of it is gone).
+    pub async fn write_back(
+        self,
+        files: &ExecFiles,
+        conflict_tag: &str,
+    ) -> (Vec<FileChange>, Vec<NotWritten>) {
+        let root = self.dir.path().to_path_buf();
+        let skip: Vec<PathBuf> = self.read_only.iter().map(|p| self.host_path(p)).collect();
+        let walked = tokio::task::spawn_blocking(move || walk(&root, &skip))
+            .await
+            .unwrap_or_default();
+        let mut changes = Vec::new();
+        let mut not_written = Vec::new();
+        let mut present = BTreeSet::new();
+        for found in walked {
+            let path = match found {
+                Found::File { path, size, mtime } => {
+                    present.insert(path.clone());
+                    let unchanged = self
+                        .copied
+                        .get(&path)
+                        .is_some_and(|c| c.size == size && mtime == Some(materialized_mtime()));
+                    if unchanged {
+                        continue;
+                    }
+                    path
+                }
+                Found::Other(path) => {
+                    if let Ok(v) = VirtualPath::parse(&path)
+                        && self.copied.contains_key(&v)
+                    {
+                        present.insert(v);
+                    }
+                    not_written.push(NotWritten {
+                        path,
+                        reason: NotWrittenReason::NotARegularFile,
+                    });
+                    continue;
+                }
+                Found::BadName(path) => {
+                    not_written.push(NotWritten {
+                        path,
+                        reason: NotWrittenReason::InvalidName,
+                    });
+                    continue;
+                }
+            };
+            if !files.may_write(&path) {
+                not_written.push(denied(&path));
+                continue;
+            }
+            let data = match read_no_follow(&self.host_path(&path)) {
+                Ok(data) => Bytes::from(data),
+                Err(e) => {
+                    not_written.push(failed(&path, e.to_string()));
+                    continue;
+                }
+            };
+            let (mode, kind) = match self.copied.get(&path) {
+                Some(Copied { version: Some(v), .. }) => {
+                    (WriteMode::IfVersion(v.clone()), FileChangeKind::Modified)
+                }
+                Some(Copied { version: None, .. }) => (WriteMode::Overwrite, FileChangeKind::Modified),
+                None => (WriteMode::CreateNew, FileChangeKind::Created),
+            };
+            match files.backend.write(&path, data.clone(), mode).await {
+                Ok(_) => changes.push(FileChange { path, kind }),
+                Err(BackendError::Conflict { .. }) => {
+                    let kept_at = keep_beside(files.backend.as_ref(), &path, conflict_tag, data).await;
+                    not_written.push(NotWritten {
+                        path: path.to_string(),
+                        reason: NotWrittenReason::Conflict { kept_at },
+                    });
+                }
+                Err(e) => not_written.push(failed(&path, e.to_string())),
+            }
+        }
+        for (path, copied) in &self.copied {
+            if present.contains(path) {
+                continue;
+            }
+            if !files.may_write(path) {
+                not_written.push(denied(path));
+                continue;
+            }
+            match delete_if_unchanged(files.backend.as_ref(), path, copied.version.as_ref()).await {
+                Ok(true) => changes.push(FileChange {
+                    path: path.clone(),
+                    kind: FileChangeKind::Deleted,
+                }),
+                Ok(false) => not_written.push(NotWritten {
+                    path: path.to_string(),
+                    reason: NotWrittenReason::Conflict { kept_at: None },
+                }),
+                Err(e) => not_written.push(failed(path, e.to_string())),
+            }
+        }
+        changes.sort_by(|a, b| a.path.cmp(&b.path));
+        not_written.sort_by(|a, b| a.path.cmp(&b.path));
+        (changes, not_written)
+    }
+}
+
+fn denied(path: &VirtualPath) -> NotWritten {
+    NotWritten {
+        path: path.to_string(),
+        reason: NotWrittenReason::Denied,
+    }
+}
+
+fn failed(path: &VirtualPath, why: String) -> NotWritten {
+    NotWritten {
+        path: path.to_string(),
+        reason: NotWrittenReason::Failed(why),
+    }
+}
+
+/// Keep the command's version of a conflicting file at `<path>.conflict-<tag>`.
+async fn keep_beside(
+    backend: &dyn Backend,
+    path: &VirtualPath,
+    tag: &str,
+    data: Bytes,
+) -> Option<VirtualPath> {
+    let name = format!("{}.conflict-{tag}", path.file_name()?);
+    let beside = path.parent()?.join(&name).ok()?;
+    backend
+        .write(&beside, data, WriteMode::CreateNew)
+        .await
+        .ok()
+        .map(|_| beside)
+}
+
+/// Delete `path` if it still has `version` (or if the backend has no versions). `Ok(false)`: it
+/// changed meanwhile and was left alone. Already gone counts as deleted.
+async fn delete_if_unchanged(
+    backend: &dyn Backend,
+    path: &VirtualPath,
+    version: Option<&Version>,
+) -> Result<bool, BackendError> {
+    match backend.stat(path).await {
+        Ok(entry) if version.is_some() && entry.version.as_ref() != version => Ok(false),
+        Ok(_) => match backend.delete(path).await {
+            Ok(()) | Err(BackendError::NotFound { .. }) => Ok(true),
+            Err(e) => Err(e),
+        },
+        Err(BackendError::NotFound { .. }) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every file below `dir`, leaving out what is at or below `excluded`: whole listings where nothing
+/// is excluded below, `ls` level by level where something is.
+async fn list_excluding(
+    backend: &dyn Backend,
+    dir: &VirtualPath,
+    excluded: &[&VirtualPath],
+    limit: usize,
+    out: &mut Vec<Entry>,
+) -> Result<(), SandboxError> {
+    if !excluded.iter().any(|x| x.starts_with(dir)) {
+        out.extend(backend.list_files(dir, limit).await?.files);
+        return Ok(());
+    }
+    let children = match backend.ls(dir).await {
+        Ok(children) => children,
+        Err(BackendError::NotFound { .. }) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    for child in children {
+        if excluded.iter().any(|x| child.path.starts_with(x)) {
+            continue;
+        }
+        if child.is_dir() {
+            Box::pin(list_excluding(backend, &child.path, excluded, limit, out)).await?;
+        } else {
+            out.push(child);
+        }
+        if out.len() >= limit {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn write_copy(host: &Path, data: &[u8], executable: bool, mtime: SystemTime) -> std::io::Result<()> {
+    if let Some(parent) = host.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(if executable { 0o755 } else { 0o644 })
+        .open(host)?;
+    std::io::Write::write_all(&mut &file, data)?;
+    file.set_modified(mtime)
+}
+
+fn chown_tree(root: &Path, owner: Owner) -> Result<(), SandboxError> {
+    let chown = |p: &Path| {
+        std::os::unix::fs::lchown(p, Some(owner.uid), Some(owner.gid)).map_err(SandboxError::io(format!(
+            "handing {} to the sandbox user",
+            p.display()
+        )))
+    };
+    chown(root)?;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = fs::read_dir(&dir).map_err(SandboxError::io(format!("reading {}", dir.display())))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            chown(&path)?;
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            }
+        }
+    }
+    let _ = fs::set_permissions(root, fs::Permissions::from_mode(0o700));
+    Ok(())
+}
+
+/// Something found in the copy after the command ran.
+#[derive(Debug)]
+enum Found {
+    File {
+        path: VirtualPath,
+        size: u64,
+        mtime: Option<SystemTime>,
+    },
+    /// A symbolic link, FIFO, socket or device.
+    Other(String),
+    /// A name that is not a valid virtual path.
+    BadName(String),
+}
+
+/// Walk the copy without following links, leaving out reserved top-level names and `skip`.
+fn walk(root: &Path, skip: &[PathBuf]) -> Vec<Found> {
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let host = entry.path();
+            if dir == root && entry.file_name().to_str().is_some_and(|n| RESERVED.contains(&n)) {
+                continue;
+            }
+            if skip.contains(&host) {
+                continue;
+            }
+            let virtual_name = host
+                .strip_prefix(root)
+                .map(|rel| format!("/{}", rel.to_string_lossy()))
+                .unwrap_or_default();
+            let Ok(meta) = fs::symlink_metadata(&host) else {
+                continue;
+            };
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                stack.push(host);
+                continue;
+            }
+            let path = match host.strip_prefix(root).ok().and_then(|r| r.to_str()) {
+                Some(rel) => VirtualPath::parse(&format!("/{rel}")).ok(),
+                None => None,
+            };
+            let Some(path) = path else {
+                found.push(Found::BadName(virtual_name));
+                continue;
+            };
+            if kind.is_file() {
+                found.push(Found::File {
+                    path,
+                    size: meta.size(),
+                    mtime: meta.modified().ok(),
+                });
+            } else {
+                found.push(Found::Other(path.to_string()));
+            }
+        }
+    }
+    found
+}
+
+/// Read a file without following a symbolic link at its last component.
+fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let mut data = Vec::new();
+    file.read_to_end(&mut data)?;
+    Ok(data)
+}
