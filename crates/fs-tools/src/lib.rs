@@ -23,6 +23,8 @@
 //!   [`Limits::evict_over_chars`] are saved to `/large_tool_results/<id>` and replaced by their first
 //!   and last lines plus that path. Tools that page or cap their own output (all seven here) are
 //!   exempt ([`Tool::bounds_own_output`]).
+//! * [`ExecuteTool`] (`execute`): a shell command in a [`backend::Sandbox`] over the same files,
+//!   offered when there is a sandbox; [`CommandPolicy`] restricts which commands may run.
 //!
 //! ## What the model sees
 //!
@@ -72,8 +74,11 @@
 /// The storage layer this crate is built on, re-exported for the layers above.
 pub use trellis_backend as backend;
 
+mod exec;
 mod files;
 mod tool;
+
+pub use exec::{CommandPolicy, CommandRule, DEFAULT_EXEC_TIMEOUT, ExecuteTool};
 
 pub use files::{
     Access, DEFAULT_READ_LIMIT, DeleteTool, EditFileTool, Effect, EvictLargeOutput, FileAccess, FileLayout,

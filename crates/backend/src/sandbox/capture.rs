@@ -144,8 +144,17 @@ impl Capture {
         };
         let file = self.spill.take();
         let tail: Vec<u8> = self.tail.into_iter().collect();
+        // Cut at line breaks where that keeps at least half of each end, else at characters.
         let head = &self.head[..utf8_prefix(&self.head)];
+        let head = match head.iter().rposition(|b| *b == b'\n') {
+            Some(i) if i + 1 >= head.len() / 2 => &head[..=i],
+            _ => head,
+        };
         let tail = &tail[utf8_suffix_start(&tail)..];
+        let tail = match tail.iter().position(|b| *b == b'\n') {
+            Some(i) if i < tail.len() / 2 => &tail[i + 1..],
+            _ => tail,
+        };
         let spill = match (self.spill_error, file) {
             (None, Some(mut file)) => file.rewind().ok().map(|()| (file, self.spilled)),
             _ => None,

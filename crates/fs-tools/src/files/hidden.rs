@@ -147,6 +147,10 @@ impl Backend for Hiding {
         self.inner.capabilities()
     }
 
+    fn sandbox(&self, cwd: &VirtualPath) -> Option<Arc<dyn trellis_backend::Sandbox>> {
+        self.inner.sandbox(cwd)
+    }
+
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
         self.absent(dir)?;
         let mut entries = self.inner.ls(dir).await?;

@@ -4,6 +4,7 @@
 mod common;
 mod concurrency;
 mod eviction;
+mod execute;
 mod permissions;
 mod properties;
 mod snapshots;

@@ -97,9 +97,11 @@ pub use write::WriteFileTool;
 pub(crate) const NOTICE_RESERVE: usize = 600;
 
 /// The seven file tools over `files`, with their default descriptions, in the order `ls`,
-/// `read_file`, `write_file`, `edit_file`, `delete`, `glob`, `grep`.
+/// `read_file`, `write_file`, `edit_file`, `delete`, `glob`, `grep`; then `execute`
+/// ([`ExecuteTool`](crate::ExecuteTool)) when `files.backend` can run commands.
 pub fn file_tools(files: FileAccess) -> Vec<Arc<dyn Tool>> {
-    vec![
+    let execute = crate::ExecuteTool::new(files.clone());
+    let mut tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(LsTool::new(files.clone())),
         Arc::new(ReadFileTool::new(files.clone())),
         Arc::new(WriteFileTool::new(files.clone())),
@@ -107,7 +109,11 @@ pub fn file_tools(files: FileAccess) -> Vec<Arc<dyn Tool>> {
         Arc::new(DeleteTool::new(files.clone())),
         Arc::new(GlobTool::new(files.clone())),
         Arc::new(GrepTool::new(files)),
-    ]
+    ];
+    if execute.is_offered() {
+        tools.push(Arc::new(execute));
+    }
+    tools
 }
 
 /// Default for optional directory arguments.
