@@ -3,6 +3,7 @@
 //! * [`fault_proxy`]: a loopback HTTP proxy that injects faults in front of an emulator or a mock
 //!   model provider;
 //! * [`emulator`]: where the emulators are, and skipping (or failing) when they are not;
+//! * [`sandbox`]: the bubblewrap sandbox, and skipping (or failing) when it is missing;
 //! * [`fuzz`]: the invariants the fuzz targets in `fuzz/` check, replayed by
 //!   `tests/integration/fuzz_replay.rs`.
 
@@ -11,3 +12,4 @@
 pub mod emulator;
 pub mod fault_proxy;
 pub mod fuzz;
+pub mod sandbox;

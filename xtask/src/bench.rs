@@ -2,7 +2,8 @@
 //! `docs/benchmarks.md` with tables and SVG charts.
 //!
 //! Benchmarks (each a bench binary that prints JSON, so numbers are compared as ratios within one
-//! run, never asserted in tests): `trellis-backend/read_many`, `trellis-middleware/loop_overhead`,
+//! run, never asserted in tests): `trellis-backend/read_many`, `trellis-backend/sandbox_exec`,
+//! `trellis-middleware/loop_overhead`,
 //! `trellis-middleware/skills_discovery`, `trellis-middleware/thread_resume`. Results go to
 //! `target/bench/results.json`, with one more entry, `python_reference`: numbers for the Python
 //! package quoted (not measured) from the project's baseline, with their source, version and date;
@@ -24,6 +25,7 @@ use crate::timings::Timings;
 
 const BENCHES: &[(&str, &str)] = &[
     ("trellis-backend", "read_many"),
+    ("trellis-backend", "sandbox_exec"),
     ("trellis-middleware", "loop_overhead"),
     ("trellis-middleware", "skills_discovery"),
     ("trellis-middleware", "thread_resume"),
@@ -325,6 +327,7 @@ quoted measurement of {} {} ({}) has a median gap between two model calls of {} 
     }
     md.push_str("\nOn the bare S3 emulator both sides are bound by moto's own CPU (about 3 ms per request on one Python thread), so concurrency cannot help much there; the run with an added per-request latency shows what `read_many` is for.\n");
     thread_resume_section(&mut md, of("thread_resume"));
+    sandbox_section(&mut md, of("sandbox_exec"));
     std::fs::write(layout.workspace.join("docs/benchmarks.md"), md)?;
     eprintln!("xtask: wrote docs/benchmarks.md and docs/benchmarks/*.svg");
     Ok(())
@@ -385,6 +388,36 @@ a file is read only when a tool asks for it. Median and p90 over {}.\n\n| store 
             int(r, "requests"),
             num(r, "ratio_to_resume"),
         );
+    }
+}
+
+/// `## Running commands`: the `sandbox_exec` bench, one row per case (or why it was skipped).
+fn sandbox_section<'a>(md: &mut String, rows: impl Iterator<Item = &'a Value>) {
+    md.push_str(
+        "\n## Running commands (`execute`)\n\nOne `execute` of `true` (materialize an empty view, run, write back) against a plain `sh -c true` spawn, \
+in one run; target for bubblewrap: under 20 ms per call. Then materializing the folder of a 50-file skill (2 KB files) from a \
+301-skill library on the S3 emulator, as `execute` does when a command names the skill, and the same view when the command \
+names no skill.\n\n| case | median ms | p90 ms | ratio to spawn |\n|---|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let case = r.get("case").and_then(Value::as_str).unwrap_or("?");
+        if let Some(reason) = r.get("skipped").and_then(Value::as_str) {
+            let _ = writeln!(md, "| {case} | skipped: {reason} | — | — |");
+            continue;
+        }
+        let ratio = r
+            .get("ratio_to_spawn")
+            .and_then(Value::as_f64)
+            .map_or("—".to_owned(), |x| format!("{x:.1}"));
+        let _ = writeln!(
+            md,
+            "| {case} | {:.2} | {:.2} | {ratio} |",
+            num(r, "median_ms"),
+            num(r, "p90_ms")
+        );
+        if let Some(unnamed) = r.get("median_ms_naming_no_skill").and_then(Value::as_f64) {
+            let _ = writeln!(md, "| the same view, no skill named | {unnamed:.2} | — | — |");
+        }
     }
 }
 

@@ -27,11 +27,14 @@
 
 use std::sync::Arc;
 
+use trellis_middleware::backend::sandbox::{Network, Sandbox};
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath};
 use trellis_middleware::skills::render::SEARCH_TOOL;
 use trellis_middleware::skills::{BoundTools, SkillSource};
 use trellis_middleware::subagents::TASK_TOOL_NAME;
-use trellis_middleware::tools::{FileAccess, FileLayout, Limits, Permissions, UserSpaces};
+use trellis_middleware::tools::{
+    CommandPolicy, ExecuteTool, FileAccess, FileLayout, Limits, Permissions, UserSpaces,
+};
 use trellis_middleware::{
     Agent, AgentError, AttachmentsMiddleware, ChatModel, Checkpointer, FilesystemMiddleware,
     MemoryMiddleware, Middleware, ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware,
@@ -70,6 +73,9 @@ pub struct DeepAgentBuilder {
     general_purpose: bool,
     mcp: Vec<McpServerConfig>,
     mcp_servers: Option<Arc<McpServers>>,
+    sandbox: Option<Arc<dyn Sandbox>>,
+    commands: CommandPolicy,
+    sandbox_network: Network,
 }
 
 /// Start building an agent around `model`. Unless [`DeepAgentBuilder::backend`] says otherwise,
@@ -97,6 +103,9 @@ pub fn deep_agent(model: Arc<dyn ChatModel>) -> DeepAgentBuilder {
         general_purpose: true,
         mcp: Vec::new(),
         mcp_servers: None,
+        sandbox: None,
+        commands: CommandPolicy::allow_all(),
+        sandbox_network: Network::None,
     }
 }
 
@@ -125,6 +134,29 @@ impl DeepAgentBuilder {
     /// while skills and memory come from the backend.
     pub fn file_layout(mut self, layout: FileLayout) -> Self {
         self.layout = layout;
+        self
+    }
+
+    /// Offer `execute`: shell commands in `sandbox` (e.g. a
+    /// [`BubblewrapSandbox`](trellis_middleware::backend::sandbox::BubblewrapSandbox)) over the same
+    /// files the file tools see, with the skill sources read-only. Without this, `execute` is
+    /// offered only when the backend itself can run commands
+    /// ([`Backend::sandbox`](trellis_middleware::backend::Backend::sandbox)).
+    pub fn sandbox(mut self, sandbox: Arc<dyn Sandbox>) -> Self {
+        self.sandbox = Some(sandbox);
+        self
+    }
+
+    /// Which commands `execute` may run (default: any; [`CommandPolicy::deny_all`] removes the
+    /// tool).
+    pub fn commands(mut self, policy: CommandPolicy) -> Self {
+        self.commands = policy;
+        self
+    }
+
+    /// Network access for `execute` (default none).
+    pub fn sandbox_network(mut self, network: Network) -> Self {
+        self.sandbox_network = network;
         self
     }
 
@@ -291,7 +323,15 @@ impl DeepAgentBuilder {
         if let Some(l) = self.limits {
             files = files.with_limits(l);
         }
-        let filesystem: Arc<dyn Middleware> = Arc::new(FilesystemMiddleware::with_files(files));
+        let mut execute = ExecuteTool::new(files.clone())
+            .skill_sources(self.skills.iter().map(|s| s.path().clone()))
+            .commands(self.commands.clone())
+            .network(self.sandbox_network);
+        if let Some(sandbox) = &self.sandbox {
+            execute = execute.with_sandbox(sandbox.clone());
+        }
+        let filesystem: Arc<dyn Middleware> =
+            Arc::new(FilesystemMiddleware::with_files(files).with_execute(execute));
         if let Some(servers) = &mcp {
             // MCP names always contain `__` and built-in names never do; reserving them is a second
             // guarantee that an MCP tool never shadows one of the agent's own.

@@ -14,6 +14,7 @@ use trellis_middleware::{ChatModel, ModelCapabilities, ModelRequest, RunInput, S
 
 use crate::builder::deep_agent;
 use crate::providers::{self, ModelSpec};
+use crate::sandbox_cli::{SandboxStatus, Selected};
 use crate::workspace::Workspace;
 
 /// Everything `inspect` reports.
@@ -33,6 +34,8 @@ pub struct InspectReport {
     pub warnings: Vec<String>,
     /// The provider's JSON body for this request, where the provider is known.
     pub provider_body: Option<Value>,
+    /// Whether `execute` is offered, in which sandbox, and which limits hold.
+    pub sandbox: SandboxStatus,
 }
 
 /// Estimated tokens (UTF-8 bytes / 4).
@@ -79,8 +82,14 @@ fn provider_body(spec: &ModelSpec, request: &ModelRequest) -> Option<Value> {
     }
 }
 
-/// Assemble the agent for `workspace` and capture its first request for `task`.
-pub async fn inspect(model: &str, workspace: &Workspace, task: &str) -> Result<InspectReport> {
+/// Assemble the agent for `workspace`, with `execute` in `sandbox` if there is one, and capture its
+/// first request for `task`.
+pub async fn inspect(
+    model: &str,
+    workspace: &Workspace,
+    sandbox: &Selected,
+    task: &str,
+) -> Result<InspectReport> {
     let (real, spec) = stand_in(model)?;
     let capabilities = real.capabilities();
     let recorder = Arc::new(
@@ -90,6 +99,9 @@ pub async fn inspect(model: &str, workspace: &Workspace, task: &str) -> Result<I
             .then_text("(inspect: no model was called)"),
     );
     let mut builder = deep_agent(recorder.clone()).backend(workspace.backend.clone());
+    if let Some(sandbox) = &sandbox.sandbox {
+        builder = builder.sandbox(sandbox.clone());
+    }
     for source in &workspace.skills {
         builder = builder.skills_source(source.clone());
     }
@@ -141,6 +153,7 @@ pub async fn inspect(model: &str, workspace: &Workspace, task: &str) -> Result<I
         },
         warnings,
         provider_body,
+        sandbox: sandbox.status.clone(),
     })
 }
 
@@ -163,6 +176,7 @@ pub fn render_text(report: &InspectReport) -> String {
     for (at, source) in &report.mounts {
         out.push_str(&format!("mounted: {at} <- {source}\n"));
     }
+    out.push_str(&report.sandbox.render());
     out.push_str(&format!(
         "\nestimated tokens: {} (system {}, tools {}, messages {})\n",
         report.tokens.total,

@@ -1,4 +1,4 @@
-//! The `trellis` command line: `inspect`, `run`, `skills list`, `skills validate`.
+//! The `trellis` command line: `inspect`, `run`, `threads`, `skills list`, `skills validate`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -11,8 +11,10 @@ use clap::{ArgAction, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
+use trellis_agent::sandbox_cli::{self, SandboxChoice};
 use trellis_agent::{builder::deep_agent, inspect, providers, skills_cli, threads_cli, workspace};
-use trellis_middleware::tools::{UserFiles, UserIdentity};
+use trellis_middleware::backend::sandbox::Network;
+use trellis_middleware::tools::{CommandPolicy, UserFiles, UserIdentity};
 use trellis_middleware::{EventSink, RunEvent, RunInput, ThreadId};
 
 /// Shown after the options of every command.
@@ -57,6 +59,9 @@ enum Command {
         /// Print JSON (the request, token estimates, warnings and the provider's request body).
         #[arg(long)]
         json: bool,
+        /// Where `execute` would run: bwrap (default where it works), none, or unsandboxed.
+        #[arg(long, value_enum, value_name = "KIND")]
+        sandbox: Option<SandboxChoice>,
         /// The task to put in the first user message.
         #[arg(default_value = "(your task)")]
         task: String,
@@ -95,6 +100,18 @@ enum Command {
         /// Let the agent change the mounted skill sources (read-only by default).
         #[arg(long)]
         writable_skills: bool,
+        /// Where `execute` runs skill scripts and commands: bwrap (isolated; the default where it
+        /// works, else no execute tool), none (no execute tool), or unsandboxed (on this host,
+        /// isolating nothing: trusted development only).
+        #[arg(long, value_enum, value_name = "KIND")]
+        sandbox: Option<SandboxChoice>,
+        /// Let commands use the network (none by default).
+        #[arg(long)]
+        sandbox_network: bool,
+        /// Only let `execute` run simple commands starting with PREFIX, e.g. "python3 /skills/"
+        /// (repeatable; without it any command may run).
+        #[arg(long = "allow-command", value_name = "PREFIX")]
+        allow_command: Vec<String>,
         /// The task.
         task: String,
     },
@@ -217,10 +234,12 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             memory,
             model,
             json,
+            sandbox,
             task,
         } => {
             let ws = workspace::assemble(&skills, &memory, None)?;
-            let report = inspect::inspect(&model, &ws, &task).await?;
+            let sandbox = sandbox_cli::select(sandbox)?;
+            let report = inspect::inspect(&model, &ws, &sandbox, &task).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -238,6 +257,9 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             mcp,
             mcp_timeout,
             writable_skills,
+            sandbox,
+            sandbox_network,
+            allow_command,
             task,
         } => {
             let options = RunOptions {
@@ -247,6 +269,9 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
                 mcp,
                 mcp_timeout: Duration::from_secs(mcp_timeout.max(1)),
                 writable_skills,
+                sandbox,
+                sandbox_network,
+                allow_command,
             };
             run(&model, &skills, &memory, options, &task).await
         }
@@ -273,6 +298,9 @@ struct RunOptions {
     mcp: Vec<String>,
     mcp_timeout: Duration,
     writable_skills: bool,
+    sandbox: Option<SandboxChoice>,
+    sandbox_network: bool,
+    allow_command: Vec<String>,
 }
 
 async fn run(
@@ -311,9 +339,16 @@ async fn run_agent(
         workdir,
         state_dir,
         writable_skills,
+        sandbox,
+        sandbox_network,
+        allow_command,
         ..
     } = options;
     let model = providers::from_model_string(model)?;
+    let sandbox = sandbox_cli::select(sandbox)?;
+    if let Some(note) = &sandbox.status.note {
+        tracing::warn!("{note}");
+    }
     let ws = workspace::assemble(skills, memory, workdir.as_deref())?;
     std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
     let checkpointer = Arc::new(threads_cli::checkpointer(&state_dir)?);
@@ -332,6 +367,15 @@ async fn run_agent(
     }
     if let Some(servers) = servers {
         builder = builder.mcp_servers(servers);
+    }
+    if let Some(sandbox) = sandbox.sandbox {
+        builder = builder.sandbox(sandbox);
+    }
+    if sandbox_network {
+        builder = builder.sandbox_network(Network::Host);
+    }
+    if !allow_command.is_empty() {
+        builder = builder.commands(CommandPolicy::allow_only(allow_command));
     }
     let agent = builder.build()?;
     let thread_id = match thread {

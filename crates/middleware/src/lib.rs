@@ -78,9 +78,9 @@ pub mod skills;
 pub mod subagents;
 pub mod summarization;
 
-pub use attachments::{ATTACHMENTS, Attachment, AttachmentStore, AttachmentsMiddleware};
+pub use attachments::{ATTACHMENTS, Attachment, AttachmentStore, AttachmentsMiddleware, Upload};
 pub use core_stack::{
-    FILESYSTEM_SECTION, FilesystemMiddleware, ModelRetryMiddleware, PatchToolCallsMiddleware,
+    EXECUTE_LINE, FILESYSTEM_SECTION, FilesystemMiddleware, ModelRetryMiddleware, PatchToolCallsMiddleware,
     PromptCachingMiddleware, RetryConfig, TODOS, TOKEN_USAGE, Todo, TodoListMiddleware, TodoStatus,
     TokenUsage, TokenUsageMiddleware, WriteTodosTool,
 };

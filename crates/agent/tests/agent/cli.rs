@@ -34,7 +34,14 @@ fn inspect_runs_without_an_api_key() {
     assert!(text.contains("/skills/sales-assistant/meeting-prep/SKILL.md"));
     assert!(text.contains("cache breakpoint"));
     let json = trellis()
-        .args(["inspect", "--json", "--skills", &example("skills")])
+        .args([
+            "inspect",
+            "--json",
+            "--sandbox",
+            "none",
+            "--skills",
+            &example("skills"),
+        ])
         .output()
         .unwrap();
     let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();

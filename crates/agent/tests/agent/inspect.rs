@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use trellis_agent::sandbox_cli::{SandboxChoice, Selected, select};
 use trellis_agent::{inspect, workspace};
 
 fn example(rel: &str) -> String {
@@ -19,6 +20,7 @@ async fn inspect_the_example_agent() {
     let report = inspect::inspect(
         "anthropic:claude-sonnet-4-5",
         &ws,
+        &Selected::none("--sandbox none"),
         "Prep me for my Acme call tomorrow",
     )
     .await
@@ -57,9 +59,70 @@ async fn inspect_the_example_agent() {
     }
     insta::assert_snapshot!("inspect_example", text);
 
-    let openai = inspect::inspect("openai:gpt-4.1", &ws, "hi").await.unwrap();
+    let openai = inspect::inspect("openai:gpt-4.1", &ws, &Selected::none("--sandbox none"), "hi")
+        .await
+        .unwrap();
     assert!(
         openai.request.system.iter().all(|b| b.cache_breakpoint.is_none()),
         "no breakpoints without caching"
     );
+}
+
+/// With bubblewrap (required under `cargo xtask test`), `execute` is offered: the filesystem
+/// section says so, the tool describes the isolated sandbox and the example's skill source, and the
+/// report lists every limit as enforced.
+#[tokio::test]
+async fn inspect_offers_execute_in_bubblewrap() {
+    let selected = match select(Some(SandboxChoice::Bwrap)) {
+        Ok(s) => s,
+        Err(e) if std::env::var("TRELLIS_SANDBOX").as_deref() == Ok("required") => {
+            panic!("bubblewrap unavailable but TRELLIS_SANDBOX=required: {e}")
+        }
+        Err(e) => return eprintln!("skipped: inspect with bubblewrap ({e})"),
+    };
+    let ws = workspace::assemble(&[example("skills")], &[example("AGENTS.md")], None).unwrap();
+    let report = inspect::inspect("anthropic:claude-sonnet-4-5", &ws, &selected, "Fill in the form")
+        .await
+        .unwrap();
+    let execute = report
+        .request
+        .tools
+        .iter()
+        .find(|t| t.name == "execute")
+        .expect("execute offered");
+    let filesystem = report
+        .request
+        .system
+        .iter()
+        .find(|b| b.source.as_deref() == Some("filesystem"))
+        .unwrap();
+    insta::assert_snapshot!(
+        "inspect_execute",
+        format!("{}\n\n## execute\n{}", filesystem.text, execute.description)
+    );
+    let text = inspect::render_text(&report);
+    assert!(text.contains("execute: offered, in bubblewrap"), "{text}");
+    assert!(
+        report.sandbox.limits.iter().all(|l| l.enforced),
+        "{:?}",
+        report.sandbox.limits
+    );
+}
+
+#[test]
+fn an_unavailable_default_sandbox_means_no_execute_and_says_why() {
+    // `none` is never an error and never offers the tool.
+    let none = select(Some(SandboxChoice::None)).unwrap();
+    assert!(none.sandbox.is_none() && !none.status.offered);
+    // `unsandboxed` is offered, with the warning that nothing is isolated.
+    let host = select(Some(SandboxChoice::Unsandboxed)).unwrap();
+    assert!(host.status.offered);
+    assert!(
+        host.status
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .contains("nothing is isolated")
+    );
+    assert!(host.status.limits.iter().any(|l| !l.enforced));
 }

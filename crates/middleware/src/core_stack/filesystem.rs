@@ -14,7 +14,7 @@ use crate::runtime::middleware::{Middleware, Next, ToolNext};
 use crate::runtime::model::{ModelRequest, ModelResponse};
 use crate::runtime::state::State;
 use crate::tools::{
-    FileAccess, Limits, Permissions, Tool, ToolContext, ToolOutput, evict_if_large, file_tools,
+    ExecuteTool, FileAccess, Limits, Permissions, Tool, ToolContext, ToolOutput, evict_if_large, file_tools,
 };
 
 /// The system section this middleware adds by default.
@@ -32,8 +32,14 @@ You can read and change files through these tools. Paths are absolute and start 
 Prefer `edit_file` to rewriting a whole file. When a tool result is too long to show, it is saved \
 under /large_tool_results/ and you get its path and a preview: read the parts you need.";
 
-/// Offers `ls`, `read_file`, `write_file`, `edit_file`, `delete`, `glob` and `grep` over one backend,
-/// adds [`FILESYSTEM_SECTION`] (or a replacement) to every request as one system block, and saves
+/// The line [`FILESYSTEM_SECTION`] gains when `execute` is offered.
+pub const EXECUTE_LINE: &str = "\n\n`execute` runs a shell command in a sandbox over these same files, at the same paths; \
+files it writes are saved. Use it to run a skill's scripts (by their full path) and for work the file \
+tools cannot do.";
+
+/// Offers `ls`, `read_file`, `write_file`, `edit_file`, `delete`, `glob` and `grep` over one backend
+/// (and `execute`, when the backend can run commands or [`with_execute`](Self::with_execute) gives
+/// one), adds [`FILESYSTEM_SECTION`] (or a replacement) to every request as one system block, and saves
 /// results of *other* tools that exceed [`Limits::evict_over_chars`] to `/large_tool_results/`,
 /// replacing them with a preview (the file tools page and cap their own output).
 #[derive(Debug, Clone)]
@@ -54,12 +60,40 @@ impl FilesystemMiddleware {
     pub fn with_files(files: FileAccess) -> Self {
         let tools = file_tools(files.clone());
         let own_tools = tools.iter().map(|t| t.name().to_owned()).collect();
-        Self {
+        let mut me = Self {
             files,
             tools,
             own_tools,
-            section: Some(SystemBlock::new(FILESYSTEM_SECTION).with_source("filesystem")),
+            section: None,
+        };
+        me.section = Some(me.default_section());
+        me
+    }
+
+    /// Offer this `execute` (configured with its sandbox, skill sources and command policy) in
+    /// place of the default one; when it is not offered ([`ExecuteTool::is_offered`]), there is no
+    /// `execute` at all. Keeps a replaced section; the default one mentions `execute` when offered.
+    pub fn with_execute(mut self, execute: ExecuteTool) -> Self {
+        let default_section =
+            self.section.as_ref().map(|s| s.text.clone()) == Some(self.default_section().text);
+        self.tools.retain(|t| t.name() != "execute");
+        self.own_tools.remove("execute");
+        if execute.is_offered() {
+            self.tools.push(Arc::new(execute));
+            self.own_tools.insert("execute".to_owned());
         }
+        if default_section {
+            self.section = Some(self.default_section());
+        }
+        self
+    }
+
+    fn default_section(&self) -> SystemBlock {
+        let mut text = FILESYSTEM_SECTION.to_owned();
+        if self.tools.iter().any(|t| t.name() == "execute") {
+            text.push_str(EXECUTE_LINE);
+        }
+        SystemBlock::new(text).with_source("filesystem")
     }
 
     /// Apply permission rules to every file tool.

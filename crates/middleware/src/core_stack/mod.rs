@@ -7,7 +7,7 @@ mod retry;
 mod todo;
 mod token_usage;
 
-pub use filesystem::{FILESYSTEM_SECTION, FilesystemMiddleware};
+pub use filesystem::{EXECUTE_LINE, FILESYSTEM_SECTION, FilesystemMiddleware};
 pub use patch_tool_calls::PatchToolCallsMiddleware;
 pub use prompt_caching::PromptCachingMiddleware;
 pub use retry::{ModelRetryMiddleware, RetryConfig};

@@ -1,0 +1,190 @@
+//! What running a command costs: one `execute` of `true` under bubblewrap against a plain
+//! `sh -c true` spawn, in one run (target: under 20 ms per call, absolute, on the development
+//! machine), the same through the unsandboxed shell, and materializing a 50-file skill folder from
+//! a skill library of 300 skills on S3 (moto), as `execute` does when a command names the skill.
+//!
+//! Prints one JSON object per measurement. Under `cargo test --all-targets` (no `--bench`) it does a
+//! quick smoke run with a few iterations. Bubblewrap and S3 measurements say `skipped` with the
+//! reason when they are not available (`cargo xtask bench` installs and starts both).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use trellis_backend::sandbox::workdir::Workdir;
+use trellis_backend::sandbox::{
+    BubblewrapConfig, BubblewrapSandbox, ExecFiles, ExecRequest, UnsandboxedShell,
+};
+use trellis_backend::{
+    Backend, ObjectStoreBackend, Sandbox, StateBackend, StoreOptions, VirtualPath, WriteMode,
+};
+
+fn smoke() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
+fn stats(mut xs: Vec<Duration>) -> (f64, f64) {
+    xs.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    (
+        ms(xs[xs.len() / 2]),
+        ms(xs[(xs.len() * 9 / 10).min(xs.len() - 1)]),
+    )
+}
+
+async fn time_exec(
+    sandbox: &dyn Sandbox,
+    files: &ExecFiles,
+    request: &ExecRequest,
+    runs: usize,
+) -> Vec<Duration> {
+    let mut xs = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let out = sandbox.execute(files, request).await.unwrap();
+        assert_eq!(out.exit_code, Some(0), "{out:?}");
+        xs.push(t.elapsed());
+    }
+    xs
+}
+
+fn p(s: &str) -> VirtualPath {
+    VirtualPath::parse(s).unwrap()
+}
+
+#[tokio::main]
+async fn main() {
+    let runs = if smoke() { 3 } else { 50 };
+
+    let mut plain = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let status = tokio::process::Command::new("sh")
+            .args(["-c", "true"])
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+        plain.push(t.elapsed());
+    }
+    let (plain_ms, plain_p90) = stats(plain);
+    println!(
+        "{}",
+        json!({"case": "spawn sh -c true", "runs": runs, "median_ms": plain_ms, "p90_ms": plain_p90})
+    );
+
+    let files = ExecFiles::new(Arc::new(StateBackend::new()));
+    let request = ExecRequest::new("true");
+    let shell = UnsandboxedShell::default();
+    let (shell_ms, shell_p90) = stats(time_exec(&shell, &files, &request, runs).await);
+    println!(
+        "{}",
+        json!({"case": "execute true, unsandboxed", "runs": runs, "median_ms": shell_ms, "p90_ms": shell_p90,
+               "ratio_to_spawn": shell_ms / plain_ms})
+    );
+
+    let bwrap = match BubblewrapSandbox::new(BubblewrapConfig::default()) {
+        Ok(b) => b,
+        Err(e) => {
+            println!(
+                "{}",
+                json!({"case": "execute true, bubblewrap", "skipped": e.to_string()})
+            );
+            return;
+        }
+    };
+    let (bwrap_ms, bwrap_p90) = stats(time_exec(&bwrap, &files, &request, runs).await);
+    println!(
+        "{}",
+        json!({"case": "execute true, bubblewrap", "runs": runs, "median_ms": bwrap_ms, "p90_ms": bwrap_p90,
+               "ratio_to_spawn": bwrap_ms / plain_ms, "overhead_ms": bwrap_ms - plain_ms, "target_ms": 20.0})
+    );
+
+    let Some(endpoint) = std::env::var("TRELLIS_S3_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty())
+    else {
+        println!(
+            "{}",
+            json!({"case": "materialize a 50-file skill from S3", "skipped": "TRELLIS_S3_ENDPOINT is not set"})
+        );
+        return;
+    };
+    let bucket = std::env::var("TRELLIS_TEST_BUCKET").unwrap_or_else(|_| "trellis-test".into());
+    let prefix = format!("bench-sandbox-{}-{}", std::process::id(), chrono_free_nanos());
+    let store: Arc<dyn Backend> = Arc::new(
+        ObjectStoreBackend::from_url(
+            &format!("s3://{bucket}/{prefix}"),
+            &StoreOptions::s3_compatible(&endpoint, "test", "test"),
+        )
+        .unwrap(),
+    );
+    let (skills, per_skill) = if smoke() { (5, 3) } else { (300, 3) };
+    let body = "x".repeat(2_000);
+    let mut paths = Vec::new();
+    for i in 0..50 {
+        paths.push(format!("/big/scripts/part{i:02}.py"));
+    }
+    for s in 0..skills {
+        for f in 0..per_skill {
+            paths.push(format!("/skill-{s:03}/file{f}.md"));
+        }
+    }
+    let uploads = futures::future::join_all(paths.iter().map(|path| {
+        let store = store.clone();
+        let body = body.clone();
+        async move {
+            store
+                .write(&p(path), body.into(), WriteMode::Overwrite)
+                .await
+                .unwrap()
+        }
+    }));
+    uploads.await;
+    let view: Arc<dyn Backend> = Arc::new(
+        trellis_backend::CompositeBackend::new(Arc::new(StateBackend::new()))
+            .mount("/skills/lib", store)
+            .unwrap(),
+    );
+    let files = ExecFiles::new(view).read_only_on_reach(p("/skills/lib"));
+    let parent = std::env::temp_dir();
+    let mut named = Vec::new();
+    let mut unnamed = Vec::new();
+    for _ in 0..(if smoke() { 2 } else { 10 }) {
+        let t = Instant::now();
+        let w = Workdir::materialize(
+            &files,
+            &ExecRequest::new("python3 /skills/lib/big/scripts/part00.py"),
+            &parent,
+            None,
+        )
+        .await
+        .unwrap();
+        named.push(t.elapsed());
+        assert!(w.host_path(&p("/skills/lib/big/scripts/part49.py")).is_file());
+        assert!(!w.host_path(&p("/skills/lib/skill-000")).exists());
+        let t = Instant::now();
+        let _w = Workdir::materialize(&files, &ExecRequest::new("true"), &parent, None)
+            .await
+            .unwrap();
+        unnamed.push(t.elapsed());
+    }
+    let (named_ms, named_p90) = stats(named);
+    let (unnamed_ms, _) = stats(unnamed);
+    println!(
+        "{}",
+        json!({"case": "materialize a 50-file skill from S3", "library_skills": skills + 1,
+               "skill_files": 50, "file_bytes": 2_000, "median_ms": named_ms, "p90_ms": named_p90,
+               "median_ms_naming_no_skill": unnamed_ms})
+    );
+}
+
+/// Nanoseconds since the epoch, for unique prefixes.
+fn chrono_free_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
