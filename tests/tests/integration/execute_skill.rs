@@ -70,7 +70,14 @@ async fn run_the_skill(skills: Arc<dyn Backend>, checkpoints: Arc<dyn Backend>) 
                 "read_file",
                 json!({"file_path": "/outputs/summary.md"}),
             )])
-            .then_text("Three regions, 21 units, 2730.5 in revenue."),
+            .then_text("Three regions, 21 units, 2730.5 in revenue.")
+            // A second thread of the same agent, looking for the first one's report.
+            .then_tool_calls([ToolCall::new(
+                "d1",
+                "execute",
+                json!({"command": "cat /outputs/summary.md; ls /uploads"}),
+            )])
+            .then_text("nothing there"),
     );
     let checkpointer = Arc::new(BackendCheckpointer::new(checkpoints, p("/threads")).unwrap());
     let agent = deep_agent(model.clone())
@@ -127,6 +134,24 @@ async fn run_the_skill(skills: Arc<dyn Backend>, checkpoints: Arc<dyn Backend>) 
     );
     // The skill source is untouched, and nothing of the run landed there.
     assert!(!own.exists(&p("/skills/data/csv-summary/SKILL.md")).await.unwrap());
+
+    // Another thread's commands see none of this thread's files.
+    let other = ThreadId::new("csv-2").unwrap();
+    agent
+        .run(RunInput::human("Anything here?").thread(other.clone()))
+        .await
+        .unwrap();
+    let seen = result_of(&model.requests(), "d1");
+    assert!(
+        seen.contains("No such file") && !seen.contains("Rows: 3") && !seen.contains("sales.csv"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("exit code 2") || seen.contains("exit code 1"),
+        "{seen}"
+    );
+    let theirs = agent.thread_files(&other).unwrap();
+    assert!(!theirs.exists(&p("/outputs/summary.md")).await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,17 +15,17 @@ use wiremock::{Mock, MockBuilder, MockServer, ResponseTemplate};
 /// What thread alpha writes to `/notes/a.txt`.
 const NOTE: &str = "remember the milk\n";
 
-fn trellis() -> Command {
+pub(crate) fn trellis() -> Command {
     Command::new(env!("CARGO_BIN_EXE_trellis"))
 }
 
 /// A mock of the Anthropic Messages endpoint.
-fn messages() -> MockBuilder {
+pub(crate) fn messages() -> MockBuilder {
     Mock::given(method("POST")).and(path("/v1/messages"))
 }
 
 /// An Anthropic Messages response with these content blocks.
-fn reply(content: Value, stop_reason: &str) -> ResponseTemplate {
+pub(crate) fn reply(content: Value, stop_reason: &str) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(json!({
         "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
         "content": content, "stop_reason": stop_reason, "stop_sequence": null,
@@ -101,7 +101,7 @@ async fn run_calling(
 }
 
 /// A tool result's text: its content is a string or a list of blocks.
-fn result_text(result: &Value) -> String {
+pub(crate) fn result_text(result: &Value) -> String {
     match &result["content"] {
         Value::String(text) => text.clone(),
         blocks => blocks
