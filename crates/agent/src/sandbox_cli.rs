@@ -8,6 +8,7 @@
 //! | `unsandboxed` | on the host, isolating nothing (trusted development only); a warning says so |
 //!
 //! Nothing ever falls back to running commands unsandboxed: that takes `--sandbox unsandboxed`.
+//! `TRELLIS_BWRAP`, when set, is the `bwrap` binary to use (default: the first on `PATH`).
 
 use std::sync::Arc;
 
@@ -70,7 +71,7 @@ pub fn select(choice: Option<SandboxChoice>) -> Result<Selected> {
     let made: Result<Arc<dyn Sandbox>, String> = match choice {
         Some(SandboxChoice::None) => return Ok(Selected::none("--sandbox none")),
         Some(SandboxChoice::Unsandboxed) => Ok(Arc::new(UnsandboxedShell::new(SandboxLimits::default()))),
-        Some(SandboxChoice::Bwrap) | None => BubblewrapSandbox::new(BubblewrapConfig::default())
+        Some(SandboxChoice::Bwrap) | None => BubblewrapSandbox::new(bwrap_config())
             .map(|s| Arc::new(s) as Arc<dyn Sandbox>)
             .map_err(|e| e.to_string()),
     };
@@ -97,6 +98,15 @@ pub fn select(choice: Option<SandboxChoice>) -> Result<Selected> {
             "bubblewrap is unavailable, so there is no execute tool: {why} (pass --sandbox none to silence this, or --sandbox unsandboxed to run commands on the host)"
         ))),
     }
+}
+
+/// Bubblewrap's configuration: `TRELLIS_BWRAP`, when set, names the `bwrap` binary.
+fn bwrap_config() -> BubblewrapConfig {
+    let mut config = BubblewrapConfig::default();
+    if let Some(path) = std::env::var_os("TRELLIS_BWRAP").filter(|p| !p.is_empty()) {
+        config.bwrap = Some(path.into());
+    }
+    config
 }
 
 impl SandboxStatus {

@@ -37,6 +37,10 @@ fn skills_dir(root: &Path) -> std::path::PathBuf {
 }
 
 async fn run_with(args: &[&str], call: Value, state: &Path) -> Ran {
+    run_with_env(args, &[], call, state).await
+}
+
+async fn run_with_env(args: &[&str], env: &[(&str, &str)], call: Value, state: &Path) -> Ran {
     let server = wiremock::MockServer::start().await;
     messages()
         .respond_with(reply(
@@ -65,7 +69,8 @@ async fn run_with(args: &[&str], call: Value, state: &Path) -> Ran {
         .args(args)
         .arg("Greet Ada")
         .env("ANTHROPIC_API_KEY", "test-key")
-        .env("ANTHROPIC_BASE_URL", server.uri());
+        .env("ANTHROPIC_BASE_URL", server.uri())
+        .envs(env.iter().copied());
     let output = tokio::task::spawn_blocking(move || command.output().unwrap())
         .await
         .unwrap();
@@ -190,4 +195,48 @@ async fn allow_command_refuses_what_it_does_not_list() {
     );
     let first_tools = ran.tools;
     assert!(first_tools.contains(&"execute".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_bubblewrap_there_is_no_execute_and_never_a_silent_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = [("TRELLIS_BWRAP", "/nonexistent/bwrap")];
+    // No --sandbox: the run goes on without `execute`, and says why.
+    let ran = run_with_env(
+        &[],
+        &missing,
+        json!({"command": "echo ran"}),
+        &dir.path().join("a"),
+    )
+    .await;
+    assert!(!ran.tools.contains(&"execute".to_owned()), "{:?}", ran.tools);
+    assert_eq!(ran.result["is_error"], true, "{}", ran.result);
+    let stderr = String::from_utf8_lossy(&ran.output.stderr);
+    assert!(
+        stderr.contains("bubblewrap is unavailable") && stderr.contains("apt-get install bubblewrap"),
+        "{stderr}"
+    );
+    // --sandbox bwrap: the run fails before any model call.
+    let out = trellis()
+        .args([
+            "run",
+            "--model",
+            "anthropic:claude-sonnet-4-5",
+            "--sandbox",
+            "bwrap",
+            "--state-dir",
+        ])
+        .arg(dir.path().join("b"))
+        .arg("task")
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .env("TRELLIS_BWRAP", "/nonexistent/bwrap")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--sandbox bwrap") && stderr.contains("/nonexistent/bwrap"),
+        "{stderr}"
+    );
 }
