@@ -396,8 +396,8 @@ fn sandbox_section<'a>(md: &mut String, rows: impl Iterator<Item = &'a Value>) {
     md.push_str(
         "\n## Running commands (`execute`)\n\nOne `execute` of `true` (materialize an empty view, run, write back) against a plain `sh -c true` spawn, \
 in one run; target for bubblewrap: under 20 ms per call. Then materializing the folder of a 50-file skill (2 KB files) from a \
-301-skill library on the S3 emulator, as `execute` does when a command names the skill, and the same view when the command \
-names no skill.\n\n| case | median ms | p90 ms | ratio to spawn |\n|---|---:|---:|---:|\n",
+301-skill library on the S3 emulator, as `execute` does when a command names the skill: copied, and from a warm folder \
+cache (one listing, no reads); and the same view when the command names no skill.\n\n| case | median ms | p90 ms | ratio to spawn |\n|---|---:|---:|---:|\n",
     );
     for r in rows {
         let case = r.get("case").and_then(Value::as_str).unwrap_or("?");

@@ -24,6 +24,7 @@ use async_trait::async_trait;
 use super::capture::Capture;
 use super::error::{SandboxError, SandboxUnavailable};
 use super::files::ExecFiles;
+use super::folder_cache::FolderCache;
 use super::limits::{LimitKind, LimitStatus, SandboxLimits, SandboxReport, human_bytes};
 use super::process::{self, Rlimits, Spawn, find_program};
 use super::request::{ExecOutput, ExecRequest, Network};
@@ -91,6 +92,8 @@ pub struct BubblewrapSandbox {
     run_as: Option<Owner>,
     /// Holds the generated `passwd` and `group`.
     system: tempfile::TempDir,
+    /// Reached skill folders kept between commands.
+    cache: Option<FolderCache>,
     report: SandboxReport,
 }
 
@@ -138,6 +141,7 @@ impl BubblewrapSandbox {
             work_root,
             run_as: wanted,
             system,
+            cache: None,
             report: SandboxReport {
                 sandbox: "bubblewrap".into(),
                 limits: Vec::new(),
@@ -162,6 +166,10 @@ impl BubblewrapSandbox {
                 .map_err(|detail| SandboxUnavailable::NamespacesDisabled { detail })?;
         }
         me.report = me.compute_report();
+        // Without a cache every command copies the folders it reaches; that is slower, not wrong.
+        me.cache = FolderCache::new(&me.work_root, me.run_as)
+            .map_err(|e| tracing::warn!(error = %e, "no skill folder cache"))
+            .ok();
         Ok(me)
     }
 
@@ -373,16 +381,25 @@ impl Sandbox for BubblewrapSandbox {
 
     async fn execute(&self, files: &ExecFiles, request: &ExecRequest) -> Result<ExecOutput, SandboxError> {
         let request = runner::checked(request, &self.limits)?;
-        let workdir = Workdir::materialize(files, &request, &self.work_root, self.run_as).await?;
+        let workdir =
+            Workdir::materialize(files, &request, &self.work_root, self.run_as, self.cache.as_ref()).await?;
         let home = workdir.host_path(&runner::home());
         let _ = std::fs::create_dir_all(&home);
         if let Some(owner) = self.run_as {
             let _ = std::os::unix::fs::chown(&home, Some(owner.uid), Some(owner.gid));
         }
-        let read_only: Vec<(PathBuf, String)> = workdir
-            .read_only()
+        // The read-only parts, outermost first, then the cached folders mounted inside them.
+        let mut parts = workdir.read_only().to_vec();
+        parts.sort_by_key(|p| p.depth());
+        let read_only: Vec<(PathBuf, String)> = parts
             .iter()
             .map(|p| (workdir.host_path(p), p.to_string()))
+            .chain(
+                workdir
+                    .bound()
+                    .iter()
+                    .map(|(host, p)| (host.clone(), p.to_string())),
+            )
             .collect();
         let mut args = self.args(workdir.root(), &read_only, request.cwd.as_str(), request.network);
         args.extend([

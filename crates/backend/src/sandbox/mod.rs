@@ -30,6 +30,7 @@ mod bubblewrap;
 mod capture;
 mod error;
 mod files;
+mod folder_cache;
 mod limits;
 mod process;
 mod reach;
@@ -44,6 +45,7 @@ use async_trait::async_trait;
 pub use bubblewrap::{BubblewrapConfig, BubblewrapSandbox};
 pub use error::{SandboxError, SandboxUnavailable};
 pub use files::{ExecFiles, ExecMount, MountAccess};
+pub use folder_cache::FolderCache;
 pub use limits::{LimitKind, LimitStatus, SandboxLimits, SandboxReport};
 pub use request::{
     ExecOutput, ExecRequest, FileChange, FileChangeKind, Network, NotWritten, NotWrittenReason,

@@ -33,6 +33,7 @@ use bytes::Bytes;
 
 use super::error::SandboxError;
 use super::files::{ExecFiles, MountAccess};
+use super::folder_cache::FolderCache;
 use super::reach::{Reached, reached};
 use super::request::{ExecRequest, FileChange, FileChangeKind, NotWritten, NotWrittenReason};
 use crate::backend::{Backend, Entry, Version, WriteMode};
@@ -75,16 +76,19 @@ pub struct Workdir {
     copied: BTreeMap<VirtualPath, Copied>,
     read_only: Vec<VirtualPath>,
     shadowed: Vec<VirtualPath>,
+    bound: Vec<(PathBuf, VirtualPath)>,
 }
 
 impl Workdir {
     /// Copy what `request` can reach of `files` into a new private directory under `parent`,
-    /// owned by `owner` when given.
+    /// owned by `owner` when given. Reached folders of on-reach mounts come from `cache` when one is
+    /// given and the folder can be cached (see [`Workdir::bound`]); otherwise they are copied too.
     pub async fn materialize(
         files: &ExecFiles,
         request: &ExecRequest,
         parent: &Path,
         owner: Option<Owner>,
+        cache: Option<&FolderCache>,
     ) -> Result<Self, SandboxError> {
         let dir = tempfile::Builder::new()
             .prefix("trellis-exec-")
@@ -98,8 +102,18 @@ impl Workdir {
             copied: BTreeMap::new(),
             read_only: Vec::new(),
             shadowed: Vec::new(),
+            bound: Vec::new(),
         };
-        let entries = me.listing(files, request).await?;
+        let (mut entries, folders) = me.listing(files, request).await?;
+        for (folder, listed) in folders {
+            match cache {
+                Some(cache) => match cache.folder(files.backend.as_ref(), &folder, &listed).await {
+                    Some(host) => me.bound.push((host, folder)),
+                    None => entries.extend(listed),
+                },
+                None => entries.extend(listed),
+            }
+        }
         me.copy(files, entries).await?;
         let cwd = me.host_path(&request.cwd);
         fs::create_dir_all(&cwd).map_err(SandboxError::io(format!(
@@ -112,6 +126,10 @@ impl Workdir {
                 fs::create_dir_all(&at).map_err(SandboxError::io(format!("creating {}", m.at)))?;
                 me.read_only.push(m.at.clone());
             }
+        }
+        for (_, folder) in &me.bound {
+            let at = me.host_path(folder);
+            fs::create_dir_all(&at).map_err(SandboxError::io(format!("creating {folder}")))?;
         }
         if let Some(owner) = owner {
             chown_tree(me.dir.path(), owner)?;
@@ -139,22 +157,29 @@ impl Workdir {
         &self.read_only
     }
 
+    /// Reached folders served from the [`FolderCache`]: (the cached copy, where it goes). A sandbox
+    /// mounts each read-only at its path (an empty directory in the copy marks the spot); one that
+    /// cannot mount must not use a cache.
+    pub fn bound(&self) -> &[(PathBuf, VirtualPath)] {
+        &self.bound
+    }
+
     /// Files of the view the sandbox's system directories hide.
     pub fn shadowed(&self) -> &[VirtualPath] {
         &self.shadowed
     }
 
-    /// Number of files copied in, writable or not.
+    /// Number of writable files copied in.
     pub fn writable_files(&self) -> usize {
         self.copied.len()
     }
 
-    /// Every file entry to copy: the view outside on-reach mounts, and the reached folders.
+    /// The files to copy: the view outside on-reach mounts; and, apart, each reached folder's.
     async fn listing(
         &mut self,
         files: &ExecFiles,
         request: &ExecRequest,
-    ) -> Result<Vec<Entry>, SandboxError> {
+    ) -> Result<(Vec<Entry>, Vec<(VirtualPath, Vec<Entry>)>), SandboxError> {
         let limit = files.max_files.saturating_add(1);
         let on_reach: Vec<&VirtualPath> = files
             .mounts
@@ -171,43 +196,75 @@ impl Workdir {
             &mut entries,
         )
         .await?;
+        let mut folders: BTreeMap<VirtualPath, Vec<Entry>> = BTreeMap::new();
         for mount in files.mounts.iter().filter(|m| m.on_reach) {
-            match reached(&mount.at, &request.command, &request.cwd) {
-                Reached::All => entries.extend(files.backend.list_files(&mount.at, limit).await?.files),
-                Reached::Folders(names) => {
+            let names = match reached(&mount.at, &request.command, &request.cwd) {
+                Reached::All => None,
+                Reached::Folders(names) => Some(names),
+            };
+            let listed = match &names {
+                None => files.backend.list_files(&mount.at, limit).await?.files,
+                Some(names) => {
+                    let mut listed = Vec::new();
                     for name in names {
-                        let Ok(folder) = mount.at.join(&name) else {
-                            continue;
-                        };
-                        entries.extend(files.backend.list_files(&folder, limit).await?.files);
+                        let Ok(folder) = mount.at.join(name) else { continue };
+                        listed.extend(files.backend.list_files(&folder, limit).await?.files);
                     }
+                    listed
                 }
+            };
+            for e in listed {
+                let Some(first) = e.path.relative_to(&mount.at).and_then(|r| r.split('/').next()) else {
+                    continue;
+                };
+                // A file directly in the mount belongs to no folder: copy it like any other.
+                if first.is_empty() || e.path.depth() == mount.at.depth() + 1 {
+                    entries.push(e);
+                    continue;
+                }
+                let Ok(folder) = mount.at.join(first) else {
+                    continue;
+                };
+                folders.entry(folder).or_default().push(e);
             }
         }
         let mut seen = BTreeSet::new();
-        entries.retain(|e| !e.is_dir() && seen.insert(e.path.clone()));
-        entries.retain(|e| {
+        let mut keep = |e: &Entry, shadowed: &mut Vec<VirtualPath>| {
+            if e.is_dir() || !seen.insert(e.path.clone()) {
+                return false;
+            }
             let top = e.path.segments().next().unwrap_or("");
             if RESERVED.contains(&top) {
-                self.shadowed.push(e.path.clone());
+                shadowed.push(e.path.clone());
                 return false;
             }
             files.may_read(&e.path)
-        });
-        if entries.len() > files.max_files {
+        };
+        entries.retain(|e| keep(e, &mut self.shadowed));
+        let mut folders: Vec<(VirtualPath, Vec<Entry>)> = folders.into_iter().collect();
+        for (_, listed) in &mut folders {
+            listed.retain(|e| keep(e, &mut self.shadowed));
+        }
+        folders.retain(|(_, listed)| !listed.is_empty());
+        let count = entries.len() + folders.iter().map(|(_, l)| l.len()).sum::<usize>();
+        if count > files.max_files {
             return Err(SandboxError::TooLarge(format!(
                 "the command can reach more than {} files; name the folders it needs",
                 files.max_files
             )));
         }
-        let bytes: u64 = entries.iter().map(|e| e.size).sum();
+        let bytes: u64 = entries
+            .iter()
+            .chain(folders.iter().flat_map(|(_, l)| l))
+            .map(|e| e.size)
+            .sum();
         if bytes > files.max_bytes {
             return Err(SandboxError::TooLarge(format!(
                 "the command can reach {bytes} bytes of files, more than the limit of {}",
                 files.max_bytes
             )));
         }
-        Ok(entries)
+        Ok((entries, folders))
     }
 
     async fn copy(&mut self, files: &ExecFiles, entries: Vec<Entry>) -> Result<(), SandboxError> {
@@ -429,7 +486,12 @@ async fn list_excluding(
     Ok(())
 }
 
-fn write_copy(host: &Path, data: &[u8], executable: bool, mtime: SystemTime) -> std::io::Result<()> {
+pub(crate) fn write_copy(
+    host: &Path,
+    data: &[u8],
+    executable: bool,
+    mtime: SystemTime,
+) -> std::io::Result<()> {
     if let Some(parent) = host.parent() {
         fs::create_dir_all(parent)?;
     }

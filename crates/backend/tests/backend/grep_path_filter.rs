@@ -14,11 +14,26 @@ use trellis_backend::{
     WriteOutcome,
 };
 
-/// Records the paths it reads, batched reads included (and passed on as one batch).
+/// Records the paths it reads, batched reads included (and passed on as one batch). Also used by
+/// the sandbox's folder cache tests.
 #[derive(Debug)]
-struct Reads {
+pub(crate) struct Reads {
     inner: Arc<dyn Backend>,
     paths: Mutex<Vec<String>>,
+}
+
+impl Reads {
+    pub(crate) fn new(inner: Arc<dyn Backend>) -> Self {
+        Self {
+            inner,
+            paths: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// How many file reads it has seen.
+    pub(crate) fn count(&self) -> usize {
+        self.paths.lock().unwrap().len()
+    }
 }
 
 #[async_trait]
