@@ -3,6 +3,7 @@
 //!
 //! Benchmarks (each a bench binary that prints JSON, so numbers are compared as ratios within one
 //! run, never asserted in tests): `trellis-backend/read_many`, `trellis-backend/sandbox_exec`,
+//! `trellis-agent/streaming`,
 //! `trellis-middleware/loop_overhead`,
 //! `trellis-middleware/skills_discovery`, `trellis-middleware/thread_resume`. Results go to
 //! `target/bench/results.json`, with one more entry, `python_reference`: numbers for the Python
@@ -26,6 +27,7 @@ use crate::timings::Timings;
 const BENCHES: &[(&str, &str)] = &[
     ("trellis-backend", "read_many"),
     ("trellis-backend", "sandbox_exec"),
+    ("trellis-agent", "streaming"),
     ("trellis-middleware", "loop_overhead"),
     ("trellis-middleware", "skills_discovery"),
     ("trellis-middleware", "thread_resume"),
@@ -328,6 +330,7 @@ quoted measurement of {} {} ({}) has a median gap between two model calls of {} 
     md.push_str("\nOn the bare S3 emulator both sides are bound by moto's own CPU (about 3 ms per request on one Python thread), so concurrency cannot help much there; the run with an added per-request latency shows what `read_many` is for.\n");
     thread_resume_section(&mut md, of("thread_resume"));
     sandbox_section(&mut md, of("sandbox_exec"));
+    streaming_section(&mut md, of("streaming"));
     std::fs::write(layout.workspace.join("docs/benchmarks.md"), md)?;
     eprintln!("xtask: wrote docs/benchmarks.md and docs/benchmarks/*.svg");
     Ok(())
@@ -418,6 +421,34 @@ cache (one listing, no reads); and the same view when the command names no skill
         if let Some(unnamed) = r.get("median_ms_naming_no_skill").and_then(Value::as_f64) {
             let _ = writeln!(md, "| the same view, no skill named | {unnamed:.2} | — | — |");
         }
+    }
+}
+
+/// `## Streaming`: the `streaming` bench.
+fn streaming_section<'a>(md: &mut String, rows: impl Iterator<Item = &'a Value>) {
+    md.push_str(
+        "\n## Streaming\n\nA 2,000-token answer from a loopback server through the Anthropic provider: one non-streaming body \
+against the same answer as 2,000 text deltas, in one run (the ratio is the cost of parsing the event stream; a real model \
+takes seconds to write such an answer). Then how long a delta takes from the moment its bytes are written to the socket \
+to the moment the caller's `on_delta` sees it.\n\n| case | result |\n|---|---|\n",
+    );
+    for r in rows {
+        let case = r.get("case").and_then(Value::as_str).unwrap_or("?");
+        let result = if r.get("ratio").is_some() {
+            format!(
+                "{:.2} ms streamed vs {:.2} ms whole (ratio {:.1})",
+                num(r, "streaming_ms"),
+                num(r, "non_streaming_ms"),
+                num(r, "ratio")
+            )
+        } else {
+            format!(
+                "median {:.0} µs, p99 {:.0} µs",
+                num(r, "median_us"),
+                num(r, "p99_us")
+            )
+        };
+        let _ = writeln!(md, "| {case} | {result} |");
     }
 }
 

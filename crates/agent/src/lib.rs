@@ -9,7 +9,7 @@
 //!   documented default stack (filesystem, skills, memory, prompt caching, retries);
 //! * [`mcp`]: MCP servers (stdio or streamable HTTP, on the official `rmcp` SDK) bound to skills
 //!   as tool groups, started lazily, gated by the user's roles;
-//! * [`workspace`], [`inspect`], [`skills_cli`], [`threads_cli`], [`sandbox_cli`]: what the `trellis`
+//! * [`workspace`], [`inspect`], [`skills_cli`], [`threads_cli`], [`sandbox_cli`], [`run_output`]: what the `trellis`
 //!   command line is made of.
 
 /// The runtime layer this crate is built on, re-exported for applications.
@@ -23,6 +23,7 @@ pub mod builder;
 pub mod inspect;
 pub mod mcp;
 pub mod providers;
+pub mod run_output;
 pub mod sandbox_cli;
 pub mod skills_cli;
 pub mod threads_cli;

@@ -11,11 +11,12 @@ use clap::{ArgAction, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
+use trellis_agent::run_output::{self, OutputMode};
 use trellis_agent::sandbox_cli::{self, SandboxChoice};
 use trellis_agent::{builder::deep_agent, inspect, providers, skills_cli, threads_cli, workspace};
 use trellis_middleware::backend::sandbox::Network;
 use trellis_middleware::tools::{CommandPolicy, UserFiles, UserIdentity};
-use trellis_middleware::{EventSink, RunEvent, RunInput, ThreadId};
+use trellis_middleware::{RunInput, ThreadId};
 
 /// Shown after the options of every command.
 const LOGGING_HELP: &str = "\
@@ -112,6 +113,10 @@ enum Command {
         /// (repeatable; without it any command may run).
         #[arg(long = "allow-command", value_name = "PREFIX")]
         allow_command: Vec<String>,
+        /// Write every run event to stdout as one JSON object per line (text deltas included)
+        /// instead of the answer.
+        #[arg(long)]
+        json: bool,
         /// The task.
         task: String,
     },
@@ -260,6 +265,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             sandbox,
             sandbox_network,
             allow_command,
+            json,
             task,
         } => {
             let options = RunOptions {
@@ -272,6 +278,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
                 sandbox,
                 sandbox_network,
                 allow_command,
+                json,
             };
             run(&model, &skills, &memory, options, &task).await
         }
@@ -301,6 +308,7 @@ struct RunOptions {
     sandbox: Option<SandboxChoice>,
     sandbox_network: bool,
     allow_command: Vec<String>,
+    json: bool,
 }
 
 async fn run(
@@ -342,6 +350,7 @@ async fn run_agent(
         sandbox,
         sandbox_network,
         allow_command,
+        json,
         ..
     } = options;
     let model = providers::from_model_string(model)?;
@@ -383,39 +392,14 @@ async fn run_agent(
         None => ThreadId::generate(),
     };
     eprintln!("thread {thread_id} (resume with --thread {thread_id})");
-    let events = EventSink::from_fn(|event| match event {
-        RunEvent::ModelStarted { step, .. } => eprintln!("· step {}: thinking…", step + 1),
-        RunEvent::ModelFinished {
-            usage,
-            tool_calls,
-            elapsed,
-            ..
-        } => eprintln!(
-            "  model: {} in / {} out tokens ({} cached), {tool_calls} tool call(s), {:.1}s",
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.cache_read_tokens,
-            elapsed.as_secs_f64()
-        ),
-        RunEvent::ToolFinished {
-            name,
-            is_error,
-            elapsed,
-            ..
-        } => {
-            eprintln!(
-                "  {} {name} ({:.1}s)",
-                if is_error { "✗" } else { "✓" },
-                elapsed.as_secs_f64()
-            )
-        }
-        RunEvent::Middleware {
-            middleware,
-            kind,
-            data,
-        } => eprintln!("  [{middleware}] {kind} {data}"),
-        _ => {}
-    });
+    let mode = if json {
+        OutputMode::Json
+    } else if std::io::stdout().is_terminal() {
+        OutputMode::Terminal
+    } else {
+        OutputMode::Plain
+    };
+    let (events, printed) = run_output::sink(mode);
     let mut input = RunInput::human(task).thread(thread_id).events(events);
     if let Some(files) = &ws.user_files {
         input = input
@@ -423,7 +407,7 @@ async fn run_agent(
             .extension(UserFiles(files.clone()));
     }
     let out = agent.run(input).await?;
-    println!("{}", out.final_text().unwrap_or_default());
+    run_output::finish(&out, mode, &printed);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,6 +1,8 @@
 //! The Anthropic Messages API provider ([`AnthropicModel`]).
 //!
-//! One non-streaming `POST {base_url}/v1/messages` per [`ChatModel::invoke`], with the headers
+//! One `POST {base_url}/v1/messages` per call: streamed (`"stream": true`, server-sent events
+//! assembled by `stream.rs`) for [`ChatModel::stream`], which the agent loop uses, and plain for
+//! [`ChatModel::invoke`]. The headers are
 //! `x-api-key`, `anthropic-version: 2023-06-01` and `content-type: application/json` (plus
 //! `anthropic-beta` when configured). How a [`ModelRequest`] maps onto the body is described under
 //! *Request mapping* below; responses and errors are parsed by [`parse_response`] and
@@ -39,17 +41,21 @@
 
 mod request;
 mod response;
+mod stream;
 mod wire;
 
 use async_trait::async_trait;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
-use trellis_middleware::{ChatModel, ModelCapabilities, ModelError, ModelRequest, ModelResponse};
+use trellis_middleware::{
+    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, deltas_of,
+};
 
 pub use request::{MAX_CACHE_BREAKPOINTS, REDACTED_THINKING_PREFIX, STRUCTURED_OUTPUT_TOOL_DESCRIPTION};
 pub use response::{parse_error, parse_response};
 
 use super::http::{ApiKey, HttpClient, HttpConfig, normalize_base_url, plain_header, secret_header};
+use super::sse::stream_reply;
 use super::{ProviderError, merge_extra};
 
 /// The public Anthropic API.
@@ -80,6 +86,8 @@ pub struct AnthropicConfig {
     pub beta: Vec<String>,
     /// Timeouts.
     pub http: HttpConfig,
+    /// Stream replies (`"stream": true`, the default); `false` makes one plain request per call.
+    pub stream: bool,
 }
 
 impl AnthropicConfig {
@@ -94,6 +102,7 @@ impl AnthropicConfig {
             tools_mid_conversation: false,
             beta: Vec::new(),
             http: HttpConfig::default(),
+            stream: true,
         }
     }
 
@@ -151,6 +160,19 @@ impl AnthropicModel {
             endpoint,
             client,
         })
+    }
+
+    /// `invoke`, then the reply's blocks as whole deltas.
+    async fn invoke_then_deltas(
+        &self,
+        request: ModelRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        let response = self.invoke(request).await?;
+        for delta in deltas_of(&response) {
+            on_delta(delta);
+        }
+        Ok(response)
     }
 
     /// The configuration (its `Debug` output hides the key).
@@ -213,6 +235,35 @@ impl ChatModel for AnthropicModel {
         if let Some(format) = &request.response_format {
             response::take_structured_output(&mut response, &format.name);
         }
+        Ok(response)
+    }
+
+    async fn stream(
+        &self,
+        request: ModelRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        if !self.config.stream {
+            return self.invoke_then_deltas(request, on_delta).await;
+        }
+        let mut body = self.request_body(&request)?;
+        if let Value::Object(map) = &mut body {
+            map.insert("stream".into(), Value::Bool(true));
+        }
+        let streamed = stream_reply::<stream::Assembler>(
+            &self.client,
+            &self.endpoint,
+            &body,
+            parse_error,
+            "Anthropic",
+            on_delta,
+        )
+        .await?;
+        let mut response = parse_response(streamed.body())?;
+        if let Some(format) = &request.response_format {
+            response::take_structured_output(&mut response, &format.name);
+        }
+        streamed.deliver(&response, on_delta);
         Ok(response)
     }
 }

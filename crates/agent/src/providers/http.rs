@@ -25,6 +25,9 @@ pub struct HttpConfig {
     /// limit (a [`ModelError::Other`]), so a misbehaving endpoint cannot make the agent buffer without
     /// bound.
     pub max_response_bytes: usize,
+    /// Longest a streamed reply may send nothing before it counts as stalled (default 90 s; the
+    /// providers send keep-alive events well within that).
+    pub stream_idle_timeout: Duration,
 }
 
 impl HttpConfig {
@@ -40,6 +43,7 @@ impl Default for HttpConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(600),
             max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
+            stream_idle_timeout: Duration::from_secs(90),
         }
     }
 }
@@ -95,6 +99,7 @@ pub(crate) struct HttpClient {
     client: reqwest::Client,
     headers: HeaderMap,
     max_response_bytes: usize,
+    stream_idle_timeout: Duration,
 }
 
 impl HttpClient {
@@ -113,6 +118,7 @@ impl HttpClient {
             client,
             headers,
             max_response_bytes: config.max_response_bytes,
+            stream_idle_timeout: config.stream_idle_timeout,
         })
     }
 
@@ -160,9 +166,25 @@ impl HttpClient {
 }
 
 impl HttpClient {
+    pub(crate) fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    pub(crate) fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    pub(crate) fn max_response_bytes(&self) -> usize {
+        self.max_response_bytes
+    }
+
+    pub(crate) fn stream_idle_timeout(&self) -> Duration {
+        self.stream_idle_timeout
+    }
+
     /// The body of `response`, chunk by chunk, refusing to grow past `max_response_bytes` (checked
     /// against `content-length` first, then against what actually arrives).
-    async fn read_body(&self, response: &mut reqwest::Response) -> Result<Bytes, ModelError> {
+    pub(crate) async fn read_body(&self, response: &mut reqwest::Response) -> Result<Bytes, ModelError> {
         let limit = self.max_response_bytes;
         let too_large = |size: String| ModelError::Other {
             message: format!("the response body is larger than the {limit}-byte limit ({size})"),
@@ -232,7 +254,7 @@ pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     number("retry-after").and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
-fn transport(error: &reqwest::Error) -> ModelError {
+pub(crate) fn transport(error: &reqwest::Error) -> ModelError {
     let what = if error.is_timeout() {
         "timed out: "
     } else if error.is_connect() {

@@ -22,6 +22,7 @@ mod error;
 pub(crate) mod http;
 pub mod openai;
 mod registry;
+mod sse;
 
 use std::collections::BTreeMap;
 

@@ -1,7 +1,8 @@
 //! The OpenAI Chat Completions provider ([`OpenAiModel`]), for OpenAI and for servers that speak the
 //! same API: ollama (`http://localhost:11434/v1`), vLLM, llama.cpp's `llama-server`.
 //!
-//! One non-streaming `POST {base_url}/chat/completions` per [`ChatModel::invoke`], with
+//! One `POST {base_url}/chat/completions` per call — streamed (`stream.rs`) for
+//! [`ChatModel::stream`], which the agent loop uses, and plain for [`ChatModel::invoke`] — with
 //! `Authorization: Bearer <key>` when a key is configured (local servers need none) and
 //! `content-type: application/json`. The request mapping is:
 //!
@@ -37,17 +38,21 @@
 
 mod request;
 mod response;
+mod stream;
 mod wire;
 
 use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde_json::Value;
-use trellis_middleware::{ChatModel, ModelCapabilities, ModelError, ModelRequest, ModelResponse};
+use trellis_middleware::{
+    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, deltas_of,
+};
 
 pub use request::IMAGE_OMITTED;
 pub use response::{parse_error, parse_response};
 
 use super::http::{ApiKey, HttpClient, HttpConfig, normalize_base_url, secret_header};
+use super::sse::stream_reply;
 use super::{ProviderError, merge_extra};
 
 /// The public OpenAI API.
@@ -94,6 +99,9 @@ pub struct OpenAiConfig {
     pub inline_system: InlineSystem,
     /// Timeouts.
     pub http: HttpConfig,
+    /// Stream replies (`"stream": true` with `stream_options.include_usage`; the default); `false`
+    /// makes one plain request per call.
+    pub stream: bool,
 }
 
 impl OpenAiConfig {
@@ -111,6 +119,7 @@ impl OpenAiConfig {
             max_tokens_field: MaxTokensField::MaxCompletionTokens,
             inline_system: InlineSystem::SystemRole,
             http: HttpConfig::default(),
+            stream: true,
         }
     }
 
@@ -128,6 +137,7 @@ impl OpenAiConfig {
             max_tokens_field: MaxTokensField::MaxCompletionTokens,
             inline_system: InlineSystem::UserMarker,
             http: HttpConfig::default(),
+            stream: true,
         }
     }
 
@@ -226,6 +236,8 @@ impl OpenAiModel {
     }
 }
 
+impl OpenAiModel {}
+
 #[async_trait]
 impl ChatModel for OpenAiModel {
     fn id(&self) -> &str {
@@ -253,6 +265,43 @@ impl ChatModel for OpenAiModel {
                 tracing::warn!(model = %self.config.model, "structured output requested but the answer is not JSON");
             }
         }
+        Ok(response)
+    }
+
+    async fn stream(
+        &self,
+        request: ModelRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        if !self.config.stream {
+            let response = self.invoke(request).await?;
+            for delta in deltas_of(&response) {
+                on_delta(delta);
+            }
+            return Ok(response);
+        }
+        let mut body = self.request_body(&request)?;
+        if let Value::Object(map) = &mut body {
+            map.insert("stream".into(), Value::Bool(true));
+            map.insert(
+                "stream_options".into(),
+                serde_json::json!({"include_usage": true}),
+            );
+        }
+        let streamed = stream_reply::<stream::Assembler>(
+            &self.client,
+            &self.endpoint,
+            &body,
+            parse_error,
+            "Chat Completions",
+            on_delta,
+        )
+        .await?;
+        let mut response = parse_response(streamed.body())?;
+        if request.response_format.is_some() {
+            response.structured_output = response::structured_output(&response);
+        }
+        streamed.deliver(&response, on_delta);
         Ok(response)
     }
 }

@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::runtime::model::{StopReason, Usage};
+use crate::runtime::stream::ModelDelta;
 
 /// One thing that happened during a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,6 +35,20 @@ pub enum RunEvent {
         messages: usize,
         /// Tools offered.
         tools: usize,
+    },
+    /// One attempt of a model call starts streaming (a retried call starts again: discard what
+    /// the previous attempt's deltas showed).
+    ModelStreamStarted {
+        /// Model calls made earlier in this run.
+        step: u32,
+    },
+    /// A piece of the reply being written (see [`ModelDelta`]); only the finished reply is
+    /// committed to the thread.
+    ModelDelta {
+        /// Model calls made earlier in this run.
+        step: u32,
+        /// The piece.
+        delta: ModelDelta,
     },
     /// A model call returned.
     ModelFinished {

@@ -21,6 +21,7 @@ use tracing::Instrument;
 
 use crate::runtime::context::RunContext;
 use crate::runtime::error::AgentError;
+use crate::runtime::events::RunEvent;
 use crate::runtime::message::{Message, ToolCall};
 use crate::runtime::model::{ChatModel, ModelRequest, ModelResponse, ToolSpec};
 use crate::runtime::state::State;
@@ -169,8 +170,12 @@ impl<'a> Next<'a> {
                         );
                     }
                 }
-                let span = tracing::debug_span!("model.invoke", model = self.model.id());
-                Ok(self.model.invoke(request).instrument(span).await?)
+                let span = tracing::debug_span!("model.stream", model = self.model.id());
+                let events = cx.events();
+                let step = cx.step();
+                events.emit_with(|| RunEvent::ModelStreamStarted { step });
+                let on_delta = |delta| events.emit_with(|| RunEvent::ModelDelta { step, delta });
+                Ok(self.model.stream(request, &on_delta).instrument(span).await?)
             }
         }
     }

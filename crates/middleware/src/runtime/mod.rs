@@ -15,5 +15,6 @@ pub(crate) mod model;
 pub(crate) mod run;
 pub(crate) mod scripted_model;
 pub(crate) mod state;
+pub(crate) mod stream;
 pub(crate) mod tools;
 pub(crate) mod util;

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+use super::stream::DeltaSink;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -358,6 +360,24 @@ pub trait ChatModel: Send + Sync + Debug {
 
     /// Send one request.
     async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError>;
+
+    /// Send one request, passing the reply to `on_delta` piece by piece as it arrives (see
+    /// [`stream`](super::stream)), and return the whole reply: the same [`ModelResponse`]
+    /// [`invoke`](ChatModel::invoke) returns for the same answer. Deltas are only for watching;
+    /// when the call fails, what was sent of it is void. The default calls `invoke` and sends the
+    /// reply's blocks whole ([`deltas_of`](super::stream::deltas_of)), so a model that does not
+    /// stream still works everywhere.
+    async fn stream(
+        &self,
+        request: ModelRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        let response = self.invoke(request).await?;
+        for delta in super::stream::deltas_of(&response) {
+            on_delta(delta);
+        }
+        Ok(response)
+    }
 }
 
 #[cfg(test)]

@@ -68,7 +68,11 @@ async fn events_report_models_tools_and_checkpoints() {
     let (sink, mut rx) = EventSink::channel();
     let out = agent.run(RunInput::human("hi").events(sink)).await.unwrap();
     let mut kinds = Vec::new();
+    let mut deltas = Vec::new();
     while let Ok(event) = rx.try_recv() {
+        if let RunEvent::ModelDelta { step, delta } = &event {
+            deltas.push((*step, delta.clone()));
+        }
         if let RunEvent::ModelFinished {
             usage, tool_calls: 1, ..
         } = &event
@@ -84,12 +88,21 @@ async fn events_report_models_tools_and_checkpoints() {
             "run_started",
             "checkpoint_saved",
             "model_started",
+            "model_stream_started",
+            // A model that does not stream sends its reply's blocks whole: the call, its
+            // arguments, then the finish.
+            "model_delta",
+            "model_delta",
+            "model_delta",
             "model_finished",
             "checkpoint_saved",
             "tool_started",
             "tool_finished",
             "checkpoint_saved",
             "model_started",
+            "model_stream_started",
+            "model_delta",
+            "model_delta",
             "model_finished",
             "checkpoint_saved",
             "checkpoint_saved",
@@ -97,6 +110,36 @@ async fn events_report_models_tools_and_checkpoints() {
         ]
     );
     assert_eq!(out.usage.input_tokens, 10);
+    assert_eq!(
+        deltas[..2],
+        [
+            (
+                0,
+                ModelDelta::ToolCall {
+                    index: 0,
+                    id: "c1".into(),
+                    name: "echo".into()
+                }
+            ),
+            (
+                0,
+                ModelDelta::ToolArguments {
+                    index: 0,
+                    json: r#"{"text":"x"}"#.into()
+                }
+            ),
+        ]
+    );
+    assert_eq!(
+        deltas[3],
+        (
+            1,
+            ModelDelta::Text {
+                index: 0,
+                text: "done".into()
+            }
+        )
+    );
 }
 
 static SECRET: Slot<String> = Slot::private("_secret");

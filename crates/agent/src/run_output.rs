@@ -1,0 +1,117 @@
+//! What `trellis run` prints while a run goes on.
+//!
+//! | mode | stdout | stderr |
+//! |---|---|---|
+//! | [`OutputMode::Terminal`] (stdout is a terminal) | the model's text as it is written | progress: steps, token counts, tools |
+//! | [`OutputMode::Plain`] (stdout is a pipe or a file) | the final answer, once | the same progress |
+//! | [`OutputMode::Json`] (`--json`) | one JSON [`RunEvent`] per line, as they happen | nothing but errors |
+//!
+//! On a terminal, a retried model call starts again: the text of the failed attempt stays on the
+//! screen, followed by a `[retrying]` line, so what was shown is never mistaken for the answer.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use trellis_middleware::{EventSink, ModelDelta, RunEvent, RunOutput};
+
+/// Where `trellis run` writes what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputMode {
+    /// stdout is a terminal: stream the text.
+    Terminal,
+    /// stdout is a pipe or a file: the final answer only.
+    Plain,
+    /// `--json`: every event as a JSON line.
+    Json,
+}
+
+/// What was printed so far.
+#[derive(Debug, Default)]
+pub struct Printed {
+    /// Text was streamed to stdout (so the final answer is already there).
+    streamed: AtomicBool,
+    /// Text was streamed in the current model attempt.
+    in_attempt: AtomicBool,
+    lock: Mutex<()>,
+}
+
+/// The event sink for `mode`, and the record of what it printed.
+pub fn sink(mode: OutputMode) -> (EventSink, Arc<Printed>) {
+    let printed = Arc::new(Printed::default());
+    let seen = Arc::clone(&printed);
+    let sink = EventSink::from_fn(move |event| match mode {
+        OutputMode::Json => {
+            if let Ok(line) = serde_json::to_string(&event) {
+                let _guard = seen.lock.lock();
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{line}");
+                let _ = out.flush();
+            }
+        }
+        OutputMode::Terminal | OutputMode::Plain => progress(&event, mode, &seen),
+    });
+    (sink, printed)
+}
+
+fn progress(event: &RunEvent, mode: OutputMode, printed: &Printed) {
+    match event {
+        RunEvent::ModelStarted { step, .. } => eprintln!("· step {}: thinking…", step + 1),
+        RunEvent::ModelStreamStarted { .. } if printed.in_attempt.swap(false, Ordering::Relaxed) => {
+            println!("\n[retrying]");
+        }
+        RunEvent::ModelDelta {
+            delta: ModelDelta::Text { text, .. },
+            ..
+        } if mode == OutputMode::Terminal => {
+            printed.streamed.store(true, Ordering::Relaxed);
+            printed.in_attempt.store(true, Ordering::Relaxed);
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+        RunEvent::ModelFinished {
+            usage,
+            tool_calls,
+            elapsed,
+            ..
+        } => {
+            if printed.in_attempt.swap(false, Ordering::Relaxed) {
+                println!();
+            }
+            eprintln!(
+                "  model: {} in / {} out tokens ({} cached), {tool_calls} tool call(s), {:.1}s",
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                elapsed.as_secs_f64()
+            )
+        }
+        RunEvent::ToolFinished {
+            name,
+            is_error,
+            elapsed,
+            ..
+        } => eprintln!(
+            "  {} {name} ({:.1}s)",
+            if *is_error { "✗" } else { "✓" },
+            elapsed.as_secs_f64()
+        ),
+        RunEvent::Middleware {
+            middleware,
+            kind,
+            data,
+        } => eprintln!("  [{middleware}] {kind} {data}"),
+        _ => {}
+    }
+}
+
+/// Print the end of a run: the final answer, unless it was already streamed or printed as events.
+pub fn finish(out: &RunOutput, mode: OutputMode, printed: &Printed) {
+    match mode {
+        OutputMode::Json => {}
+        OutputMode::Terminal if printed.streamed.load(Ordering::Relaxed) => {}
+        OutputMode::Terminal | OutputMode::Plain => println!("{}", out.final_text().unwrap_or_default()),
+    }
+}
