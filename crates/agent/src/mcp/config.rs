@@ -44,11 +44,20 @@ pub struct StdioServer {
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
-    /// Extra environment variables (the agent's environment is inherited).
+    /// Environment variables set for the server. The server gets only these, the variables named
+    /// in `inherit_env`, and [`DEFAULT_INHERITED_ENV`] from the agent's environment — never the
+    /// rest of it (API keys included).
     pub env: Vec<(String, String)>,
+    /// Names of further variables passed on from the agent's environment.
+    pub inherit_env: Vec<String>,
     /// Working directory (the agent's when `None`).
     pub cwd: Option<PathBuf>,
 }
+
+/// The variables a stdio server inherits from the agent's environment by default: the list the
+/// official MCP SDKs use on POSIX (`DEFAULT_INHERITED_ENV_VARS` in the TypeScript SDK,
+/// `get_default_environment` in the Python SDK).
+pub const DEFAULT_INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
 
 /// A server reached over streamable HTTP.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +146,7 @@ impl McpServerConfig {
                 program: program.into(),
                 args: args.into_iter().map(Into::into).collect(),
                 env: Vec::new(),
+                inherit_env: Vec::new(),
                 cwd: None,
             }),
         )
@@ -251,6 +261,14 @@ impl McpServerConfig {
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         if let McpTransport::Stdio(s) = &mut self.transport {
             s.env.push((key.into(), value.into()));
+        }
+        self
+    }
+
+    /// Pass the agent's variable `name` on to the server (stdio servers; ignored for HTTP).
+    pub fn inherit_env(mut self, name: impl Into<String>) -> Self {
+        if let McpTransport::Stdio(s) = &mut self.transport {
+            s.inherit_env.push(name.into());
         }
         self
     }

@@ -33,7 +33,7 @@ use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
 use tokio::io::AsyncBufReadExt;
 use trellis_middleware::RunContext;
 
-use super::config::{HttpServer, McpServerConfig, McpTransport, StdioServer};
+use super::config::{DEFAULT_INHERITED_ENV, HttpServer, McpServerConfig, McpTransport, StdioServer};
 use super::error::McpError;
 use super::naming::assign_names;
 use super::tool::McpTool;
@@ -456,11 +456,20 @@ impl McpConnection {
     }
 }
 
-/// Spawn a stdio server: its own process group (so signals reach its children too), killed when
-/// the handle drops, stderr piped for error messages.
+/// Spawn a stdio server: a clean environment (see [`StdioServer::env`]), its own process group (so
+/// signals reach its children too), killed when the handle drops, stderr piped for error messages.
 fn spawn(stdio: &StdioServer) -> std::io::Result<(TokioChildProcess, Option<tokio::process::ChildStderr>)> {
     let mut command = tokio::process::Command::new(&stdio.program);
-    command.args(&stdio.args);
+    command.args(&stdio.args).env_clear();
+    let inherited = DEFAULT_INHERITED_ENV
+        .iter()
+        .copied()
+        .chain(stdio.inherit_env.iter().map(String::as_str));
+    for name in inherited {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
     command.envs(stdio.env.iter().map(|(k, v)| (k, v)));
     if let Some(dir) = &stdio.cwd {
         command.current_dir(dir);

@@ -34,7 +34,9 @@ pub mod resolver;
 mod sessions;
 pub mod tool;
 
-pub use config::{HttpServer, McpServerConfig, McpTransport, StdioServer, USER_ENV, USER_HEADER};
+pub use config::{
+    DEFAULT_INHERITED_ENV, HttpServer, McpServerConfig, McpTransport, StdioServer, USER_ENV, USER_HEADER,
+};
 pub use connection::McpConnection;
 pub use error::McpError;
 pub use resolver::{LABEL_PREFIX, McpServers, parse_label};

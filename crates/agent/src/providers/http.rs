@@ -84,6 +84,7 @@ pub(crate) type ErrorParser = fn(u16, Option<Duration>, &[u8]) -> ModelError;
 pub(crate) struct HttpReply {
     pub status: u16,
     pub retry_after: Option<Duration>,
+    pub should_retry: Option<bool>,
     pub body: Bytes,
 }
 
@@ -137,7 +138,8 @@ impl HttpClient {
         tracing::debug!(bytes = bytes.len(), "POST {url}");
         let reply = self.post_json(url, bytes).await?;
         if !reply.is_success() {
-            return Err(parse_error(reply.status, reply.retry_after, &reply.body));
+            let error = parse_error(reply.status, reply.retry_after, &reply.body);
+            return Err(obey_should_retry(error, reply.should_retry));
         }
         Ok(reply.body)
     }
@@ -156,10 +158,12 @@ impl HttpClient {
             .map_err(|e| transport(&e))?;
         let status = response.status().as_u16();
         let retry_after = retry_after(response.headers());
+        let should_retry = should_retry(response.headers());
         let body = self.read_body(&mut response).await?;
         Ok(HttpReply {
             status,
             retry_after,
+            should_retry,
             body,
         })
     }
@@ -244,14 +248,58 @@ pub(crate) fn normalize_base_url(base_url: &str) -> Result<String, ProviderError
 /// The delay a server asked for: `retry-after-ms` (milliseconds, sent by OpenAI) or `retry-after`
 /// (seconds, integer or decimal). HTTP-date values are ignored.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    retry_after_at(headers, std::time::SystemTime::now())
+}
+
+/// Longest `retry-after` honoured. The official SDKs ignore longer hints (the OpenAI and
+/// Anthropic Python SDKs honour up to 60 s) and fall back to their own backoff, so a proxy that
+/// answers `retry-after: 86400` cannot stall a run for a day.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// [`retry_after`] as of `now`: `retry-after-ms` (milliseconds), else `retry-after` as seconds or
+/// as an HTTP-date (RFC 9110 §10.2.3); `None` when absent, unparsable, or over [`MAX_RETRY_AFTER`].
+pub(crate) fn retry_after_at(headers: &HeaderMap, now: std::time::SystemTime) -> Option<Duration> {
+    let text = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
     let number = |name: &str| -> Option<f64> {
-        let value = headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok()?;
+        let value = text(name)?.parse::<f64>().ok()?;
         (value.is_finite() && value >= 0.0).then_some(value)
     };
-    if let Some(ms) = number("retry-after-ms") {
-        return Duration::try_from_secs_f64(ms / 1000.0).ok();
+    let hint = if let Some(ms) = number("retry-after-ms") {
+        Duration::try_from_secs_f64(ms / 1000.0).ok()
+    } else if let Some(s) = number("retry-after") {
+        Duration::try_from_secs_f64(s).ok()
+    } else {
+        let date = httpdate::parse_http_date(text("retry-after")?).ok()?;
+        Some(date.duration_since(now).unwrap_or(Duration::ZERO))
+    }?;
+    if hint > MAX_RETRY_AFTER {
+        tracing::debug!(?hint, "retry-after over {MAX_RETRY_AFTER:?} ignored");
+        return None;
     }
-    number("retry-after").and_then(|s| Duration::try_from_secs_f64(s).ok())
+    Some(hint)
+}
+
+/// The provider's `x-should-retry` header (`true` / `false`), which the official SDKs obey over
+/// their own classification.
+pub(crate) fn should_retry(headers: &HeaderMap) -> Option<bool> {
+    match headers.get("x-should-retry")?.to_str().ok()?.trim() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
+/// `error`, made retryable or final as `x-should-retry` says.
+pub(crate) fn obey_should_retry(error: ModelError, should_retry: Option<bool>) -> ModelError {
+    match should_retry {
+        Some(true) if !error.is_transient() => ModelError::Transport {
+            message: format!("{error} (the server asked for a retry)"),
+        },
+        Some(false) if error.is_transient() => ModelError::Other {
+            message: format!("{error} (the server asked not to retry)"),
+        },
+        _ => error,
+    }
 }
 
 pub(crate) fn transport(error: &reqwest::Error) -> ModelError {
@@ -311,9 +359,46 @@ mod tests {
             "retry-after",
             HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
         );
-        assert_eq!(retry_after(&h), None);
+        // A date in the past means "now".
+        assert_eq!(retry_after(&h), Some(Duration::ZERO));
         h.insert("retry-after", HeaderValue::from_static("-3"));
         assert_eq!(retry_after(&h), None);
+    }
+
+    #[test]
+    fn retry_after_dates_count_from_now_and_long_hints_are_ignored() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(
+            "retry-after",
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:30 GMT"),
+        );
+        assert_eq!(retry_after_at(&h, now), Some(Duration::from_secs(30)));
+        h.insert(
+            "retry-after",
+            HeaderValue::from_static("Thu, 22 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after_at(&h, now), None, "a day is over the cap");
+        h.insert("retry-after", HeaderValue::from_static("86400"));
+        assert_eq!(retry_after_at(&h, now), None);
+        h.insert("retry-after", HeaderValue::from_static("60"));
+        assert_eq!(retry_after_at(&h, now), Some(MAX_RETRY_AFTER));
+        h.insert("retry-after", HeaderValue::from_static("soon"));
+        assert_eq!(retry_after_at(&h, now), None);
+    }
+
+    #[test]
+    fn x_should_retry_overrides_the_classification() {
+        let mut h = HeaderMap::new();
+        assert_eq!(should_retry(&h), None);
+        h.insert("x-should-retry", HeaderValue::from_static("true"));
+        assert_eq!(should_retry(&h), Some(true));
+        let bad = ModelError::BadRequest { message: "x".into() };
+        assert!(obey_should_retry(bad, Some(true)).is_transient());
+        let flaky = ModelError::Transport { message: "x".into() };
+        assert!(!obey_should_retry(flaky, Some(false)).is_transient());
+        let flaky = ModelError::Transport { message: "x".into() };
+        assert!(obey_should_retry(flaky, None).is_transient());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! | `anthropic:<model>` | [`AnthropicModel`] | `ANTHROPIC_API_KEY` (required) | `ANTHROPIC_BASE_URL`, else `https://api.anthropic.com` |
 //! | `openai:<model>` | [`OpenAiModel`] ([`OpenAiConfig::openai`]) | `OPENAI_API_KEY` (required) | `OPENAI_BASE_URL`, else `https://api.openai.com/v1` |
 //! | `openai-compatible:<model>@<base_url>` | [`OpenAiModel`] ([`OpenAiConfig::compatible`]) | `OPENAI_API_KEY` (optional) | the URL after `@` (which must start with `http://` or `https://`); without `@<base_url>`, `OPENAI_BASE_URL` |
-//! | `ollama:<model>` | [`OpenAiModel`] ([`OpenAiConfig::compatible`]) | none | `OLLAMA_HOST` + `/v1`, else `http://localhost:11434/v1` |
+//! | `ollama:<model>` | [`OpenAiModel`] ([`OpenAiConfig::compatible`], `max_tokens`) | none | `OLLAMA_HOST` (read as ollama reads it: no scheme means port 11434) + `/v1`, else `http://127.0.0.1:11434/v1` |
 //!
 //! The model part may itself contain `:` (`ollama:qwen3:8b`): only the first `:` separates the
 //! provider. Empty environment variables count as unset.
@@ -18,7 +18,7 @@ use trellis_middleware::ChatModel;
 
 use super::ProviderError;
 use super::anthropic::{AnthropicConfig, AnthropicModel};
-use super::openai::{OpenAiConfig, OpenAiModel};
+use super::openai::{MaxTokensField, OpenAiConfig, OpenAiModel};
 
 /// The provider prefixes [`from_model_string`] knows.
 pub const KNOWN_PROVIDERS: &[&str] = &["anthropic", "openai", "openai-compatible", "ollama"];
@@ -161,14 +161,12 @@ impl ModelSpec {
                 Arc::new(OpenAiModel::new(config)?)
             }
             Self::Ollama { model } => {
-                let url = match var("OLLAMA_HOST") {
-                    Some(host) if host.starts_with("http://") || host.starts_with("https://") => {
-                        format!("{}/v1", host.trim_end_matches('/'))
-                    }
-                    Some(host) => format!("http://{}/v1", host.trim_end_matches('/')),
-                    None => "http://localhost:11434/v1".to_owned(),
-                };
-                Arc::new(OpenAiModel::new(OpenAiConfig::compatible(model.clone(), url))?)
+                let url = format!("{}/v1", ollama_base_url(var("OLLAMA_HOST").as_deref()));
+                let mut config = OpenAiConfig::compatible(model.clone(), url);
+                // ollama's OpenAI endpoint reads `max_tokens` and ignores `max_completion_tokens`
+                // (docs.ollama.com/api/openai-compatibility lists only `max_tokens`).
+                config.max_tokens_field = MaxTokensField::MaxTokens;
+                Arc::new(OpenAiModel::new(config)?)
             }
         })
     }
@@ -210,4 +208,56 @@ pub fn from_model_string_with_env(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Arc<dyn ChatModel>, ProviderError> {
     ModelSpec::parse(input)?.build_with_env(env)
+}
+
+/// The ollama server `OLLAMA_HOST` names, as ollama's own client reads it (`envconfig.Host` in
+/// github.com/ollama/ollama): no scheme means `http` and port 11434; an explicit `http://` or
+/// `https://` without a port means that scheme's port; unset or empty means `127.0.0.1:11434`.
+pub(crate) fn ollama_base_url(host: Option<&str>) -> String {
+    let host = host.map(str::trim).unwrap_or("");
+    let (scheme, rest, default_port) = match host.split_once("://") {
+        Some((scheme, rest)) => (scheme.to_owned(), rest, None),
+        None => ("http".to_owned(), host, Some(11434)),
+    };
+    let hostport = rest.split('/').next().unwrap_or("").trim_end_matches('/');
+    let has_port = match hostport.rsplit_once(':') {
+        // `[::1]:11434` or `host:11434`, but not a bare IPv6 address.
+        Some((h, p)) => {
+            !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && (!h.contains(':') || h.ends_with(']'))
+        }
+        None => false,
+    };
+    let hostport = if hostport.is_empty() {
+        "127.0.0.1"
+    } else {
+        hostport
+    };
+    match (has_port, default_port) {
+        (false, Some(port)) => format!("{scheme}://{hostport}:{port}"),
+        _ => format!("{scheme}://{hostport}"),
+    }
+}
+
+#[cfg(test)]
+mod ollama_host_tests {
+    use super::ollama_base_url;
+
+    #[test]
+    fn ollama_host_reads_like_ollamas_own_client() {
+        assert_eq!(ollama_base_url(None), "http://127.0.0.1:11434");
+        assert_eq!(ollama_base_url(Some("")), "http://127.0.0.1:11434");
+        assert_eq!(ollama_base_url(Some("localhost")), "http://localhost:11434");
+        assert_eq!(ollama_base_url(Some("0.0.0.0:9999")), "http://0.0.0.0:9999");
+        assert_eq!(ollama_base_url(Some("gpu-box")), "http://gpu-box:11434");
+        assert_eq!(ollama_base_url(Some("http://gpu-box")), "http://gpu-box");
+        assert_eq!(
+            ollama_base_url(Some("https://ollama.example.com/")),
+            "https://ollama.example.com"
+        );
+        assert_eq!(
+            ollama_base_url(Some("http://10.0.0.2:11500")),
+            "http://10.0.0.2:11500"
+        );
+        assert_eq!(ollama_base_url(Some("[::1]:11434")), "http://[::1]:11434");
+    }
 }

@@ -19,7 +19,7 @@ use trellis_middleware::ModelError;
 
 use trellis_middleware::{DeltaSink, ModelDelta, ModelResponse, deltas_of};
 
-use super::http::{ErrorParser, HttpClient, retry_after, transport};
+use super::http::{ErrorParser, HttpClient, obey_should_retry, retry_after, should_retry, transport};
 
 type Events = Pin<Box<dyn Stream<Item = Result<Sse, sse_stream::Error>> + Send>>;
 
@@ -75,8 +75,9 @@ impl HttpClient {
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             let retry = retry_after(response.headers());
+            let should = should_retry(response.headers());
             let body = self.read_body(&mut response).await?;
-            return Err(parse_error(status, retry, &body));
+            return Err(obey_should_retry(parse_error(status, retry, &body), should));
         }
         // A JSON body is a whole reply; anything else (`text/event-stream`, or a proxy that drops
         // the type) is read as events.

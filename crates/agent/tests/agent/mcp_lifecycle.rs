@@ -10,7 +10,7 @@ use serde_json::json;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_middleware::{RunContext, RunInput, ScriptedModel, ToolCall};
 
-use crate::mcp_common::{agent_on, alive, caps, gone, library, python, started, stdio, tool_results};
+use crate::mcp_common::{agent_on, alive, caps, gone, library, python, script, started, stdio, tool_results};
 
 fn detached() -> RunContext {
     RunContext::detached(Arc::new(ScriptedModel::new()))
@@ -253,4 +253,56 @@ async fn servers_that_never_start_cost_a_bounded_wait_and_leave_nothing_behind()
         "{}",
         unavailable[3]
     );
+}
+
+/// A stdio server gets a clean environment: the variables the official MCP SDKs pass on by
+/// default (`HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM`, `USER`), the ones its configuration sets or
+/// names, and nothing else of the agent's — no API key, no `TRELLIS_*`, no `CARGO_*`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_servers_get_a_clean_environment() {
+    let Some(python) = python("stdio_servers_get_a_clean_environment") else {
+        return;
+    };
+    let backend = library("mcp:crm").await;
+    let model = Arc::new(
+        ScriptedModel::new()
+            .with_capabilities(caps())
+            .then_tool_calls([ToolCall::new(
+                "c0",
+                "read_file",
+                json!({"file_path": "/skills/call-transcripts/SKILL.md"}),
+            )])
+            .then_tool_calls([ToolCall::new("c1", "crm__env_names", json!({}))])
+            .then_text("done"),
+    );
+    let args = [script(), "--name".into(), "crm".into(), "--env-tool".into()];
+    let config = McpServerConfig::stdio("crm", &python, args)
+        .unwrap()
+        .env("GIVEN_BY_CONFIG", "1")
+        .inherit_env("TRELLIS_MCP_PYTHON");
+    let servers = Arc::new(McpServers::new([config]).unwrap());
+    let agent = agent_on(model, &backend)
+        .mcp_servers(servers.clone())
+        .build()
+        .unwrap();
+    let out = agent.run(RunInput::human("env")).await.unwrap();
+    let r = tool_results(&out);
+    let names: Vec<&str> = r[1].0.split(',').collect();
+    assert!(
+        names.contains(&"GIVEN_BY_CONFIG") && names.contains(&"PATH"),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"TRELLIS_MCP_PYTHON"),
+        "named in inherit_env: {names:?}"
+    );
+    let allowed = |n: &str| {
+        trellis_agent::mcp::DEFAULT_INHERITED_ENV.contains(&n)
+            || ["GIVEN_BY_CONFIG", "TRELLIS_MCP_PYTHON", "LC_CTYPE"].contains(&n)
+    };
+    assert!(
+        names.iter().all(|n| allowed(n)),
+        "unexpected variables: {names:?}"
+    );
+    servers.shutdown().await;
 }

@@ -131,3 +131,60 @@ async fn unreachable_server_is_a_transport_error() {
         .unwrap_err();
     assert!(matches!(error, ModelError::Transport { .. }), "{error:?}");
 }
+
+/// 408 and 409 are retried, as the official SDKs retry them; `x-should-retry` wins over the
+/// status (the Anthropic and OpenAI SDKs obey it), on plain and on streamed calls.
+#[tokio::test]
+async fn request_timeouts_conflicts_and_x_should_retry() {
+    use trellis_agent::providers::{AnthropicConfig, AnthropicModel};
+    use trellis_middleware::{ChatModel, ModelRequest};
+    let answer = |status: u16, should: Option<&str>| {
+        let mut r = wiremock::ResponseTemplate::new(status).set_body_json(serde_json::json!({
+            "type": "error", "error": {"type": "invalid_request_error", "message": "nope"}
+        }));
+        if let Some(v) = should {
+            r = r.insert_header("x-should-retry", v);
+        }
+        r
+    };
+    for (status, should, transient) in [
+        (408, None, true),
+        (409, None, true),
+        (400, Some("true"), true),
+        (400, None, false),
+        (529, Some("false"), false),
+    ] {
+        let server = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(answer(status, should))
+            .mount(&server)
+            .await;
+        let model =
+            AnthropicModel::new(AnthropicConfig::new("claude-sonnet-4-5", "k").with_base_url(server.uri()))
+                .unwrap();
+        let plain = model.invoke(ModelRequest::default()).await.unwrap_err();
+        assert_eq!(plain.is_transient(), transient, "{status} {should:?}: {plain:?}");
+        let streamed = model.stream(ModelRequest::default(), &|_| {}).await.unwrap_err();
+        assert_eq!(
+            streamed.is_transient(),
+            transient,
+            "streamed {status} {should:?}: {streamed:?}"
+        );
+    }
+}
+
+/// `stop_reason: model_context_window_exceeded` (documented for Claude Sonnet 4.5 and later, with
+/// the `model-context-window-exceeded` beta) is the context-full condition, so summarization runs.
+#[test]
+fn a_reply_cut_at_the_context_window_is_context_too_long() {
+    let body = serde_json::json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "partial"}], "stop_reason": "model_context_window_exceeded",
+        "stop_sequence": null, "usage": {"input_tokens": 199000, "output_tokens": 1000}
+    });
+    let err = trellis_agent::providers::anthropic::parse_response(body.to_string().as_bytes()).unwrap_err();
+    assert!(
+        matches!(err, trellis_middleware::ModelError::ContextTooLong { .. }),
+        "{err:?}"
+    );
+}

@@ -142,3 +142,31 @@ fn providers_are_built_with_keys_and_base_urls() {
     .unwrap_err();
     assert!(matches!(error, ProviderError::InvalidConfig { .. }), "{error:?}");
 }
+
+/// `ollama:` sends the output cap as `max_tokens`, the field ollama's OpenAI-compatible endpoint
+/// reads (docs.ollama.com/api/openai-compatibility); `max_completion_tokens` would be ignored.
+/// `OLLAMA_HOST` without a scheme keeps ollama's port.
+#[tokio::test]
+async fn ollama_gets_max_tokens_and_its_own_port() {
+    use trellis_middleware::ModelRequest;
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .and(wiremock::matchers::path("/v1/chat/completions"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "model": "qwen3:8b",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]
+        })))
+        .mount(&server)
+        .await;
+    let host = server.uri().trim_start_matches("http://").to_owned();
+    let model = from_model_string_with_env("ollama:qwen3:8b", env(&[("OLLAMA_HOST", &host)])).unwrap();
+    let request = ModelRequest {
+        max_output_tokens: Some(100),
+        ..ModelRequest::default()
+    };
+    model.invoke(request).await.unwrap();
+    let body: serde_json::Value =
+        serde_json::from_slice(&server.received_requests().await.unwrap()[0].body).unwrap();
+    assert_eq!(body["max_tokens"], 100);
+    assert!(body.get("max_completion_tokens").is_none(), "{body}");
+}

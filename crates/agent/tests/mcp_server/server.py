@@ -2,7 +2,7 @@
 in xtask/src/install.rs).
 
     python server.py --name crm [--transport stdio|http] [--port N] [--started-file PATH] [--dynamic]
-                     [--identity]
+                     [--identity] [--env-tool]
 
 Tools: search_calls and get_transcript (plain answers naming the server, so a test can tell which
 server answered), accounts.lookup (a dotted name, for name sanitizing), fail (an isError result),
@@ -11,6 +11,7 @@ slow (sleeps, for timeouts) and crash (the process exits mid-call).
 --dynamic: also offer add_tool and remove_tool, which change the tool list while the server runs
 and send notifications/tools/list_changed. An added tool answers with its own name and argument.
 
+--env-tool: also offer env_names, which answers with the names of the server's environment variables
 --identity: also offer whoami, which answers with the user id the client sent (the
 TRELLIS_MCP_USER_ID environment variable over stdio, the x-trellis-user-id header over HTTP) and
 the server's process id.
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("--started-file")
     parser.add_argument("--dynamic", action="store_true")
     parser.add_argument("--identity", action="store_true")
+    parser.add_argument("--env-tool", action="store_true")
     args = parser.parse_args()
 
     if args.started_file:
@@ -91,6 +93,12 @@ def main() -> None:
             server.remove_tool(tool)
             await ctx.session.send_tool_list_changed()
             return f"[{name}] removed {tool}"
+
+    if args.env_tool:
+
+        @server.tool(description="The names of this server's environment variables (for tests).")
+        def env_names() -> str:
+            return ",".join(sorted(os.environ))
 
     if args.identity:
 

@@ -64,6 +64,15 @@ pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
         meta: MessageMeta::default(),
     };
 
+    if response.stop_reason.as_deref() == Some("model_context_window_exceeded") {
+        // The reply was cut at the model's context window (not at `max_tokens`): the same
+        // condition as a prompt that is too long, so summarization gets to run.
+        return Err(ModelError::ContextTooLong {
+            message:
+                "the reply stopped at the model's context window (stop_reason model_context_window_exceeded)"
+                    .into(),
+        });
+    }
     let stop_reason = match response.stop_reason.as_deref() {
         Some("end_turn") => StopReason::EndTurn,
         Some("tool_use") => StopReason::ToolUse,
@@ -108,6 +117,8 @@ pub fn parse_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> M
         None => format!("{text} (HTTP {status})"),
     };
     let class = match kind.as_deref() {
+        // Request timeout and conflict are retried whatever the body says, as the official SDKs do.
+        _ if matches!(status, 408 | 409) => Class::Transient,
         Some("rate_limit_error") => Class::RateLimited,
         Some("overloaded_error") => Class::Overloaded,
         Some("authentication_error" | "permission_error" | "billing_error") => Class::Auth,
