@@ -38,6 +38,7 @@
 
 mod request;
 mod response;
+mod schema;
 mod stream;
 mod wire;
 

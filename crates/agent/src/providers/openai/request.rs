@@ -23,8 +23,8 @@ use std::collections::HashSet;
 use serde_json::Value;
 use trellis_middleware::{ContentBlock, ImageSource, Message, ModelRequest, ToolChoice};
 
-use super::wire;
 use super::{InlineSystem, MaxTokensField};
+use super::{schema, wire};
 use crate::providers::{f32_to_f64, system_reminder};
 
 /// Sent in place of an image in a tool result (Chat Completions tool messages are text only).
@@ -86,13 +86,22 @@ pub(crate) fn build<'a>(
         .map(|spec| &**spec)
         .chain(disclosed)
         .filter(|spec| names.insert(spec.name.as_str()))
-        .map(|spec| wire::Tool {
-            kind: "function",
-            function: wire::FunctionDef {
-                name: &spec.name,
-                description: &spec.description,
-                parameters: &spec.parameters,
-            },
+        .filter_map(|spec| {
+            let Some(parameters) = schema::function_parameters(&spec.parameters) else {
+                tracing::warn!(
+                    tool = %spec.name,
+                    "tool left out of the request: its parameters are not a JSON object schema"
+                );
+                return None;
+            };
+            Some(wire::Tool {
+                kind: "function",
+                function: wire::FunctionDef {
+                    name: &spec.name,
+                    description: &spec.description,
+                    parameters,
+                },
+            })
         })
         .collect();
 
@@ -108,13 +117,23 @@ pub(crate) fn build<'a>(
         }),
     };
 
-    let response_format = request.response_format.as_ref().map(|f| wire::ResponseFormat {
-        kind: "json_schema",
-        json_schema: wire::JsonSchema {
-            name: &f.name,
-            schema: &f.schema,
-            strict: f.strict,
-        },
+    let response_format = request.response_format.as_ref().map(|f| {
+        let (schema, strict) = match f.strict.then(|| schema::strict(&f.schema)) {
+            Some(Ok(strict)) => (Cow::Owned(strict), true),
+            Some(Err(why)) => {
+                tracing::warn!(format = %f.name, "structured output sent without strict mode: {why}");
+                (Cow::Borrowed(&f.schema), false)
+            }
+            None => (Cow::Borrowed(&f.schema), false),
+        };
+        wire::ResponseFormat {
+            kind: "json_schema",
+            json_schema: wire::JsonSchema {
+                name: &f.name,
+                schema,
+                strict,
+            },
+        }
     });
 
     let (max_completion_tokens, max_tokens) = match max_tokens_field {

@@ -95,7 +95,7 @@ pub(crate) struct Tool<'a> {
 pub(crate) struct FunctionDef<'a> {
     pub name: &'a str,
     pub description: &'a str,
-    pub parameters: &'a Value,
+    pub parameters: Value,
 }
 
 /// `"auto"`, `"none"`, `"required"`, or `{"type": "function", "function": {"name": …}}`.
@@ -126,7 +126,7 @@ pub(crate) struct ResponseFormat<'a> {
 #[derive(Debug, Serialize)]
 pub(crate) struct JsonSchema<'a> {
     pub name: &'a str,
-    pub schema: &'a Value,
+    pub schema: Cow<'a, Value>,
     pub strict: bool,
 }
 
