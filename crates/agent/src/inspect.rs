@@ -9,12 +9,13 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
-use trellis_middleware::skills::{SKILLS, estimate_tokens};
+use trellis_middleware::skills::{LayeredCatalog, SKILLS, estimate_tokens};
+use trellis_middleware::tools::{UserFiles, UserIdentity};
 use trellis_middleware::{ChatModel, ModelCapabilities, ModelRequest, RunInput, ScriptedModel};
 
 use crate::builder::deep_agent;
 use crate::providers::{self, ModelSpec};
-use crate::workspace::Workspace;
+use crate::workspace::{PERSONAL_SKILLS_DIR, USER_MEMORY, Workspace};
 
 /// Everything `inspect` reports.
 #[derive(Debug, Clone, Serialize)]
@@ -79,7 +80,8 @@ fn provider_body(spec: &ModelSpec, request: &ModelRequest) -> Option<Value> {
     }
 }
 
-/// Assemble the agent for `workspace` and capture its first request for `task`.
+/// Assemble the agent for `workspace` and capture its first request for `task` (as the
+/// workspace's `--user`, with their memory and personal skills, when it has one).
 pub async fn inspect(model: &str, workspace: &Workspace, task: &str) -> Result<InspectReport> {
     let (real, spec) = stand_in(model)?;
     let capabilities = real.capabilities();
@@ -96,8 +98,17 @@ pub async fn inspect(model: &str, workspace: &Workspace, task: &str) -> Result<I
     for path in &workspace.memory {
         builder = builder.memory_source(path.clone());
     }
+    let mut input = RunInput::human(task);
+    if let (Some(user), Some(files)) = (&workspace.user, &workspace.user_files) {
+        builder = builder
+            .user_memory(USER_MEMORY)
+            .personal_skills(PERSONAL_SKILLS_DIR);
+        input = input
+            .extension(UserIdentity::new(user.clone()))
+            .extension(UserFiles(files.clone()));
+    }
     let agent = builder.build()?;
-    let out = agent.run(RunInput::human(task)).await?;
+    let out = agent.run(input).await?;
     let request = recorder
         .requests()
         .into_iter()
@@ -106,12 +117,15 @@ pub async fn inspect(model: &str, workspace: &Workspace, task: &str) -> Result<I
 
     let mut warnings = Vec::new();
     if let Some(skills) = out.state.get(&SKILLS)? {
-        warnings.extend(skills.catalog.warnings().iter().cloned());
+        let layered = LayeredCatalog::new(skills.catalog.clone(), skills.personal.clone());
+        warnings.extend(layered.warnings().iter().cloned());
+        let personal_issues = skills.personal.iter().flat_map(|p| p.issues());
         warnings.extend(
             skills
                 .catalog
                 .issues()
                 .iter()
+                .chain(personal_issues)
                 .map(|i| format!("{}: {}", i.path, i.message)),
         );
     }

@@ -57,6 +57,17 @@ enum Command {
         /// Print JSON (the request, token estimates, warnings and the provider's request body).
         #[arg(long)]
         json: bool,
+        /// Show this user's first request: with their memory (agents/AGENTS.md, agents/USER.md,
+        /// agents/MEMORY.md) and personal skills (agents/skills/) from their workspace, which is
+        /// --workdir if given, else <state-dir>/users/ID.
+        #[arg(long, value_name = "ID")]
+        user: Option<String>,
+        /// The user's workspace (with --user).
+        #[arg(long, requires = "user")]
+        workdir: Option<PathBuf>,
+        /// Where `trellis run` keeps threads and users' workspaces (with --user).
+        #[arg(long, default_value = ".trellis")]
+        state_dir: PathBuf,
         /// The task to put in the first user message.
         #[arg(default_value = "(your task)")]
         task: String,
@@ -78,8 +89,15 @@ enum Command {
         /// Continue this thread (its checkpoints and its own files live in --state-dir).
         #[arg(long)]
         thread: Option<String>,
+        /// Run as this user (1-128 ASCII letters, digits, '-', '_' or '.'; not starting with '.'):
+        /// their memory (agents/AGENTS.md, agents/USER.md, agents/MEMORY.md) and personal skills
+        /// (agents/skills/<slug>/SKILL.md, over the --skills sources, for them only) come from
+        /// their workspace, which is --workdir if given, else <state-dir>/users/ID.
+        #[arg(long, value_name = "ID")]
+        user: Option<String>,
         /// Your workspace: a directory the agent sees at /workspace in every thread you run
-        /// (without it, the agent has only the thread's own files, kept with the thread).
+        /// (without it and without --user, the agent has only the thread's own files, kept with
+        /// the thread).
         #[arg(long)]
         workdir: Option<PathBuf>,
         /// Where thread checkpoints and each thread's own files are kept.
@@ -217,9 +235,15 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             memory,
             model,
             json,
+            user,
+            workdir,
+            state_dir,
             task,
         } => {
-            let ws = workspace::assemble(&skills, &memory, None)?;
+            let mut ws = workspace::assemble(&skills, &memory, workdir.as_deref())?;
+            if let Some(user) = &user {
+                ws = ws.for_user(user, &state_dir)?;
+            }
             let report = inspect::inspect(&model, &ws, &task).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
@@ -233,6 +257,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             skills,
             memory,
             thread,
+            user,
             workdir,
             state_dir,
             mcp,
@@ -242,6 +267,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         } => {
             let options = RunOptions {
                 thread,
+                user,
                 workdir,
                 state_dir,
                 mcp,
@@ -268,6 +294,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
 #[derive(Debug)]
 struct RunOptions {
     thread: Option<String>,
+    user: Option<String>,
     workdir: Option<PathBuf>,
     state_dir: PathBuf,
     mcp: Vec<String>,
@@ -308,13 +335,17 @@ async fn run_agent(
 ) -> Result<ExitCode> {
     let RunOptions {
         thread,
+        user,
         workdir,
         state_dir,
         writable_skills,
         ..
     } = options;
     let model = providers::from_model_string(model)?;
-    let ws = workspace::assemble(skills, memory, workdir.as_deref())?;
+    let mut ws = workspace::assemble(skills, memory, workdir.as_deref())?;
+    if let Some(user) = &user {
+        ws = ws.for_user(user, &state_dir)?;
+    }
     std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
     let checkpointer = Arc::new(threads_cli::checkpointer(&state_dir)?);
     // The thread's own files live in the state dir beside its checkpoints; skills and memory are
@@ -332,6 +363,11 @@ async fn run_agent(
     }
     if let Some(servers) = servers {
         builder = builder.mcp_servers(servers);
+    }
+    if ws.user.is_some() {
+        builder = builder
+            .user_memory(workspace::USER_MEMORY)
+            .personal_skills(workspace::PERSONAL_SKILLS_DIR);
     }
     let agent = builder.build()?;
     let thread_id = match thread {
@@ -375,7 +411,7 @@ async fn run_agent(
     let mut input = RunInput::human(task).thread(thread_id).events(events);
     if let Some(files) = &ws.user_files {
         input = input
-            .extension(UserIdentity::new(local_user()))
+            .extension(UserIdentity::new(ws.user.clone().unwrap_or_else(local_user)))
             .extension(UserFiles(files.clone()));
     }
     let out = agent.run(input).await?;

@@ -7,6 +7,7 @@ mod call_ids;
 mod cli;
 mod cli_logging;
 mod cli_threads;
+mod cli_users;
 mod inspect;
 mod mcp_agent;
 mod mcp_cli;
