@@ -21,7 +21,7 @@
 //! * **The user's own memory.** [`MemoryMiddleware::with_user_sources`] adds files relative to the
 //!   run's user's workspace (`agents/AGENTS.md`, `agents/USER.md`, `agents/MEMORY.md`), rendered in
 //!   the same section after the agent's own files, read on every run and cached per user; see
-//!   [`user`](self#the-users-layer) below and `docs/memory.md`.
+//!   *The user's layer* below and `docs/memory.md`.
 //!
 //! # The user's layer
 //!
@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::user_cache::DEFAULT_USER_CACHE_CAPACITY;
 pub use comments::strip_html_comments;
-pub use render::{MemoryFile, RenderReport, render};
+pub use render::{MemoryFile, RenderReport, UserNote, render, render_for_user};
 
 use crate::user_home::{UserHomeError, UserHomes};
 use user::{UserEntry, UserMemory};
@@ -273,7 +273,9 @@ impl MemoryMiddleware {
     /// `files` of the agent, then `user`'s files, rendered.
     fn state_for(&self, files: Vec<MemoryFile>, user: UserLayer) -> MemoryState {
         let all: Vec<MemoryFile> = files.iter().chain(&user.files).cloned().collect();
-        let (section, report) = render(&all, self.budget_chars);
+        let shown: Vec<String> = self.user_sources().iter().map(ToString::to_string).collect();
+        let note = user.key.is_some().then_some(UserNote { sources: &shown });
+        let (section, report) = render_for_user(&all, note, self.budget_chars);
         if report.over_budget() {
             tracing::warn!(
                 total_chars = report.total_chars,

@@ -222,12 +222,17 @@ impl SkillsMiddleware {
     /// The catalog as this run's viewer sees it, and its search tool (cached per generation,
     /// viewer and personal catalog).
     fn view(&self, skills: &SkillsState, extensions: &Extensions) -> View {
-        let viewer = Self::viewer(extensions);
+        // The id alone finds a cached view; the viewer (a clone) is built only on a miss.
+        let viewer_id = match extensions.get::<Viewer>() {
+            Some(v) => v.user_id.as_deref(),
+            None => extensions.get::<UserIdentity>().map(|u| u.user_id.as_str()),
+        };
         self.views.get(
             &skills.catalog,
             skills.generation,
             skills.personal.as_ref(),
-            viewer.as_ref(),
+            viewer_id,
+            || Self::viewer(extensions),
             self.visibility.as_ref(),
         )
     }

@@ -50,24 +50,27 @@ pub(super) struct Views {
 }
 
 impl Views {
-    /// The view of `catalog` (generation `generation`) with `personal` over it, for `viewer`.
+    /// The view of `catalog` (generation `generation`) with `personal` over it, for the viewer
+    /// with id `viewer_id` (`viewer` builds it, only when no view is cached).
     pub fn get(
         &self,
         catalog: &Arc<SkillCatalog>,
         generation: u64,
         personal: Option<&Arc<SkillCatalog>>,
-        viewer: Option<&Viewer>,
+        viewer_id: Option<&str>,
+        viewer: impl FnOnce() -> Option<Viewer>,
         policy: Option<&Arc<dyn SkillVisibility>>,
     ) -> View {
-        let viewer_id = viewer.and_then(|v| v.user_id.clone());
         let personal_key = personal.map(|p| Arc::as_ptr(p) as usize);
         let mut views = self.user.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(v) = views
-            .iter()
-            .find(|v| v.generation == generation && v.viewer == viewer_id && v.personal == personal_key)
-        {
+        if let Some(v) = views.iter().find(|v| {
+            v.generation == generation && v.personal == personal_key && v.viewer.as_deref() == viewer_id
+        }) {
             return v.clone();
         }
+        let viewer = viewer();
+        let viewer = viewer.as_ref();
+        let viewer_id = viewer.and_then(|v| v.user_id.clone());
         let (org, mut hidden) = self.org(catalog, generation, viewer, policy);
         let personal = personal.map(|p| visible_part(p, policy, viewer, &mut hidden));
         let layers = Arc::new(LayeredCatalog::new(org.0, personal));

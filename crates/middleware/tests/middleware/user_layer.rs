@@ -205,8 +205,18 @@ async fn each_user_sees_the_agents_layer_and_only_their_own() {
     assert!(!ada_mem.contains("bob-secret-4410"));
     assert!(bob_mem.contains("bob-secret-4410") && !bob_mem.contains("ada-secret"));
     assert!(
-        !bob_mem.contains("/workspace/agents/MEMORY.md"),
+        !bob_mem.contains("<memory path=\"/workspace/agents/MEMORY.md\">"),
         "bob has none: skipped"
+    );
+    assert!(
+        bob_mem.contains(
+            "Not created yet: `/workspace/agents/AGENTS.md`, `/workspace/agents/MEMORY.md`; create one with `write_file`"
+        ),
+        "bob is told where his memory can go: {bob_mem}"
+    );
+    assert!(
+        !block(anonymous, "memory").contains("This user's memory"),
+        "no user, no user note"
     );
     assert!(!block(anonymous, "memory").contains("-secret-"));
 
