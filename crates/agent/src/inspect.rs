@@ -9,9 +9,12 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
-use trellis_middleware::skills::{LayeredCatalog, SKILLS, estimate_tokens};
+use trellis_middleware::skills::{LayeredCatalog, SKILLS, SkillsState, estimate_tokens};
 use trellis_middleware::tools::{UserFiles, UserIdentity};
-use trellis_middleware::{ChatModel, ModelCapabilities, ModelRequest, RunInput, ScriptedModel};
+use trellis_middleware::{
+    AgentError, ChatModel, Middleware, ModelCapabilities, ModelRequest, RunContext, RunInput, ScriptedModel,
+    State,
+};
 
 use crate::builder::deep_agent;
 use crate::providers::{self, ModelSpec};
@@ -47,6 +50,26 @@ pub struct TokenEstimate {
     pub messages: usize,
     /// The sum.
     pub total: usize,
+}
+
+/// Keeps the skills state the first model call sees: the slot is private, so a run's output does
+/// not carry it, and the warnings and issues `inspect` reports live there.
+#[derive(Debug, Clone, Default)]
+struct SkillsSeen(Arc<std::sync::Mutex<Option<SkillsState>>>);
+
+#[async_trait::async_trait]
+impl Middleware for SkillsSeen {
+    fn name(&self) -> &str {
+        "inspect.skills"
+    }
+
+    async fn before_model(&self, state: &mut State, _cx: &RunContext) -> Result<(), AgentError> {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.is_none() {
+            *seen = state.get(&SKILLS)?.cloned();
+        }
+        Ok(())
+    }
 }
 
 /// Capabilities and request-body rendering for a model string, with no key needed.
@@ -107,8 +130,9 @@ pub async fn inspect(model: &str, workspace: &Workspace, task: &str) -> Result<I
             .extension(UserIdentity::new(user.clone()))
             .extension(UserFiles(files.clone()));
     }
-    let agent = builder.build()?;
-    let out = agent.run(input).await?;
+    let seen = SkillsSeen::default();
+    let agent = builder.middleware(seen.clone()).build()?;
+    agent.run(input).await?;
     let request = recorder
         .requests()
         .into_iter()
@@ -116,7 +140,8 @@ pub async fn inspect(model: &str, workspace: &Workspace, task: &str) -> Result<I
         .ok_or_else(|| anyhow::anyhow!("the agent made no model call"))?;
 
     let mut warnings = Vec::new();
-    if let Some(skills) = out.state.get(&SKILLS)? {
+    let skills = seen.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(skills) = skills {
         let layered = LayeredCatalog::new(skills.catalog.clone(), skills.personal.clone());
         warnings.extend(layered.warnings().iter().cloned());
         let personal_issues = skills.personal.iter().flat_map(|p| p.issues());

@@ -54,8 +54,15 @@ fn inspect_shows_each_users_first_request_with_only_their_layer() {
     seed(state.path());
     let ada = inspect_as(state.path(), "ada");
     assert!(ada.status.success(), "{}", String::from_utf8_lossy(&ada.stderr));
-    let ada: serde_json::Value = serde_json::from_slice(&ada.stdout).unwrap();
-    let ada = system_text(&ada);
+    let report: serde_json::Value = serde_json::from_slice(&ada.stdout).unwrap();
+    let warnings = report["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().starts_with("personal skill \"meeting-prep\"")),
+        "inspect lists the shadowing among the skill warnings: {warnings:?}"
+    );
+    let ada = system_text(&report);
     for mark in ["ada-pref-1187", "ada-skill-5521", "ada-brief-3390"] {
         assert!(ada.contains(mark), "ada misses {mark}");
     }
@@ -68,6 +75,7 @@ fn inspect_shows_each_users_first_request_with_only_their_layer() {
     let bob = inspect_as(state.path(), "bob");
     assert!(bob.status.success(), "{}", String::from_utf8_lossy(&bob.stderr));
     let bob: serde_json::Value = serde_json::from_slice(&bob.stdout).unwrap();
+    assert_eq!(bob["warnings"], serde_json::json!([]), "no notice for bob");
     let bob = system_text(&bob);
     assert!(bob.contains("bob-pref-6604"));
     for mark in [
