@@ -237,34 +237,16 @@ impl SkillsMiddleware {
         )
     }
 
-    /// The run's user's personal catalog for `skills` (rescanned against the user's cached one),
-    /// or `None` without personal skills or a user workspace.
+    /// The run's user's personal catalog and its owner, or `None`s without personal skills or a
+    /// user workspace.
     async fn load_personal(
         &self,
         cx: &RunContext,
     ) -> Result<(Option<Arc<SkillCatalog>>, Option<String>), AgentError> {
-        let Some(personal) = &self.personal else {
-            return Ok((None, None));
-        };
-        let fail = |e: Box<dyn std::error::Error + Send + Sync>| AgentError::middleware("skills", e);
-        let Some(home) = personal
-            .homes()
-            .resolve(cx.extensions())
-            .map_err(|e| fail(Box::new(e)))?
-        else {
-            return Ok((None, None));
-        };
-        let (catalog, stats) = personal
-            .load(&home, &self.discovery)
-            .await
-            .map_err(|e| fail(Box::new(e)))?;
-        cx.emit_middleware("skills", "personal_loaded", || {
-            serde_json::json!({
-                "skills": stats.loaded, "read": stats.read, "reused": stats.reused,
-                "skipped": stats.skipped,
-            })
-        });
-        Ok((Some(catalog), Some(home.key)))
+        match &self.personal {
+            Some(personal) => personal.load_for_run(cx, &self.discovery).await,
+            None => Ok((None, None)),
+        }
     }
 
     /// The backend a skill of `layer` is read from in this run.
@@ -276,11 +258,7 @@ impl SkillsMiddleware {
     ) -> Option<Arc<dyn Backend>> {
         match layer {
             Layer::Org => self.sources.get(skill.source).map(|s| s.backend().clone()),
-            Layer::Personal => {
-                let personal = self.personal.as_ref()?;
-                let home = personal.homes().resolve(extensions).ok()??;
-                Some(personal.backend(&home))
-            }
+            Layer::Personal => self.personal.as_ref()?.backend_for_run(extensions),
         }
     }
 

@@ -20,6 +20,9 @@ use super::catalog::SkillCatalog;
 use super::discovery::{DiscoveryOptions, DiscoveryStats, discover, rescan};
 use super::source::{SkillSource, SourceError};
 use crate::backend::{Backend, CompositeBackend, StateBackend, VirtualPath};
+use crate::runtime::context::RunContext;
+use crate::runtime::error::AgentError;
+use crate::tools::Extensions;
 use crate::user_cache::{DEFAULT_USER_CACHE_CAPACITY, UserCache};
 use crate::user_home::{UserHome, UserHomes, shown_path};
 
@@ -120,5 +123,37 @@ impl PersonalSkills {
             }
         };
         Ok((catalog, found.stats))
+    }
+
+    /// For one run: the user's personal catalog (see [`load`](Self::load)) and their key, `None`s
+    /// when the run has no user workspace; an unsafe user id is an error naming it. Emits
+    /// `skills/personal_loaded` with what the scan read.
+    pub(super) async fn load_for_run(
+        &self,
+        cx: &RunContext,
+        options: &DiscoveryOptions,
+    ) -> Result<(Option<Arc<SkillCatalog>>, Option<String>), AgentError> {
+        let fail = |e: Box<dyn std::error::Error + Send + Sync>| AgentError::middleware("skills", e);
+        let Some(home) = self
+            .homes
+            .resolve(cx.extensions())
+            .map_err(|e| fail(Box::new(e)))?
+        else {
+            return Ok((None, None));
+        };
+        let (catalog, stats) = self.load(&home, options).await.map_err(|e| fail(Box::new(e)))?;
+        cx.emit_middleware("skills", "personal_loaded", || {
+            serde_json::json!({
+                "skills": stats.loaded, "read": stats.read, "reused": stats.reused,
+                "skipped": stats.skipped,
+            })
+        });
+        Ok((Some(catalog), Some(home.key)))
+    }
+
+    /// The backend this run's user's personal skills are read from (`None` without a workspace).
+    pub(super) fn backend_for_run(&self, extensions: &Extensions) -> Option<Arc<dyn Backend>> {
+        let home = self.homes.resolve(extensions).ok()??;
+        Some(self.backend(&home))
     }
 }
