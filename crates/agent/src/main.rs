@@ -59,7 +59,7 @@ enum Command {
         json: bool,
         /// Show this user's first request: with their memory (agents/AGENTS.md, agents/USER.md,
         /// agents/MEMORY.md) and personal skills (agents/skills/) from their workspace, which is
-        /// --workdir if given, else <state-dir>/users/ID.
+        /// --workdir if given, else STATE_DIR/users/ID.
         #[arg(long, value_name = "ID")]
         user: Option<String>,
         /// The user's workspace (with --user).
@@ -91,8 +91,8 @@ enum Command {
         thread: Option<String>,
         /// Run as this user (1-128 ASCII letters, digits, '-', '_' or '.'; not starting with '.'):
         /// their memory (agents/AGENTS.md, agents/USER.md, agents/MEMORY.md) and personal skills
-        /// (agents/skills/<slug>/SKILL.md, over the --skills sources, for them only) come from
-        /// their workspace, which is --workdir if given, else <state-dir>/users/ID.
+        /// (agents/skills/SLUG/SKILL.md, over the --skills sources, for them only) come from
+        /// their workspace, which is --workdir if given, else STATE_DIR/users/ID.
         #[arg(long, value_name = "ID")]
         user: Option<String>,
         /// Your workspace: a directory the agent sees at /workspace in every thread you run

@@ -33,7 +33,7 @@
 //!   (in their workspace, see [`PersonalSkills`]) are the highest-priority source, for that user
 //!   only: a thread keeps its user's personal catalog beside the shared organisation catalog, and
 //!   every lookup, the section, search, activation and pins go through the layered view
-//!   ([`LayeredCatalog`](super::layers::LayeredCatalog)). A personal skill with an organisation
+//!   ([`LayeredCatalog`]). A personal skill with an organisation
 //!   skill's name shadows it for that user, with a notice among the catalog's warnings.
 
 use std::collections::{BTreeMap, BTreeSet};
