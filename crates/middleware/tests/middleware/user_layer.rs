@@ -546,3 +546,33 @@ proptest::proptest! {
         });
     }
 }
+
+#[tokio::test]
+async fn a_broken_personal_skill_is_skipped_and_the_rest_load() {
+    let store = store().await;
+    put(
+        store.as_ref(),
+        "/users/bob/agents/skills/broken/SKILL.md",
+        "---\nname: [unclosed\n---\n",
+    )
+    .await;
+    put(
+        store.as_ref(),
+        "/users/bob/agents/skills/no-description/SKILL.md",
+        "---\nname: no-description\n---\n",
+    )
+    .await;
+    let model = texts(1);
+    agent(model.clone(), skills(&store), memory(&store))
+        .run(as_user("bob"))
+        .await
+        .unwrap();
+    let requests = model.requests();
+    let section = block(&requests[0], "skills");
+    assert!(
+        section.contains("bob-crm"),
+        "the good personal skill loads: {section}"
+    );
+    assert!(!section.contains("/workspace/agents/skills/broken/"));
+    assert!(!section.contains("no-description"));
+}
