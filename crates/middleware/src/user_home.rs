@@ -24,8 +24,9 @@ pub struct UserHomes {
 /// The run's user's workspace, resolved for one run.
 #[derive(Debug, Clone)]
 pub struct UserHome {
-    /// The cache key of this user: the user id, or `""` for a run that carries a [`UserFiles`]
-    /// workspace but no [`UserIdentity`].
+    /// The cache key of this user: the user id; for a run that carries a [`UserFiles`] workspace
+    /// but no [`UserIdentity`], a key of that workspace itself (never a valid user id), so two
+    /// anonymous workspaces never share an entry.
     pub key: String,
     /// The workspace (its `/` is the workspace's root).
     pub backend: Arc<dyn Backend>,
@@ -79,13 +80,13 @@ impl UserHomes {
         &self.mount
     }
 
-    /// The cache key of the run's user without resolving a backend (cheap, for every model call):
-    /// the same as [`UserHome::key`] of [`UserHomes::resolve`], `None` when the run has no workspace.
+    /// The run's user id when it keys a workspace, without resolving a backend (cheap, for every
+    /// model call): the same as [`UserHome::key`] of [`UserHomes::resolve`]; `None` when the run has
+    /// no workspace, or an anonymous one (a [`UserFiles`] without a [`UserIdentity`]).
     pub fn key_of<'a>(&self, extensions: &'a Extensions) -> Option<&'a str> {
         let id = extensions.get::<UserIdentity>().map(|u| u.user_id.as_str());
         match (extensions.get::<UserFiles>(), &self.users, id) {
-            (Some(_), _, id) => Some(id.unwrap_or_default()),
-            (None, Some(_), Some(id)) => Some(id),
+            (Some(_), _, Some(id)) | (None, Some(_), Some(id)) => Some(id),
             _ => None,
         }
     }
@@ -95,7 +96,12 @@ impl UserHomes {
     pub fn resolve(&self, extensions: &Extensions) -> Result<Option<UserHome>, UserHomeError> {
         let id = extensions.get::<UserIdentity>().map(|u| u.user_id.as_str());
         let (key, backend) = match (extensions.get::<UserFiles>(), &self.users, id) {
-            (Some(files), _, id) => (id.unwrap_or_default().to_owned(), files.0.clone()),
+            (Some(files), _, Some(id)) => (id.to_owned(), files.0.clone()),
+            // NUL is in no user id: this key is the workspace's own.
+            (Some(files), _, None) => (
+                format!("\0workspace@{:p}", Arc::as_ptr(&files.0)),
+                files.0.clone(),
+            ),
             (None, Some(users), Some(id)) => {
                 let scope = ScopeId::user(id)?;
                 let backend = users.for_user(scope.as_str()).map_err(|_| InvalidScopeId {

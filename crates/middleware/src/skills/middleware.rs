@@ -419,8 +419,8 @@ impl Middleware for SkillsMiddleware {
         let owner = self
             .personal
             .as_ref()
-            .and_then(|p| p.homes().key_of(cx.extensions()))
-            .map(str::to_owned);
+            .and_then(|p| p.homes().resolve(cx.extensions()).ok().flatten())
+            .map(|home| home.key);
         let mut skills = match (current, reload) {
             // A thread resumed by another user gets that user's personal layer.
             (Some(mut s), false) if self.personal.is_some() && s.personal_owner != owner => {

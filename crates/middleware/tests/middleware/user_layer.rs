@@ -576,3 +576,46 @@ async fn a_broken_personal_skill_is_skipped_and_the_rest_load() {
     assert!(!section.contains("/workspace/agents/skills/broken/"));
     assert!(!section.contains("no-description"));
 }
+
+#[tokio::test]
+async fn two_anonymous_workspaces_never_share_memory_or_skills() {
+    let store = store().await;
+    let (one, two): (Arc<dyn Backend>, Arc<dyn Backend>) =
+        (Arc::new(StateBackend::new()), Arc::new(StateBackend::new()));
+    put(one.as_ref(), "/agents/USER.md", "first-workspace-1101\n").await;
+    put(
+        one.as_ref(),
+        "/agents/skills/first-only/SKILL.md",
+        &skill_md("first-only", "Only in the first workspace.", ""),
+    )
+    .await;
+    put(two.as_ref(), "/agents/USER.md", "second-workspace-2202\n").await;
+    let model = texts(3);
+    let agent = agent(model.clone(), skills(&store), memory(&store));
+    let thread = ThreadId::new("anon-2").unwrap();
+    let second = || {
+        RunInput::human("hi")
+            .thread(thread.clone())
+            .extension(UserFiles(two.clone()))
+    };
+    agent.run(second()).await.unwrap();
+    agent
+        .run(RunInput::human("hi").extension(UserFiles(one.clone())))
+        .await
+        .unwrap();
+    agent.run(second()).await.unwrap();
+    let requests = model.requests();
+    for i in [0, 2] {
+        let text = format!(
+            "{}{}",
+            block(&requests[i], "memory"),
+            block(&requests[i], "skills")
+        );
+        assert!(text.contains("second-workspace-2202"), "{text}");
+        assert!(
+            !text.contains("first-workspace-1101") && !text.contains("first-only"),
+            "request {i} shows the other workspace: {text}"
+        );
+    }
+    assert!(block(&requests[1], "memory").contains("first-workspace-1101"));
+}
