@@ -12,7 +12,7 @@
 //! | 6 | token usage | cumulative usage in state | sees every response |
 //! | 7 | prompt caching | a cache breakpoint after the last stable system block | everything before it is byte-stable |
 //! | 8 | attachments | the list of attached files (names and paths) | changes only when files are attached: after the breakpoint, before memory |
-//! | 9 | memory (when sources are given) | the memory section, with its own breakpoint | it changes most often, so it comes after the breakpoint |
+//! | 9 | memory (when sources are given) | the memory section (the agent's files, then the run's user's), with its own breakpoint | it changes most often, so it comes after the breakpoint |
 //! | 10 | summarization (unless turned off) | offloads old tool results, condenses old messages | inside everything that adds text, so its estimate counts every section and tool; outside retry |
 //! | 11 | model retry | retries transient provider errors | innermost: a retry re-sends the same (condensed) request |
 //!
@@ -30,7 +30,7 @@ use std::sync::Arc;
 use trellis_middleware::backend::sandbox::{Network, Sandbox};
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath};
 use trellis_middleware::skills::render::SEARCH_TOOL;
-use trellis_middleware::skills::{BoundTools, SkillSource};
+use trellis_middleware::skills::{BoundTools, PersonalSkills, SkillSource};
 use trellis_middleware::subagents::TASK_TOOL_NAME;
 use trellis_middleware::tools::{
     CommandPolicy, ExecuteTool, FileAccess, FileLayout, Limits, Permissions, UserSpaces,
@@ -39,7 +39,7 @@ use trellis_middleware::{
     Agent, AgentError, AttachmentsMiddleware, ChatModel, Checkpointer, FilesystemMiddleware,
     MemoryMiddleware, Middleware, ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware,
     RetryConfig, SkillsMiddleware, SubAgent, SubAgentMiddleware, SummarizationConfig,
-    SummarizationMiddleware, TokenUsageMiddleware, Tool,
+    SummarizationMiddleware, TokenUsageMiddleware, Tool, UserHomes,
 };
 
 use crate::mcp::{McpServerConfig, McpServers};
@@ -61,6 +61,9 @@ pub struct DeepAgentBuilder {
     skills_middleware: Option<SkillsMiddleware>,
     memory: Vec<String>,
     memory_budget_chars: Option<usize>,
+    user_memory: Vec<String>,
+    user_memory_templates: Vec<(String, String)>,
+    personal_skills: Option<String>,
     middleware: Vec<Arc<dyn Middleware>>,
     tools: Vec<Arc<dyn Tool>>,
     checkpointer: Option<Arc<dyn Checkpointer>>,
@@ -91,6 +94,9 @@ pub fn deep_agent(model: Arc<dyn ChatModel>) -> DeepAgentBuilder {
         skills_middleware: None,
         memory: Vec::new(),
         memory_budget_chars: None,
+        user_memory: Vec::new(),
+        user_memory_templates: Vec::new(),
+        personal_skills: None,
         middleware: Vec::new(),
         tools: Vec::new(),
         checkpointer: None,
@@ -182,6 +188,32 @@ impl DeepAgentBuilder {
     /// Add a memory file (a path on the backend).
     pub fn memory_source(mut self, path: impl Into<String>) -> Self {
         self.memory.push(path.into());
+        self
+    }
+
+    /// Memory files of each run's user, relative to their workspace (for example
+    /// `["agents/AGENTS.md", "agents/USER.md", "agents/MEMORY.md"]`): read on every run of that
+    /// user, cached per user, rendered after the agent's own memory, edited by the agent at
+    /// `/workspace/<path>`. The workspace is the file layout's (a `UserFiles` run extension, or
+    /// [`user_workspaces`](Self::user_workspaces)); runs without one have no user memory.
+    pub fn user_memory<S: Into<String>>(mut self, paths: impl IntoIterator<Item = S>) -> Self {
+        self.user_memory.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// A first-use template for the user memory file `path`: created with `text` when missing,
+    /// never overwriting a file that exists.
+    pub fn user_memory_template(mut self, path: impl Into<String>, text: impl Into<String>) -> Self {
+        self.user_memory_templates.push((path.into(), text.into()));
+        self
+    }
+
+    /// Each run's user's own skills in `dir` of their workspace (for example `agents/skills`),
+    /// layered over the agent's skills sources for that user only; a personal skill with an
+    /// organisation skill's name shadows it for that user. Ignored with
+    /// [`skills_middleware`](Self::skills_middleware) (give it a `PersonalSkills` yourself).
+    pub fn personal_skills(mut self, dir: impl Into<String>) -> Self {
+        self.personal_skills = Some(dir.into());
         self
     }
 
@@ -340,10 +372,20 @@ impl DeepAgentBuilder {
             names.extend([TASK_TOOL_NAME.to_owned(), SEARCH_TOOL.to_owned()]);
             servers.reserve_names(names);
         }
+        let homes = UserHomes::from_layout(&self.layout);
+        let personal = self
+            .personal_skills
+            .as_deref()
+            .map(|dir| PersonalSkills::new(dir).map(|p| p.with_homes(homes.clone())))
+            .transpose()
+            .map_err(|e| AgentError::Config(e.to_string()))?;
         let skills: Option<Arc<dyn Middleware>> = match self.skills_middleware {
             Some(s) => Some(Arc::new(s)),
-            None if !self.skills.is_empty() => {
+            None if !self.skills.is_empty() || personal.is_some() => {
                 let mut skills = SkillsMiddleware::new(self.skills);
+                if let Some(personal) = personal {
+                    skills = skills.with_personal_skills(personal);
+                }
                 if let Some(servers) = mcp {
                     skills = skills.with_bound_tools(BoundTools::new().resolver(servers));
                 }
@@ -400,9 +442,18 @@ impl DeepAgentBuilder {
             .middleware(TokenUsageMiddleware::new())
             .middleware(PromptCachingMiddleware::new())
             .middleware(AttachmentsMiddleware::new());
-        if !self.memory.is_empty() {
-            let mut memory = MemoryMiddleware::new(self.backend.clone(), &self.memory)
-                .map_err(|e| AgentError::Config(e.to_string()))?;
+        if !self.memory.is_empty() || !self.user_memory.is_empty() {
+            let config = |e: trellis_middleware::memory::MemoryError| AgentError::Config(e.to_string());
+            let mut memory = MemoryMiddleware::new(self.backend.clone(), &self.memory).map_err(config)?;
+            if !self.user_memory.is_empty() {
+                memory = memory
+                    .with_user_sources(&self.user_memory)
+                    .map_err(config)?
+                    .with_user_homes(homes);
+                for (path, text) in &self.user_memory_templates {
+                    memory = memory.with_user_template(path, text.clone()).map_err(config)?;
+                }
+            }
             if let Some(chars) = self.memory_budget_chars {
                 memory = memory.with_budget_chars(chars);
             }

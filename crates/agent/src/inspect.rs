@@ -9,13 +9,17 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
-use trellis_middleware::skills::{SKILLS, estimate_tokens};
-use trellis_middleware::{ChatModel, ModelCapabilities, ModelRequest, RunInput, ScriptedModel};
+use trellis_middleware::skills::{LayeredCatalog, SKILLS, SkillsState, estimate_tokens};
+use trellis_middleware::tools::{UserFiles, UserIdentity};
+use trellis_middleware::{
+    AgentError, ChatModel, Middleware, ModelCapabilities, ModelRequest, RunContext, RunInput, ScriptedModel,
+    State,
+};
 
 use crate::builder::deep_agent;
 use crate::providers::{self, ModelSpec};
 use crate::sandbox_cli::{SandboxStatus, Selected};
-use crate::workspace::Workspace;
+use crate::workspace::{PERSONAL_SKILLS_DIR, USER_MEMORY, Workspace};
 
 /// Everything `inspect` reports.
 #[derive(Debug, Clone, Serialize)]
@@ -51,6 +55,26 @@ pub struct TokenEstimate {
     pub total: usize,
 }
 
+/// Keeps the skills state the first model call sees: the slot is private, so a run's output does
+/// not carry it, and the warnings and issues `inspect` reports live there.
+#[derive(Debug, Clone, Default)]
+struct SkillsSeen(Arc<std::sync::Mutex<Option<SkillsState>>>);
+
+#[async_trait::async_trait]
+impl Middleware for SkillsSeen {
+    fn name(&self) -> &str {
+        "inspect.skills"
+    }
+
+    async fn before_model(&self, state: &mut State, _cx: &RunContext) -> Result<(), AgentError> {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.is_none() {
+            *seen = state.get(&SKILLS)?.cloned();
+        }
+        Ok(())
+    }
+}
+
 /// Capabilities and request-body rendering for a model string, with no key needed.
 fn stand_in(model: &str) -> Result<(Arc<dyn ChatModel>, Option<ModelSpec>)> {
     let spec = ModelSpec::parse(model)?;
@@ -83,7 +107,8 @@ fn provider_body(spec: &ModelSpec, request: &ModelRequest) -> Option<Value> {
 }
 
 /// Assemble the agent for `workspace`, with `execute` in `sandbox` if there is one, and capture its
-/// first request for `task`.
+/// first request for `task` (as the workspace's `--user`, with their memory and personal skills,
+/// when it has one).
 pub async fn inspect(
     model: &str,
     workspace: &Workspace,
@@ -108,8 +133,18 @@ pub async fn inspect(
     for path in &workspace.memory {
         builder = builder.memory_source(path.clone());
     }
-    let agent = builder.build()?;
-    let out = agent.run(RunInput::human(task)).await?;
+    let mut input = RunInput::human(task);
+    if let (Some(user), Some(files)) = (&workspace.user, &workspace.user_files) {
+        builder = builder
+            .user_memory(USER_MEMORY)
+            .personal_skills(PERSONAL_SKILLS_DIR);
+        input = input
+            .extension(UserIdentity::new(user.clone()))
+            .extension(UserFiles(files.clone()));
+    }
+    let seen = SkillsSeen::default();
+    let agent = builder.middleware(seen.clone()).build()?;
+    agent.run(input).await?;
     let request = recorder
         .requests()
         .into_iter()
@@ -117,13 +152,17 @@ pub async fn inspect(
         .ok_or_else(|| anyhow::anyhow!("the agent made no model call"))?;
 
     let mut warnings = Vec::new();
-    if let Some(skills) = out.state.get(&SKILLS)? {
-        warnings.extend(skills.catalog.warnings().iter().cloned());
+    let skills = seen.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(skills) = skills {
+        let layered = LayeredCatalog::new(skills.catalog.clone(), skills.personal.clone());
+        warnings.extend(layered.warnings().iter().cloned());
+        let personal_issues = skills.personal.iter().flat_map(|p| p.issues());
         warnings.extend(
             skills
                 .catalog
                 .issues()
                 .iter()
+                .chain(personal_issues)
                 .map(|i| format!("{}: {}", i.path, i.message)),
         );
     }

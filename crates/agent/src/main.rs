@@ -63,6 +63,17 @@ enum Command {
         /// Where `execute` would run: bwrap (default where it works), none, or unsandboxed.
         #[arg(long, value_enum, value_name = "KIND")]
         sandbox: Option<SandboxChoice>,
+        /// Show this user's first request: with their memory (agents/AGENTS.md, agents/USER.md,
+        /// agents/MEMORY.md) and personal skills (agents/skills/) from their workspace, which is
+        /// --workdir if given, else STATE_DIR/users/ID.
+        #[arg(long, value_name = "ID")]
+        user: Option<String>,
+        /// The user's workspace (with --user).
+        #[arg(long, requires = "user")]
+        workdir: Option<PathBuf>,
+        /// Where `trellis run` keeps threads and users' workspaces (with --user).
+        #[arg(long, default_value = ".trellis")]
+        state_dir: PathBuf,
         /// The task to put in the first user message.
         #[arg(default_value = "(your task)")]
         task: String,
@@ -84,8 +95,15 @@ enum Command {
         /// Continue this thread (its checkpoints and its own files live in --state-dir).
         #[arg(long)]
         thread: Option<String>,
+        /// Run as this user (1-128 ASCII letters, digits, '-', '_' or '.'; not starting with '.'):
+        /// their memory (agents/AGENTS.md, agents/USER.md, agents/MEMORY.md) and personal skills
+        /// (agents/skills/SLUG/SKILL.md, over the --skills sources, for them only) come from
+        /// their workspace, which is --workdir if given, else STATE_DIR/users/ID.
+        #[arg(long, value_name = "ID")]
+        user: Option<String>,
         /// Your workspace: a directory the agent sees at /workspace in every thread you run
-        /// (without it, the agent has only the thread's own files, kept with the thread).
+        /// (without it and without --user, the agent has only the thread's own files, kept with
+        /// the thread).
         #[arg(long)]
         workdir: Option<PathBuf>,
         /// Where thread checkpoints and each thread's own files are kept.
@@ -240,9 +258,15 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             model,
             json,
             sandbox,
+            user,
+            workdir,
+            state_dir,
             task,
         } => {
-            let ws = workspace::assemble(&skills, &memory, None)?;
+            let mut ws = workspace::assemble(&skills, &memory, workdir.as_deref())?;
+            if let Some(user) = &user {
+                ws = ws.for_user(user, &state_dir)?;
+            }
             let sandbox = sandbox_cli::select(sandbox)?;
             let report = inspect::inspect(&model, &ws, &sandbox, &task).await?;
             if json {
@@ -257,6 +281,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             skills,
             memory,
             thread,
+            user,
             workdir,
             state_dir,
             mcp,
@@ -270,6 +295,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         } => {
             let options = RunOptions {
                 thread,
+                user,
                 workdir,
                 state_dir,
                 mcp,
@@ -300,6 +326,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
 #[derive(Debug)]
 struct RunOptions {
     thread: Option<String>,
+    user: Option<String>,
     workdir: Option<PathBuf>,
     state_dir: PathBuf,
     mcp: Vec<String>,
@@ -344,6 +371,7 @@ async fn run_agent(
 ) -> Result<ExitCode> {
     let RunOptions {
         thread,
+        user,
         workdir,
         state_dir,
         writable_skills,
@@ -358,7 +386,10 @@ async fn run_agent(
     if let Some(note) = &sandbox.status.note {
         tracing::warn!("{note}");
     }
-    let ws = workspace::assemble(skills, memory, workdir.as_deref())?;
+    let mut ws = workspace::assemble(skills, memory, workdir.as_deref())?;
+    if let Some(user) = &user {
+        ws = ws.for_user(user, &state_dir)?;
+    }
     std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
     let checkpointer = Arc::new(threads_cli::checkpointer(&state_dir)?);
     // The thread's own files live in the state dir beside its checkpoints; skills and memory are
@@ -386,6 +417,11 @@ async fn run_agent(
     if !allow_command.is_empty() {
         builder = builder.commands(CommandPolicy::allow_only(allow_command));
     }
+    if ws.user.is_some() {
+        builder = builder
+            .user_memory(workspace::USER_MEMORY)
+            .personal_skills(workspace::PERSONAL_SKILLS_DIR);
+    }
     let agent = builder.build()?;
     let thread_id = match thread {
         Some(id) => ThreadId::new(id)?,
@@ -403,7 +439,7 @@ async fn run_agent(
     let mut input = RunInput::human(task).thread(thread_id).events(events);
     if let Some(files) = &ws.user_files {
         input = input
-            .extension(UserIdentity::new(local_user()))
+            .extension(UserIdentity::new(ws.user.clone().unwrap_or_else(local_user)))
             .extension(UserFiles(files.clone()));
     }
     let out = agent.run(input).await?;

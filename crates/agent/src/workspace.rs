@@ -7,6 +7,7 @@
 //! | `--skills s3://bucket/org/skills` | `/skills/org` | `/skills/org/<skill>/SKILL.md` |
 //! | `--memory ./proj/AGENTS.md` | `/memory/proj` (the file's directory) | `/memory/proj/AGENTS.md` |
 //! | `--workdir ./out` | `/workspace` (the user's workspace) | `/workspace/…`, shared by the user's threads |
+//! | `--user ada` (no `--workdir`) | `/workspace` = `<state-dir>/users/ada` | ada's memory `/workspace/agents/{AGENTS,USER,MEMORY}.md` and personal skills `/workspace/agents/skills/<slug>/SKILL.md` |
 //! | (the thread) | `/` | everything else: the thread's own files, kept in `--state-dir` beside its checkpoints |
 //!
 //! Mount names come from the last path segment that is not `skills` (so a source's label reads like
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use trellis_middleware::SkillSource;
+use trellis_middleware::backend::ScopeId;
 use trellis_middleware::backend::VirtualPath;
 use trellis_middleware::backend::{
     Backend, CompositeBackend, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions,
@@ -39,7 +41,14 @@ pub struct Workspace {
     pub mounts: Vec<(String, String)>,
     /// The user's workspace (`--workdir`), mounted at `/workspace` for runs that have it.
     pub user_files: Option<Arc<dyn Backend>>,
+    /// The user chosen with `--user`: their memory and personal skills come from `user_files`.
+    pub user: Option<String>,
 }
+
+/// The user memory files `--user` loads, relative to the user's workspace (Yuxi's layout).
+pub const USER_MEMORY: [&str; 3] = ["agents/AGENTS.md", "agents/USER.md", "agents/MEMORY.md"];
+/// The personal skills directory `--user` loads, relative to the user's workspace.
+pub const PERSONAL_SKILLS_DIR: &str = "agents/skills";
 
 impl Workspace {
     /// The file layout for runs on this workspace: each thread's own files at `/`, the skill and
@@ -50,6 +59,21 @@ impl Workspace {
                 .iter()
                 .filter_map(|(at, _)| VirtualPath::parse(at).ok()),
         )
+    }
+
+    /// Run as `user` (`--user`): the id must be one safe path segment (else the typed
+    /// `InvalidScopeId` naming it); their workspace is the `--workdir` already given, else
+    /// `<state_dir>/users/<user>` (created if missing). Their memory ([`USER_MEMORY`]) and personal
+    /// skills ([`PERSONAL_SKILLS_DIR`]) are read from it.
+    pub fn for_user(mut self, user: &str, state_dir: &Path) -> Result<Self> {
+        let id = ScopeId::user(user)?;
+        if self.user_files.is_none() {
+            let dir = state_dir.join("users").join(id.as_str());
+            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            self.user_files = Some(Arc::new(FilesystemBackend::new(&dir)?));
+        }
+        self.user = Some(id.as_str().to_owned());
+        Ok(self)
     }
 
     /// File-tool rules for a run on this workspace: the mounted skill sources are read-only unless
@@ -174,6 +198,7 @@ pub fn assemble(skills: &[String], memory: &[String], workdir: Option<&Path>) ->
         memory: memory_paths,
         mounts,
         user_files,
+        user: None,
     })
 }
 

@@ -21,11 +21,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "bench_util/mod.rs"]
+mod bench_util;
+
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bench_util::{child_spec, median, ms, peak_rss_mb, peak_rss_of_child, runtime};
 use futures::StreamExt;
 use trellis_middleware::backend::{
     Backend, ByteRange, FilesystemBackend, ObjectStoreBackend, StoreOptions, VirtualPath, WriteMode,
@@ -199,25 +203,6 @@ fn floor_local(root: &Path) -> (Duration, usize) {
     (started.elapsed(), bytes)
 }
 
-fn median(mut xs: Vec<Duration>) -> Duration {
-    xs.sort();
-    xs[xs.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
-}
-
-fn peak_rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map_or(0.0, |kb| (kb / 1024.0 * 10.0).round() / 10.0)
-}
-
 /// The backend's own cost for the same I/O as discovery (ls + one read_many of 4 KiB prefixes, no
 /// parsing): median of `runs` after one warm-up.
 async fn backend_io(backend: &Arc<dyn Backend>, runs: usize) -> Duration {
@@ -351,16 +336,7 @@ async fn floor_backend(backend: &Arc<dyn Backend>) -> Duration {
 /// Peak RSS of a fresh process that discovers, renders and indexes the library at `location` (a
 /// child of this bench, so earlier sizes and the floors' buffers do not count).
 fn peak_rss_in_child(store: &str, location: &str, n: usize) -> f64 {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .env("TRELLIS_BENCH_CHILD", format!("{store}|{location}|{n}"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "child failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0.0)
+    peak_rss_of_child(&format!("{store}|{location}|{n}"))
 }
 
 async fn child(spec: &str) {
@@ -390,11 +366,8 @@ async fn child(spec: &str) {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    if let Ok(spec) = std::env::var("TRELLIS_BENCH_CHILD") {
+    let rt = runtime();
+    if let Some(spec) = child_spec() {
         rt.block_on(child(&spec));
         return;
     }

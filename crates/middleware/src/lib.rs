@@ -77,6 +77,8 @@ mod runtime;
 pub mod skills;
 pub mod subagents;
 pub mod summarization;
+pub mod user_cache;
+pub mod user_home;
 
 pub use attachments::{ATTACHMENTS, Attachment, AttachmentStore, AttachmentsMiddleware, Upload};
 pub use core_stack::{
@@ -119,6 +121,7 @@ pub use tools::{
     DetachedRun, FnTool, HiddenPaths, Tool, ToolContext, ToolError, ToolOutput, ToolRun, UserIdentity,
     parameters_schema, parameters_schema as tool_schema, parse_args,
 };
+pub use user_home::{UserHome, UserHomeError, UserHomes};
 
 /// `docs/writing-a-tool.md`, compiled: its example is this crate's doctest.
 #[cfg(doctest)]

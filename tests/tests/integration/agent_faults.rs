@@ -55,7 +55,8 @@ fn skill(name: &str) -> String {
     format!("---\nname: {name}\ndescription: The {name} skill.\n---\n# {name}\n")
 }
 
-fn system_text(request: &ModelRequest) -> String {
+/// Every system block's text, joined by newlines.
+pub(crate) fn system_text(request: &ModelRequest) -> String {
     request
         .system
         .iter()

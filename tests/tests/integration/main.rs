@@ -8,4 +8,5 @@ mod fuzz_replay;
 mod object_store_faults;
 mod provider_faults;
 mod thread_files;
+mod user_layer;
 mod workspaces;

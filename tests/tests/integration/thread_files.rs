@@ -282,19 +282,27 @@ fn a_thread_resumed_in_another_process_finds_its_files() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let exe = std::env::current_exe().expect("test binary");
     for role in ["writer", "reader"] {
-        let out = std::process::Command::new(&exe)
-            .args(["--exact", PROCESS_TEST, "--nocapture", "--test-threads", "1"])
-            .env(ROLE, role)
-            .env(STATE_DIR, dir.path())
-            .output()
-            .expect("re-run the test binary");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && stdout.contains("1 passed"),
-            "{role} process failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        rerun_as(
+            PROCESS_TEST,
+            &[(ROLE, role), (STATE_DIR, &dir.path().display().to_string())],
         );
     }
+}
+
+/// Run the test `test` of this test binary in a process of its own with `env` set; fails unless
+/// it passed.
+pub(crate) fn rerun_as(test: &str, env: &[(&str, &str)]) {
+    let exe = std::env::current_exe().expect("test binary");
+    let out = std::process::Command::new(&exe)
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .envs(env.iter().copied())
+        .output()
+        .expect("re-run the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{env:?}: the process failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

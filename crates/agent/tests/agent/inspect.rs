@@ -1,18 +1,10 @@
 //! `trellis inspect` on the bundled example agent: the exact first request, as a snapshot.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-
 use trellis_agent::sandbox_cli::{SandboxChoice, Selected, select};
 use trellis_agent::{inspect, workspace};
 
-fn example(rel: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/sales-assistant")
-        .join(rel)
-        .display()
-        .to_string()
-}
+use crate::cli::example;
 
 #[tokio::test]
 async fn inspect_the_example_agent() {

@@ -9,6 +9,7 @@ mod cli_logging;
 mod cli_sandbox;
 mod cli_streaming;
 mod cli_threads;
+mod cli_users;
 mod inspect;
 mod mcp_agent;
 mod mcp_cli;

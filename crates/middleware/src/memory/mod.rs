@@ -18,9 +18,25 @@
 //!   prefix is marked first; the loop drops breakpoints past the model's limit, latest first.
 //! * **Edits.** After a successful `edit_file` or `write_file` of one of the sources (through tools
 //!   working on the same backend), the file is read again and the next model call shows the new text.
+//! * **The user's own memory.** [`MemoryMiddleware::with_user_sources`] adds files relative to the
+//!   run's user's workspace (`agents/AGENTS.md`, `agents/USER.md`, `agents/MEMORY.md`), rendered in
+//!   the same section after the agent's own files, read on every run and cached per user; see
+//!   *The user's layer* below and `docs/memory.md`.
+//!
+//! # The user's layer
+//!
+//! Every run reads the run's user's sources in one batched read (missing ones skipped; a missing one
+//! with a first-use template is created from it, create-only, never overwriting). What was read is
+//! kept per user in a bounded cache (least recently used out, [`DEFAULT_USER_CACHE_CAPACITY`] users
+//! by default) with a revision; each model call compares the thread's revision with its user's, so
+//! an edit of a user's file by one of their threads reaches their other threads on the next call,
+//! and never a thread of another user. Edits go through the file tools, whose writes are
+//! version-checked. A run whose user id is not one safe path segment fails with
+//! [`MemoryError::User`] before anything is read.
 
 mod comments;
 mod render;
+mod user;
 
 use std::sync::Arc;
 
@@ -28,8 +44,12 @@ use crate::backend::{Backend, BackendError, VirtualPath};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use crate::user_cache::DEFAULT_USER_CACHE_CAPACITY;
 pub use comments::strip_html_comments;
-pub use render::{MemoryFile, RenderReport, render};
+pub use render::{MemoryFile, RenderReport, UserNote, render, render_for_user};
+
+use crate::user_home::{UserHomeError, UserHomes};
+use user::{UserEntry, UserMemory};
 
 use crate::runtime::context::RunContext;
 use crate::runtime::error::AgentError;
@@ -52,6 +72,15 @@ pub struct MemoryState {
     pub files: Vec<MemoryFile>,
     /// The rendered section.
     pub section: String,
+    /// The run's user's files (see [`MemoryMiddleware::with_user_sources`]), after `files`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub user_files: Vec<MemoryFile>,
+    /// The user whose files `user_files` are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The revision of the user's cached memory the section shows (this process only).
+    #[serde(skip)]
+    pub user_revision: u64,
 }
 
 /// Why memory could not be loaded.
@@ -80,6 +109,17 @@ pub enum MemoryError {
         /// Why.
         reason: String,
     },
+    /// The run's user workspace could not be placed (a user id that is not one safe path segment).
+    #[error(transparent)]
+    User(#[from] UserHomeError),
+}
+
+/// The user's part of a [`MemoryState`].
+#[derive(Debug, Default)]
+struct UserLayer {
+    files: Vec<MemoryFile>,
+    key: Option<String>,
+    revision: u64,
 }
 
 /// Memory files always in context; see the module docs.
@@ -90,6 +130,7 @@ pub struct MemoryMiddleware {
     budget_chars: usize,
     show_section: bool,
     ttl: CacheTtl,
+    user: Option<Arc<UserMemory>>,
 }
 
 impl MemoryMiddleware {
@@ -113,7 +154,74 @@ impl MemoryMiddleware {
             budget_chars: DEFAULT_MEMORY_BUDGET_CHARS,
             show_section: true,
             ttl: CacheTtl::FiveMinutes,
+            user: None,
         })
+    }
+
+    /// Add memory files of the run's user: paths relative to the user's workspace
+    /// (`agents/MEMORY.md`), shown and edited below its mount (`/workspace/agents/MEMORY.md`),
+    /// rendered after the agent's own files. A run without a user workspace has no user layer. The
+    /// workspace is found by [`UserHomes`] (only a `UserFiles` run extension unless
+    /// [`with_user_homes`](Self::with_user_homes) says more). Configure before cloning: clones
+    /// share the per-user cache.
+    pub fn with_user_sources<S: AsRef<str>>(
+        mut self,
+        sources: impl IntoIterator<Item = S>,
+    ) -> Result<Self, MemoryError> {
+        let sources = sources
+            .into_iter()
+            .map(|s| user::parse_relative(s.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let homes = UserHomes::new();
+        self.user = Some(Arc::new(UserMemory::new(
+            homes,
+            sources,
+            DEFAULT_USER_CACHE_CAPACITY,
+        )));
+        Ok(self)
+    }
+
+    /// Where the run's user's workspace is (call after [`with_user_sources`](Self::with_user_sources)).
+    pub fn with_user_homes(self, homes: UserHomes) -> Self {
+        self.map_user(|u| u.with_homes(homes))
+    }
+
+    /// Most users whose memory is kept in the cache (default [`DEFAULT_USER_CACHE_CAPACITY`]).
+    pub fn with_user_cache_capacity(self, users: usize) -> Self {
+        self.map_user(|u| u.with_capacity(users))
+    }
+
+    /// A first-use template for the user source `path`: when a run finds the file missing, it is
+    /// created with `text` (create-only: an existing file, or one created meanwhile, is never
+    /// overwritten). `path` must be one of the user sources.
+    pub fn with_user_template(mut self, path: &str, text: impl Into<String>) -> Result<Self, MemoryError> {
+        let path = user::parse_relative(path)?;
+        let Some(user) = self.user.take() else {
+            return Err(MemoryError::BadSource {
+                path: path.to_string(),
+                reason: "a template needs user memory sources (with_user_sources)".to_owned(),
+            });
+        };
+        let mut user = Arc::try_unwrap(user).unwrap_or_else(|shared| shared.fresh_copy());
+        user.add_template(path, text.into())?;
+        self.user = Some(Arc::new(user));
+        Ok(self)
+    }
+
+    fn map_user(mut self, f: impl FnOnce(UserMemory) -> UserMemory) -> Self {
+        if let Some(user) = self.user.take() {
+            let user = Arc::try_unwrap(user).unwrap_or_else(|shared| shared.fresh_copy());
+            self.user = Some(Arc::new(f(user)));
+        }
+        self
+    }
+
+    /// The user sources as the model sees them (below the workspace mount), in order.
+    pub fn user_sources(&self) -> Vec<VirtualPath> {
+        self.user
+            .as_ref()
+            .map(|u| u.shown_sources().collect())
+            .unwrap_or_default()
     }
 
     /// Most characters of memory text shown.
@@ -159,11 +267,15 @@ impl MemoryMiddleware {
                 }
             }
         }
-        Ok(self.state_for(files))
+        Ok(self.state_for(files, UserLayer::default()))
     }
 
-    fn state_for(&self, files: Vec<MemoryFile>) -> MemoryState {
-        let (section, report) = render(&files, self.budget_chars);
+    /// `files` of the agent, then `user`'s files, rendered.
+    fn state_for(&self, files: Vec<MemoryFile>, user: UserLayer) -> MemoryState {
+        let all: Vec<MemoryFile> = files.iter().chain(&user.files).cloned().collect();
+        let shown: Vec<String> = self.user_sources().iter().map(ToString::to_string).collect();
+        let note = user.key.is_some().then_some(UserNote { sources: &shown });
+        let (section, report) = render_for_user(&all, note, self.budget_chars);
         if report.over_budget() {
             tracing::warn!(
                 total_chars = report.total_chars,
@@ -172,7 +284,43 @@ impl MemoryMiddleware {
                 "memory is over its size budget; part of it is not shown to the model"
             );
         }
-        MemoryState { files, section }
+        MemoryState {
+            files,
+            section,
+            user_files: user.files,
+            user: user.key,
+            user_revision: user.revision,
+        }
+    }
+
+    /// `current` with the user's layer set to `entry` (re-rendered only when it changed).
+    fn with_user_entry(&self, current: &MemoryState, key: &str, entry: &UserEntry) -> Option<MemoryState> {
+        if current.user.as_deref() == Some(key) && current.user_revision == entry.revision {
+            return None;
+        }
+        let layer = UserLayer {
+            files: entry.files.clone(),
+            key: Some(key.to_owned()),
+            revision: entry.revision,
+        };
+        Some(self.state_for(current.files.clone(), layer))
+    }
+
+    /// The run's user's layer, read now (every run), applied to `memory`.
+    async fn load_user(&self, memory: MemoryState, cx: &RunContext) -> Result<MemoryState, MemoryError> {
+        let Some(user) = &self.user else {
+            return Ok(memory);
+        };
+        match user.home(cx.extensions())? {
+            Some(home) => {
+                let entry = user.load(&home).await?;
+                Ok(self.with_user_entry(&memory, &home.key, &entry).unwrap_or(memory))
+            }
+            None if memory.user.is_some() || !memory.user_files.is_empty() => {
+                Ok(self.state_for(memory.files, UserLayer::default()))
+            }
+            None => Ok(memory),
+        }
     }
 
     /// Re-read one source after an edit and return the new state.
@@ -195,11 +343,37 @@ impl MemoryMiddleware {
                 files.push(f.clone());
             }
         }
-        Ok(self.state_for(files))
+        // The user's layer is unchanged by an edit of the agent's own memory.
+        let user = UserLayer {
+            files: current.user_files.clone(),
+            key: current.user.clone(),
+            revision: current.user_revision,
+        };
+        Ok(self.state_for(files, user))
+    }
+
+    /// After an edit of the user source `source`: re-read it, update the user's cache, and the state.
+    async fn refreshed_user(
+        &self,
+        current: &MemoryState,
+        source: &VirtualPath,
+        cx: &ToolContext<'_>,
+    ) -> Result<Option<MemoryState>, MemoryError> {
+        let Some(user) = &self.user else {
+            return Ok(None);
+        };
+        let Some(home) = user.home(cx.extensions())? else {
+            return Ok(None);
+        };
+        let entry = user.refresh(&home, source).await?;
+        Ok(Some(
+            self.with_user_entry(current, &home.key, &entry)
+                .unwrap_or_else(|| current.clone()),
+        ))
     }
 }
 
-fn to_memory_file(path: &VirtualPath, bytes: &[u8]) -> Result<Option<MemoryFile>, MemoryError> {
+pub(crate) fn to_memory_file(path: &VirtualPath, bytes: &[u8]) -> Result<Option<MemoryFile>, MemoryError> {
     let text = std::str::from_utf8(bytes).map_err(|_| MemoryError::NotText {
         path: path.to_string(),
     })?;
@@ -219,15 +393,20 @@ impl Middleware for MemoryMiddleware {
         "memory"
     }
 
-    async fn before_agent(&self, state: &mut State, _cx: &RunContext) -> Result<(), AgentError> {
-        if state.get(&MEMORY)?.is_some() {
+    async fn before_agent(&self, state: &mut State, cx: &RunContext) -> Result<(), AgentError> {
+        let current = state.get(&MEMORY)?.cloned();
+        if current.is_some() && self.user.is_none() {
             return Ok(());
         }
-        let loaded = self
-            .load()
-            .await
-            .map_err(|e| AgentError::middleware("memory", e))?;
-        state.set(&MEMORY, loaded);
+        let fail = |e| AgentError::middleware("memory", e);
+        let memory = match current.clone() {
+            Some(m) => m,
+            None => self.load().await.map_err(fail)?,
+        };
+        let memory = self.load_user(memory, cx).await.map_err(fail)?;
+        if current.as_ref() != Some(&memory) {
+            state.set(&MEMORY, memory);
+        }
         Ok(())
     }
 
@@ -238,6 +417,15 @@ impl Middleware for MemoryMiddleware {
         cx: &RunContext,
         next: Next<'_>,
     ) -> Result<ModelResponse, AgentError> {
+        // Another thread of this user edited their memory: show it now.
+        if let Some(user) = &self.user
+            && let Some(key) = user.key_of(cx.extensions())
+            && let Some(entry) = user.cached(key)
+            && let Some(memory) = state.get(&MEMORY)?
+            && let Some(fresh) = self.with_user_entry(memory, key, &entry)
+        {
+            state.set(&MEMORY, fresh);
+        }
         if self.show_section
             && let Some(memory) = state.get(&MEMORY)?
         {
@@ -258,18 +446,38 @@ impl Middleware for MemoryMiddleware {
         cx: &ToolContext<'_>,
         next: ToolNext<'_>,
     ) -> Result<ToolOutput, AgentError> {
-        let edited = matches!(call.name.as_str(), "edit_file" | "write_file")
+        let target = matches!(call.name.as_str(), "edit_file" | "write_file")
             .then(|| call.file_path())
-            .flatten()
-            .filter(|p| self.sources.contains(p));
+            .flatten();
+        let edited = target.clone().filter(|p| self.sources.contains(p));
+        let edited_user = target
+            .as_ref()
+            .and_then(|p| self.user.as_ref().and_then(|u| u.source_at(p)).cloned());
         let mut output = next.run(call, cx).await?;
-        let Some(path) = edited else {
-            return Ok(output);
-        };
         if output.is_error {
             return Ok(output);
         }
         let current = cx.slot(&MEMORY)?.cloned().unwrap_or_default();
+        if let (Some(source), Some(shown)) = (edited_user, target) {
+            match self.refreshed_user(&current, &source, cx).await {
+                Ok(Some(fresh)) => {
+                    cx.emit(
+                        "memory",
+                        "refreshed",
+                        || serde_json::json!({ "path": shown.as_str() }),
+                    );
+                    output.updates.set(&MEMORY, fresh);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "user memory file edited but could not be re-read; keeping the old text")
+                }
+            }
+            return Ok(output);
+        }
+        let Some(path) = edited else {
+            return Ok(output);
+        };
         match self.refreshed(&current, &path).await {
             Ok(fresh) => {
                 cx.emit(

@@ -49,10 +49,28 @@ it and do not repeat it back.
 - Keep entries short and specific. Fix or delete a note that turned out wrong instead of adding one \
 that contradicts it.";
 
+/// What the section says about the run's user's own memory files (see
+/// [`MemoryMiddleware::with_user_sources`](super::MemoryMiddleware::with_user_sources)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserNote<'a> {
+    /// The user's sources as the model sees them, in order.
+    pub sources: &'a [String],
+}
+
 /// Render the section. `budget` is the most memory characters shown; over it, the text is cut at
 /// the end of a line and the model is told so. A `</memory` inside a file is escaped so file content
 /// cannot close its own tag.
 pub fn render(files: &[MemoryFile], budget: usize) -> (String, RenderReport) {
+    render_for_user(files, None, budget)
+}
+
+/// [`render`], and when the run has a user layer, a paragraph saying which files are that user's
+/// own (the model should keep what concerns only this user there, and may create a missing one).
+pub fn render_for_user(
+    files: &[MemoryFile],
+    user: Option<UserNote<'_>>,
+    budget: usize,
+) -> (String, RenderReport) {
     let total_chars: usize = files.iter().map(|f| f.text.chars().count()).sum();
     let mut out = String::with_capacity(INTRO.len() + GUIDE.len() + total_chars.min(budget) + 256);
     out.push_str(INTRO);
@@ -80,6 +98,9 @@ pub fn render(files: &[MemoryFile], budget: usize) -> (String, RenderReport) {
              is not shown. Shorten it: merge overlapping notes and delete ones that no longer matter.\n\n"
         ));
     }
+    if let Some(note) = user {
+        write_user_note(&mut out, files, note);
+    }
     out.push_str(GUIDE);
     (
         out,
@@ -88,6 +109,36 @@ pub fn render(files: &[MemoryFile], budget: usize) -> (String, RenderReport) {
             shown_chars,
         },
     )
+}
+
+/// The paragraph on the user's own files: which exist, which may be created.
+fn write_user_note(out: &mut String, files: &[MemoryFile], note: UserNote<'_>) {
+    let quoted = |paths: &[&String]| {
+        paths
+            .iter()
+            .map(|p| format!("`{}`", escape_attr(p)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let all: Vec<&String> = note.sources.iter().collect();
+    let missing: Vec<&String> = note
+        .sources
+        .iter()
+        .filter(|p| !files.iter().any(|f| &&f.path == p))
+        .collect();
+    out.push_str(&format!(
+        "### This user's memory\n{} belong to the user you are talking with: only their conversations load them. \
+         Keep what concerns only this user (their preferences, their work, corrections they made) there, and \
+         what holds for everyone in the other files.",
+        quoted(&all)
+    ));
+    if !missing.is_empty() {
+        out.push_str(&format!(
+            " Not created yet: {}; create one with `write_file` when there is something to keep.",
+            quoted(&missing)
+        ));
+    }
+    out.push_str("\n\n");
 }
 
 /// At most `max` characters of `text`, ending at a line end when a cut is needed.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::SkillMetadata;
-use super::catalog::SkillCatalog;
+use super::layers::LayeredCatalog;
 use super::middleware::{DISCLOSURE_SOURCE, Disclosure, PINNED_SOURCE};
 use crate::runtime::message::{ContentBlock, HumanMessage, Message, MessageMeta, SystemMessage};
 use crate::runtime::model::{ModelRequest, ToolSpec};
@@ -66,14 +66,14 @@ pub(super) fn pinned_message(skill: &SkillMetadata, body: &str) -> Message {
 pub(super) fn activations(
     messages: &crate::runtime::message_list::Messages,
     from: usize,
-    visible: &SkillCatalog,
+    visible: &LayeredCatalog,
 ) -> Vec<SkillMetadata> {
     let mut out: Vec<SkillMetadata> = Vec::new();
     for (i, message) in messages.iter().enumerate().skip(from.min(messages.len())) {
         let Some(ai) = message.as_ai() else { continue };
         for call in ai.calls().filter(|c| c.name == "read_file") {
             let Some(path) = call.file_path() else { continue };
-            let Some(skill) = visible.skills().iter().find(|s| s.path == path) else {
+            let Some((_, skill)) = visible.by_path(&path) else {
                 continue;
             };
             let succeeded = messages

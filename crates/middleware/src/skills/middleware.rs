@@ -29,10 +29,18 @@
 //!   [`HiddenPaths`] for every tool call, so for the file tools (and for subagents, which inherit
 //!   the run's extensions) they do not exist: `ls`, `glob` and `grep` leave them out, `read_file`, `edit_file` and `delete` answer
 //!   "not found" exactly as for a missing file, and `write_file` is refused.
+//! * **Personal skills.** With [`SkillsMiddleware::with_personal_skills`], each user's own skills
+//!   (in their workspace, see [`PersonalSkills`]) are the highest-priority source, for that user
+//!   only: a thread keeps its user's personal catalog beside the shared organisation catalog, and
+//!   every lookup, the section, search, activation and pins go through the layered view
+//!   ([`LayeredCatalog`]). A personal skill with an organisation
+//!   skill's name shadows it for that user, with a notice among the catalog's warnings.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
+
+use crate::backend::Backend;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -41,9 +49,12 @@ use super::SkillMetadata;
 use super::activation::{activations, disclose_in_messages, pinned_message};
 use super::catalog::{SkillCatalog, SkillVisibility, Viewer};
 use super::discovery::{DiscoveryOptions, discover, rescan};
-use super::render::{RenderOptions, render};
+use super::layers::{Layer, LayeredCatalog};
+use super::personal::PersonalSkills;
+use super::render::{RenderOptions, render_layered};
 use super::source::SkillSource;
-use super::tools::{BoundTools, SearchSkillsTool};
+use super::tools::BoundTools;
+use super::views::{View, Views};
 use crate::runtime::context::RunContext;
 use crate::runtime::error::AgentError;
 use crate::runtime::message::{SystemBlock, ToolCall};
@@ -86,6 +97,12 @@ pub struct SkillsState {
     pub disclosed: Vec<Disclosure>,
     /// Messages already scanned for skill activations.
     pub scanned: usize,
+    /// The run's user's personal skills (see [`SkillsMiddleware::with_personal_skills`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub personal: Option<Arc<SkillCatalog>>,
+    /// The user `personal` belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub personal_owner: Option<String>,
 }
 
 /// One disclosed bound tool.
@@ -107,7 +124,8 @@ pub struct SkillsMiddleware {
     budget_tokens: Option<usize>,
     bound: BoundTools,
     visibility: Option<Arc<dyn SkillVisibility>>,
-    views: Arc<Mutex<Vec<View>>>,
+    personal: Option<Arc<PersonalSkills>>,
+    views: Arc<Views>,
     latest: Arc<Mutex<Option<Latest>>>,
 }
 
@@ -117,20 +135,6 @@ struct Latest {
     catalog: Arc<SkillCatalog>,
     generation: u64,
 }
-
-/// A catalog as one viewer sees it, and its search tool: built once per (generation, viewer).
-#[derive(Clone)]
-struct View {
-    generation: u64,
-    viewer: Option<String>,
-    visible: Arc<SkillCatalog>,
-    /// Directories of the skills this viewer may not see.
-    hidden: HiddenPaths,
-    search: Arc<dyn Tool>,
-}
-
-/// Views kept (one per recent viewer).
-const MAX_VIEWS: usize = 16;
 
 fn next_generation() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -164,6 +168,7 @@ impl SkillsMiddleware {
             budget_tokens: None,
             bound: BoundTools::new(),
             visibility: None,
+            personal: None,
             views: Arc::default(),
             latest: Arc::default(),
         }
@@ -187,6 +192,18 @@ impl SkillsMiddleware {
         self
     }
 
+    /// Each user's own skills, layered over these sources for that user only (see
+    /// [`PersonalSkills`]).
+    pub fn with_personal_skills(mut self, personal: PersonalSkills) -> Self {
+        self.personal = Some(Arc::new(personal));
+        self
+    }
+
+    /// The personal skills source, when there is one.
+    pub fn personal_skills(&self) -> Option<&PersonalSkills> {
+        self.personal.as_deref()
+    }
+
     /// How discovery reads.
     pub fn with_discovery_options(mut self, options: DiscoveryOptions) -> Self {
         self.discovery = options;
@@ -202,43 +219,47 @@ impl SkillsMiddleware {
             .map(|u| Viewer::new(u.user_id.clone(), u.roles.iter().cloned()))
     }
 
-    /// The catalog as this run's viewer sees it, and its search tool (cached per generation and viewer).
+    /// The catalog as this run's viewer sees it, and its search tool (cached per generation,
+    /// viewer and personal catalog).
     fn view(&self, skills: &SkillsState, extensions: &Extensions) -> View {
-        let viewer = Self::viewer(extensions);
-        let viewer_id = viewer.as_ref().and_then(|v| v.user_id.clone());
-        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(v) = views
-            .iter()
-            .find(|v| v.generation == skills.generation && v.viewer == viewer_id)
-        {
-            return v.clone();
-        }
-        let mut hidden = Vec::new();
-        let visible = Arc::new(match &self.visibility {
-            Some(policy) => {
-                let viewer = viewer.unwrap_or_default();
-                skills.catalog.filtered(|s| {
-                    let visible = policy.is_visible(s, &viewer);
-                    if !visible {
-                        hidden.push(s.dir());
-                    }
-                    visible
-                })
-            }
-            None => (*skills.catalog).clone(),
-        });
-        let view = View {
-            generation: skills.generation,
-            viewer: viewer_id,
-            hidden: HiddenPaths::new(hidden),
-            search: Arc::new(SearchSkillsTool::new(visible.clone())),
-            visible,
+        // The id alone finds a cached view; the viewer (a clone) is built only on a miss.
+        let viewer_id = match extensions.get::<Viewer>() {
+            Some(v) => v.user_id.as_deref(),
+            None => extensions.get::<UserIdentity>().map(|u| u.user_id.as_str()),
         };
-        if views.len() >= MAX_VIEWS {
-            views.remove(0);
+        self.views.get(
+            &skills.catalog,
+            skills.generation,
+            skills.personal.as_ref(),
+            viewer_id,
+            || Self::viewer(extensions),
+            self.visibility.as_ref(),
+        )
+    }
+
+    /// The run's user's personal catalog and its owner, or `None`s without personal skills or a
+    /// user workspace.
+    async fn load_personal(
+        &self,
+        cx: &RunContext,
+    ) -> Result<(Option<Arc<SkillCatalog>>, Option<String>), AgentError> {
+        match &self.personal {
+            Some(personal) => personal.load_for_run(cx, &self.discovery).await,
+            None => Ok((None, None)),
         }
-        views.push(view.clone());
-        view
+    }
+
+    /// The backend a skill of `layer` is read from in this run.
+    fn backend_of(
+        &self,
+        layer: Layer,
+        skill: &SkillMetadata,
+        extensions: &Extensions,
+    ) -> Option<Arc<dyn Backend>> {
+        match layer {
+            Layer::Org => self.sources.get(skill.source).map(|s| s.backend().clone()),
+            Layer::Personal => self.personal.as_ref()?.backend_for_run(extensions),
+        }
     }
 
     fn render_into(&self, skills: &mut SkillsState, cx: &RunContext, keep: &[String]) {
@@ -247,7 +268,7 @@ impl SkillsMiddleware {
             RenderOptions::for_context_window(window).budget_tokens
         });
         let options = RenderOptions::with_budget(budget).keep(keep.iter().cloned());
-        let rendered = render(&self.view(skills, cx.extensions()).visible, &options);
+        let rendered = render_layered(&self.view(skills, cx.extensions()).layers, &options);
         skills.needs_search = rendered.needs_search();
         skills.section = rendered.text;
         skills.section_viewer = Self::viewer(cx.extensions()).and_then(|v| v.user_id);
@@ -266,7 +287,7 @@ impl SkillsMiddleware {
     /// nothing.
     async fn bindings<'a>(
         &self,
-        catalog: &SkillCatalog,
+        catalog: &LayeredCatalog,
         disclosed: &'a [Disclosure],
         cx: &RunContext,
     ) -> BTreeMap<&'a str, Vec<Arc<dyn Tool>>> {
@@ -276,7 +297,7 @@ impl SkillsMiddleware {
                 continue;
             }
             let tools = match catalog.get(name) {
-                Some(skill) => self.bound_for(skill, cx).await,
+                Some((_, skill)) => self.bound_for(skill, cx).await,
                 None => Vec::new(),
             };
             bound.insert(name, tools);
@@ -300,7 +321,7 @@ impl SkillsMiddleware {
         }
         let view = self.view(skills, cx.extensions());
         for name in activated {
-            let Some(skill) = view.visible.get(name) else {
+            let Some((_, skill)) = view.layers.get(name) else {
                 continue;
             };
             if !self.bound.has_labels(&skill.include_tools) {
@@ -376,7 +397,7 @@ impl Middleware for SkillsMiddleware {
             tools.push(view.search.clone());
         }
         if !skills.disclosed.is_empty() {
-            let bound = self.bindings(&view.visible, &skills.disclosed, cx).await;
+            let bound = self.bindings(&view.layers, &skills.disclosed, cx).await;
             let mut seen = BTreeSet::new();
             for d in &skills.disclosed {
                 let found = bound
@@ -395,7 +416,18 @@ impl Middleware for SkillsMiddleware {
     async fn before_agent(&self, state: &mut State, cx: &RunContext) -> Result<(), AgentError> {
         let reload = state.get(&RELOAD_SKILLS)?.copied().unwrap_or(false);
         let current = state.get(&SKILLS)?.cloned();
+        let owner = self
+            .personal
+            .as_ref()
+            .and_then(|p| p.homes().resolve(cx.extensions()).ok().flatten())
+            .map(|home| home.key);
         let mut skills = match (current, reload) {
+            // A thread resumed by another user gets that user's personal layer.
+            (Some(mut s), false) if self.personal.is_some() && s.personal_owner != owner => {
+                (s.personal, s.personal_owner) = self.load_personal(cx).await?;
+                s.section.clear();
+                s
+            }
             (Some(s), false) => s,
             (previous, _) => {
                 let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -425,15 +457,19 @@ impl Middleware for SkillsMiddleware {
                     },
                 };
                 *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(latest.clone());
+                let (personal, personal_owner) = self.load_personal(cx).await?;
                 let mut fresh = SkillsState {
                     catalog: latest.catalog,
                     generation: latest.generation,
                     pinned: previous.as_ref().map(|p| p.pinned.clone()).unwrap_or_default(),
+                    personal,
+                    personal_owner,
                     ..SkillsState::default()
                 };
                 // Disclosed tools survive a reload only while their skill still binds them.
                 if let Some(previous) = previous {
-                    let bound = self.bindings(&fresh.catalog, &previous.disclosed, cx).await;
+                    let layers = self.view(&fresh, cx.extensions()).layers;
+                    let bound = self.bindings(&layers, &previous.disclosed, cx).await;
                     let still_bound = |d: &Disclosure| {
                         bound
                             .get(d.skill.as_str())
@@ -494,7 +530,7 @@ impl Middleware for SkillsMiddleware {
         }
         let mut skills = current.clone();
         let mut activated = state.get(&SKILLS_ACTIVATED)?.cloned().unwrap_or_default();
-        let visible = self.view(&skills, cx.extensions()).visible;
+        let visible = self.view(&skills, cx.extensions()).layers;
         let before = (skills.clone(), activated.len());
 
         // Activations: successful read_file calls of a SKILL.md since the last scan. Disclosed tools
@@ -511,14 +547,14 @@ impl Middleware for SkillsMiddleware {
                 continue;
             }
             skills.pinned.push(name.clone());
-            let Some(skill) = visible.get(&name).cloned() else {
+            let Some((layer, skill)) = visible.get(&name).map(|(l, s)| (l, s.clone())) else {
                 tracing::warn!(skill = %name, "pinned skill is unknown or not visible to this user");
                 continue;
             };
-            let Some(source) = self.sources.get(skill.source) else {
+            let Some(backend) = self.backend_of(layer, &skill, cx.extensions()) else {
                 continue;
             };
-            let body = match source.backend().read(&skill.path, None).await {
+            let body = match backend.read(&skill.path, None).await {
                 Ok(out) => String::from_utf8_lossy(&out.bytes).into_owned(),
                 Err(e) => {
                     tracing::warn!(skill = %name, error = %e, "could not read a pinned skill");

@@ -32,13 +32,16 @@ pub mod discovery;
 mod fastyaml;
 pub mod frontmatter;
 pub(crate) mod issue_log;
+pub mod layers;
 pub mod middleware;
+pub mod personal;
 pub mod render;
 pub mod search;
 pub mod skill;
 pub mod source;
 pub mod tools;
 pub mod validate;
+mod views;
 mod yaml_text;
 
 /// Entry points for the fuzz targets (`fuzz/`) and their replay test, which check the frontmatter
@@ -62,13 +65,15 @@ pub mod fuzzing {
 
 pub use catalog::{RolesFromMetadata, SkillCatalog, SkillVisibility, SkippedFile, Viewer};
 pub use discovery::{Discovery, DiscoveryOptions, DiscoveryStats, discover, rescan};
+pub use layers::{Layer, LayeredCatalog};
 pub use middleware::{
     DISCLOSURE_SOURCE, Disclosure, PIN_SKILLS, PINNED_SOURCE, RELOAD_SKILLS, SKILLS, SKILLS_ACTIVATED,
     SkillsMiddleware, SkillsState,
 };
+pub use personal::{DEFAULT_PERSONAL_SKILLS_DIR, PERSONAL_LABEL, PersonalSkills};
 pub use render::{
     RenderOptions, RenderedSection, escape_controls, escape_untrusted, estimate_tokens, inline_untrusted,
-    render,
+    render, render_layered,
 };
 pub use search::{SearchHit, SkillIndex};
 pub use skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};

@@ -21,7 +21,9 @@
 use std::fmt::Write as _;
 
 use super::catalog::SkillCatalog;
+use super::layers::LayeredCatalog;
 use super::skill::SkillMetadata;
+use super::source::SourceInfo;
 use super::{MAX_SHOWN_WARNINGS, MAX_WARNING_CHARS};
 
 /// The share of the context window the section may take by default, in percent.
@@ -328,23 +330,56 @@ impl Sized {
     }
 }
 
+/// What a section lists: sources (lowest priority first), warnings, and skills in catalog order,
+/// each with the index of its source.
+struct Listing<'a> {
+    sources: Vec<&'a SourceInfo>,
+    warnings: &'a [String],
+    skills: Vec<(usize, &'a SkillMetadata)>,
+}
+
 /// Render the section for `catalog` under `options`. See the module docs.
 pub fn render(catalog: &SkillCatalog, options: &RenderOptions) -> RenderedSection {
+    render_listing(
+        &Listing {
+            sources: catalog.sources().iter().collect(),
+            warnings: catalog.warnings(),
+            skills: catalog.skills().iter().map(|s| (s.source, s)).collect(),
+        },
+        options,
+    )
+}
+
+/// Render the section for a user's [`LayeredCatalog`]: the organisation's skills and sources,
+/// then the personal source as the highest-priority one, with the shadowing notices among the
+/// warnings. The same rules as [`render`]; the organisation's catalog is borrowed, not copied.
+pub fn render_layered(catalog: &LayeredCatalog, options: &RenderOptions) -> RenderedSection {
+    render_listing(
+        &Listing {
+            sources: catalog.sources(),
+            warnings: catalog.warnings(),
+            skills: catalog.skills().collect(),
+        },
+        options,
+    )
+}
+
+fn render_listing(listing: &Listing<'_>, options: &RenderOptions) -> RenderedSection {
     let budget = options.budget_tokens.saturating_mul(4);
-    let skills = catalog.skills();
+    let skills = &listing.skills;
     let total = skills.len();
-    let head = render_head(catalog, options);
+    let head = render_head(listing, options);
 
     if skills.is_empty() {
         let text = format!("{head}No skills are available right now.\n");
         return finish(text, 0, 0, 0);
     }
 
-    let sized: Vec<Sized> = skills.iter().map(Sized::new).collect();
+    let sized: Vec<Sized> = skills.iter().map(|(_, s)| Sized::new(s)).collect();
     let full: usize = sized.iter().map(|s| s.len(None)).sum();
     if head.len() + full <= budget {
         let mut text = head;
-        for skill in skills {
+        for (_, skill) in skills {
             write_entry(&mut text, skill, None);
         }
         return finish(text, total, total, 0);
@@ -364,7 +399,7 @@ pub fn render(catalog: &SkillCatalog, options: &RenderOptions) -> RenderedSectio
         }
         let shortened = sized.iter().filter(|s| s.description.len() > lo).count();
         let mut text = head;
-        for skill in skills {
+        for (_, skill) in skills {
             write_entry(&mut text, skill, Some(lo));
         }
         text.push_str(&footer(options, 0, total, shortened > 0));
@@ -375,14 +410,14 @@ pub fn render(catalog: &SkillCatalog, options: &RenderOptions) -> RenderedSectio
     let cap = Some(MIN_DESCRIPTION_BYTES);
     let mut order: Vec<usize> = (0..total).collect();
     order.sort_by_key(|&i| {
-        let keep = options.keep.iter().any(|k| *k == skills[i].name);
-        (!keep, std::cmp::Reverse(skills[i].source), i)
+        let keep = options.keep.iter().any(|k| *k == skills[i].1.name);
+        (!keep, std::cmp::Reverse(skills[i].0), i)
     });
     let worst_footer = footer(options, total, total, true).len();
     let mut used = head.len() + worst_footer;
     let mut chosen = vec![false; total];
     for &i in &order {
-        let keep = options.keep.iter().any(|k| *k == skills[i].name);
+        let keep = options.keep.iter().any(|k| *k == skills[i].1.name);
         let len = sized[i].len(cap);
         if keep || used + len <= budget {
             used += len;
@@ -392,7 +427,7 @@ pub fn render(catalog: &SkillCatalog, options: &RenderOptions) -> RenderedSectio
     let listed = chosen.iter().filter(|&&c| c).count();
     let mut shortened = 0;
     let mut text = head;
-    for ((skill, size), _) in skills.iter().zip(&sized).zip(&chosen).filter(|(_, c)| **c) {
+    for (((_, skill), size), _) in skills.iter().zip(&sized).zip(&chosen).filter(|(_, c)| **c) {
         if size.description.len() > MIN_DESCRIPTION_BYTES {
             shortened += 1;
         }
@@ -412,7 +447,7 @@ fn finish(text: String, total: usize, listed: usize, shortened: usize) -> Render
     }
 }
 
-fn render_head(catalog: &SkillCatalog, options: &RenderOptions) -> String {
+fn render_head(listing: &Listing<'_>, options: &RenderOptions) -> String {
     let read = &options.read_tool;
     let mut out = format!(
         "## Skills\n\n\
@@ -429,7 +464,7 @@ fn render_head(catalog: &SkillCatalog, options: &RenderOptions) -> String {
          references, templates) only when a step calls for them.\n\
          4. If several skills fit, use each one that helps; if none fits, go ahead without one.\n\n"
     );
-    let sources = catalog.sources();
+    let sources = &listing.sources;
     if sources.len() == 1 {
         out.push_str("Skill source:\n");
     } else if sources.len() > 1 {
@@ -449,8 +484,8 @@ fn render_head(catalog: &SkillCatalog, options: &RenderOptions) -> String {
         }
         out.push('\n');
     }
-    out.push_str(&render_warnings(catalog.warnings()));
-    if !catalog.is_empty() {
+    out.push_str(&render_warnings(listing.warnings));
+    if !listing.skills.is_empty() {
         out.push_str("Available skills:\n");
     }
     out

@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::catalog::SkillCatalog;
+use super::layers::LayeredCatalog;
 use super::render::inline_untrusted;
-use super::search::SkillIndex;
+use super::search::{SearchHit, SkillIndex};
 use crate::runtime::context::RunContext;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 
@@ -86,8 +87,9 @@ impl BoundTools {
 /// the catalog is too large to list in full.
 #[derive(Debug, Clone)]
 pub struct SearchSkillsTool {
-    catalog: Arc<SkillCatalog>,
-    index: Arc<SkillIndex>,
+    catalog: Arc<LayeredCatalog>,
+    org_index: Arc<SkillIndex>,
+    personal_index: Option<Arc<SkillIndex>>,
     parameters: Value,
 }
 
@@ -98,9 +100,18 @@ impl SearchSkillsTool {
     /// Search `catalog` (already filtered for the viewer).
     pub fn new(catalog: Arc<SkillCatalog>) -> Self {
         let index = Arc::new(SkillIndex::new(&catalog));
+        Self::layered(Arc::new(LayeredCatalog::org_only(catalog)), index)
+    }
+
+    /// Search a user's layered catalog; `org_index` is the shared index of its organisation
+    /// catalog (built once, whoever searches), the personal skills get a small index of their own.
+    /// Shadowed organisation skills are never returned.
+    pub fn layered(catalog: Arc<LayeredCatalog>, org_index: Arc<SkillIndex>) -> Self {
+        let personal_index = catalog.personal().map(|p| Arc::new(SkillIndex::new(p)));
         Self {
             catalog,
-            index,
+            org_index,
+            personal_index,
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -111,6 +122,28 @@ impl SearchSkillsTool {
                 "additionalProperties": false
             }),
         }
+    }
+}
+
+impl SearchSkillsTool {
+    /// The best `limit` hits of both layers, best first; personal skills first on equal scores.
+    fn search(&self, query: &str, limit: usize) -> Vec<SearchHit> {
+        let layers = &self.catalog;
+        let shadowed = layers.shadowed();
+        let mut hits: Vec<SearchHit> = match (layers.personal(), &self.personal_index) {
+            (Some(personal), Some(index)) => index.search(personal, query, limit),
+            _ => Vec::new(),
+        };
+        let org = self
+            .org_index
+            .search(layers.org(), query, limit + shadowed.len())
+            .into_iter()
+            .filter(|h| !shadowed.contains(&h.name));
+        hits.extend(org);
+        // Stable: equal scores keep personal hits (pushed first) ahead.
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.truncate(limit);
+        hits
     }
 }
 
@@ -143,7 +176,7 @@ impl Tool for SearchSkillsTool {
             .get("limit")
             .and_then(Value::as_u64)
             .map_or(10, |l| (l as usize).clamp(1, MAX_SEARCH_RESULTS));
-        let hits = self.index.search(&self.catalog, query, limit);
+        let hits = self.search(query, limit);
         if hits.is_empty() {
             return Ok(ToolOutput::text(format!(
                 "No skill matches \"{query}\". Try other words."
@@ -151,7 +184,7 @@ impl Tool for SearchSkillsTool {
         }
         let mut out = String::new();
         for hit in hits {
-            if let Some(skill) = self.catalog.get(&hit.name) {
+            if let Some((_, skill)) = self.catalog.get(&hit.name) {
                 out.push_str(&format!(
                     "- {}: {} ({})\n",
                     inline_untrusted(&skill.name),

@@ -32,3 +32,4 @@ mod skills_render;
 mod subagents;
 mod summarization;
 mod summarization_cut_points;
+mod user_layer;

@@ -275,3 +275,15 @@ impl trellis_middleware::backend::Backend for Spy {
         self.inner.delete(path).await
     }
 }
+
+/// Write `text` at `path` (replacing what is there).
+pub async fn put(backend: &dyn trellis_middleware::backend::Backend, path: &str, text: &str) {
+    backend
+        .write(
+            &trellis_middleware::backend::VirtualPath::parse(path).unwrap(),
+            text.to_owned().into(),
+            trellis_middleware::backend::WriteMode::Overwrite,
+        )
+        .await
+        .unwrap();
+}
