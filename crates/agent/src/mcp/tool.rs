@@ -20,6 +20,10 @@ use serde_json::Value;
 use trellis_middleware::ToolContextExt;
 use trellis_middleware::tools::{ImageSource, Tool, ToolContent, ToolContext, ToolError, ToolOutput};
 
+/// Image types both providers accept in tool results (Anthropic's vision docs and OpenAI's image
+/// inputs list the same four); any other MCP image becomes a note saying it was not shown.
+pub const PROVIDER_IMAGE_TYPES: &[&str] = &["image/jpeg", "image/png", "image/gif", "image/webp"];
+
 use super::connection::{CallOutcome, McpConnection};
 
 /// Longest tool description sent to the model, in characters.
@@ -171,12 +175,23 @@ pub(crate) fn convert(result: CallToolResult, max_chars: usize) -> ToolOutput {
     for content in result.content {
         match content {
             McpContent::Text(t) => push_text(&mut blocks, t.text),
-            McpContent::Image(image) => blocks.push(ToolContent::Image {
-                source: ImageSource::Base64 {
-                    media_type: image.mime_type,
-                    data: image.data,
-                },
-            }),
+            McpContent::Image(image)
+                if PROVIDER_IMAGE_TYPES.contains(&image.mime_type.to_ascii_lowercase().as_str()) =>
+            {
+                blocks.push(ToolContent::Image {
+                    source: ImageSource::Base64 {
+                        media_type: image.mime_type.to_ascii_lowercase(),
+                        data: image.data,
+                    },
+                })
+            }
+            McpContent::Image(image) => push_text(
+                &mut blocks,
+                format!(
+                    "[image ({}) not shown: models accept only JPEG, PNG, GIF and WebP images]",
+                    image.mime_type
+                ),
+            ),
             McpContent::Audio(audio) => {
                 push_text(&mut blocks, format!("[audio ({}) not shown]", audio.mime_type))
             }
@@ -321,6 +336,31 @@ mod tests {
         assert_eq!(text(&err), "Error: refused");
         let empty = convert(result(vec![], Some(true)), 100);
         assert!(empty.is_error && text(&empty).starts_with("Error: "));
+    }
+
+    #[test]
+    fn only_images_the_providers_accept_become_images() {
+        let out = convert(
+            result(
+                vec![
+                    C::image("aGk=", "IMAGE/PNG"),
+                    C::image("aGk=", "image/svg+xml"),
+                    C::image("aGk=", "image/tiff"),
+                ],
+                None,
+            ),
+            1_000,
+        );
+        assert_eq!(out.content.len(), 2, "one image, one note");
+        assert!(matches!(
+            &out.content[0],
+            ToolContent::Image { source: ImageSource::Base64 { media_type, .. } } if media_type == "image/png"
+        ));
+        let note = text(&out);
+        assert!(
+            note.contains("image (image/svg+xml) not shown") && note.contains("image (image/tiff) not shown"),
+            "{note}"
+        );
     }
 
     #[test]

@@ -167,8 +167,10 @@ async fn conversation_with_tools_images_and_a_late_system_message() {
                 {"role": "assistant", "content": "Let me look.", "tool_calls": [
                     {"id": "call_abc", "type": "function",
                      "function": {"name": "read_file", "arguments": "{\"path\":\"/a.txt\"}"}},
+                    // Arguments that were not JSON go back as an object holding the text: ollama (and
+                    // any server that parses `arguments`) answers 400 to the raw text on every later call.
                     {"id": "call_def", "type": "function",
-                     "function": {"name": "read_file", "arguments": "{\"path\": "}}
+                     "function": {"name": "read_file", "arguments": "{\"_raw\":\"{\\\"path\\\": \"}"}}
                 ]},
                 {"role": "tool", "tool_call_id": "call_abc", "content": "ants"},
                 {"role": "tool", "tool_call_id": "call_def", "content": "invalid arguments"},

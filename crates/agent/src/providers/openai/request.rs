@@ -6,8 +6,11 @@
 //! * Human messages: `content` is a string when the message is one text block, an array of `text` and
 //!   `image_url` parts otherwise (inline images become `data:` URLs).
 //! * AI messages: text blocks concatenated into `content` (`null` when the message only calls tools),
-//!   tool calls as `tool_calls` with `arguments` as a JSON string (arguments kept as a raw string
-//!   because they were not JSON are sent back verbatim). Reasoning blocks are not sent back.
+//!   tool calls as `tool_calls` with `arguments` as a JSON string. Arguments that were not a JSON
+//!   object (kept as a raw string) are sent back as `{"_raw": "<text>"}`, as for Anthropic: servers
+//!   parse `arguments`, and ollama answers 400 to text that is not JSON, which would fail the thread
+//!   on every later call. The tool's error result already told the model what was wrong. Reasoning
+//!   blocks are not sent back.
 //! * Tool messages: `{"role": "tool", "tool_call_id", "content"}` with the text of the result; tool
 //!   messages cannot carry images, so an image is replaced by [`IMAGE_OMITTED`]. `is_error` has no
 //!   field; the result text says what failed.
@@ -194,10 +197,7 @@ fn assistant(content: &[ContentBlock]) -> wire::Message<'_> {
                 kind: "function",
                 function: wire::FunctionCall {
                     name: &call.name,
-                    arguments: match &call.args {
-                        Value::String(raw) => Cow::Borrowed(raw.as_str()),
-                        args => Cow::Owned(args.to_string()),
-                    },
+                    arguments: Cow::Owned(replayed_arguments(&call.args)),
                 },
             }),
             _ => None,
@@ -230,4 +230,13 @@ fn tool_text(content: &[ContentBlock]) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// A call's arguments as the JSON object text Chat Completions expects back.
+fn replayed_arguments(args: &Value) -> String {
+    match args {
+        Value::Object(_) => args.to_string(),
+        Value::String(raw) if serde_json::from_str::<Value>(raw).is_ok_and(|v| v.is_object()) => raw.clone(),
+        other => serde_json::json!({ "_raw": other }).to_string(),
+    }
 }
