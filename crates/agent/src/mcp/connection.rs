@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use process_wrap::tokio::{CommandWrap, KillOnDrop};
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, JsonObject, ProtocolVersion};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -91,6 +91,13 @@ impl ToolsChanged {
 }
 
 impl ClientHandler for ToolsChanged {
+    /// Announce the newest protocol version that still has the `initialize` handshake: rmcp's
+    /// `LATEST` (2026-07-28) has none, and its docs say to name `LATEST_WITH_INITIALIZE` whenever
+    /// the subject is the handshake itself, as here.
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default().with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
     fn on_tool_list_changed(
         &self,
         _context: NotificationContext<RoleClient>,
@@ -537,5 +544,17 @@ impl StderrTail {
             .filter(|l| !l.is_empty())
             .collect::<Vec<_>>()
             .join(" | ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_handshake_names_a_version_that_has_initialize() {
+        let info = ClientHandler::get_info(&ToolsChanged::default());
+        assert_eq!(info.protocol_version, ProtocolVersion::LATEST_WITH_INITIALIZE);
+        assert!(info.protocol_version.has_initialize());
     }
 }
