@@ -505,6 +505,7 @@ mod tests {
             names,
             [
                 "TRELLIS_EMULATORS",
+                "TRELLIS_SANDBOX",
                 "TRELLIS_TEST_BUCKET",
                 "TRELLIS_S3_ENDPOINT",
                 "TRELLIS_GCS_ENDPOINT",
