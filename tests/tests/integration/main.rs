@@ -8,4 +8,5 @@ mod fuzz_replay;
 mod object_store_faults;
 mod provider_faults;
 mod thread_files;
+mod thread_store;
 mod workspaces;

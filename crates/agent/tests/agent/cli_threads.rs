@@ -233,11 +233,7 @@ async fn threads_list_show_and_delete_what_runs_kept() {
     // A directory an escaping id would name, with a checkpoint and a file in it.
     let outside = s.join("x");
     std::fs::create_dir_all(outside.join("files")).unwrap();
-    std::fs::copy(
-        s.join("threads/beta/checkpoint.json"),
-        outside.join("checkpoint.json"),
-    )
-    .unwrap();
+    std::fs::copy(s.join("threads/beta/head.json"), outside.join("head.json")).unwrap();
     std::fs::write(outside.join("files/keep.txt"), "keep").unwrap();
     for command in ["show", "delete"] {
         let refused = failed(&threads(s, &[command, "../x"]));

@@ -310,29 +310,50 @@ fn state_backend_resume_in_a_second_runtime() {
 }
 
 #[tokio::test]
-async fn state_backend_layout_is_one_json_file_per_thread() {
+async fn state_backend_layout_is_a_head_and_a_log_per_thread() {
     let backend = StateBackend::new();
     let cp =
         BackendCheckpointer::new(Arc::new(backend.clone()), VirtualPath::parse("/threads").unwrap()).unwrap();
     let thread = ThreadId::new("layout").unwrap();
-    cp.save(
-        Checkpoint::new(thread.clone(), 0, State::with_messages(vec![Message::human("x")])),
-        None,
-    )
-    .await
-    .unwrap();
-    let path = cp.path(&thread).unwrap();
-    assert_eq!(path.as_str(), "/threads/layout/checkpoint.json");
-    let bytes = trellis_middleware::backend::BackendExt::read_bytes(&backend, &path)
+    let mut state = State::with_messages(vec![Message::human("x")]);
+    let v = cp
+        .save(Checkpoint::new(thread.clone(), 0, state.clone()), None)
         .await
         .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(json["format"], CHECKPOINT_FORMAT);
-    assert_eq!(json["thread_id"], "layout");
-    assert_eq!(json["state"]["messages"][0]["role"], "human");
+    state.messages.push(Message::ai("y"));
+    state.set(&PUBLIC, vec!["n".into()]);
+    cp.save(Checkpoint::new(thread.clone(), 1, state), Some(&v))
+        .await
+        .unwrap();
+    let path = cp.path(&thread).unwrap();
+    assert_eq!(path.as_str(), "/threads/layout/head.json");
+    let read = |p: VirtualPath| {
+        let backend = backend.clone();
+        async move {
+            trellis_middleware::backend::BackendExt::read_bytes(&backend, &p)
+                .await
+                .unwrap()
+        }
+    };
+    let head: serde_json::Value = serde_json::from_slice(&read(path.clone()).await).unwrap();
+    assert_eq!(head["format"], CHECKPOINT_FORMAT);
+    assert_eq!(
+        (head["thread_id"].as_str(), head["seq"].as_u64()),
+        (Some("layout"), Some(1))
+    );
+    let step = head["step"].as_str().unwrap();
+    let log = VirtualPath::parse(&format!("/threads/layout/log/{step}")).unwrap();
+    let bytes = read(log).await;
+    let mut lines = bytes.split(|b| *b == b'\n');
+    let header: serde_json::Value = serde_json::from_slice(lines.next().unwrap()).unwrap();
+    let body: serde_json::Value = serde_json::from_slice(lines.next().unwrap()).unwrap();
+    assert_eq!(header["summary"], "assistant: y");
+    assert_eq!(body["keep"], 1);
+    assert_eq!(body["append"][0]["role"], "ai");
+    assert_eq!(body["set"]["notes"]["value"], json!(["n"]));
 
-    // A checkpoint from a newer format is refused, not misread.
-    let mut newer = json.clone();
+    // A head from a newer format is refused, not misread.
+    let mut newer = head.clone();
     newer["format"] = json!(99);
     trellis_middleware::backend::Backend::write(
         &backend,
