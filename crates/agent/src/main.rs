@@ -83,6 +83,10 @@ enum Command {
         /// Continue this thread (its checkpoints and its own files live in --state-dir).
         #[arg(long)]
         thread: Option<String>,
+        /// Start a new thread from checkpoint STEP of thread ID (`trellis threads history ID`
+        /// lists them), with a copy of ID's files.
+        #[arg(long, value_name = "ID@STEP", conflicts_with = "thread")]
+        fork: Option<String>,
         /// Your workspace: a directory the agent sees at /workspace in every thread you run
         /// (without it, the agent has only the thread's own files, kept with the thread).
         #[arg(long)]
@@ -138,6 +142,11 @@ enum ThreadsCommand {
     List,
     /// Print a thread's messages in brief and its files.
     Show {
+        /// The thread id.
+        id: String,
+    },
+    /// Print a thread's checkpoints, one a line: step, time (UTC), messages, what it added.
+    History {
         /// The thread id.
         id: String,
     },
@@ -252,6 +261,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             skills,
             memory,
             thread,
+            fork,
             workdir,
             state_dir,
             mcp,
@@ -264,6 +274,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         } => {
             let options = RunOptions {
                 thread,
+                fork,
                 workdir,
                 state_dir,
                 mcp,
@@ -278,6 +289,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Threads { state_dir, command } => match command {
             ThreadsCommand::List => threads_cli::list(&state_dir).await,
             ThreadsCommand::Show { id } => threads_cli::show(&state_dir, &id).await,
+            ThreadsCommand::History { id } => threads_cli::history(&state_dir, &id).await,
             ThreadsCommand::Delete { id } => threads_cli::delete(&state_dir, &id).await,
         },
         Command::Skills {
@@ -293,6 +305,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
 #[derive(Debug)]
 struct RunOptions {
     thread: Option<String>,
+    fork: Option<String>,
     workdir: Option<PathBuf>,
     state_dir: PathBuf,
     mcp: Vec<String>,
@@ -336,6 +349,7 @@ async fn run_agent(
 ) -> Result<ExitCode> {
     let RunOptions {
         thread,
+        fork,
         workdir,
         state_dir,
         writable_skills,
@@ -352,6 +366,10 @@ async fn run_agent(
     let ws = workspace::assemble(skills, memory, workdir.as_deref())?;
     std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
     let checkpointer = Arc::new(threads_cli::checkpointer(&state_dir)?);
+    let forked = match &fork {
+        Some(spec) => Some(threads_cli::fork(&checkpointer, spec).await?),
+        None => None,
+    };
     // The thread's own files live in the state dir beside its checkpoints; skills and memory are
     // shared mounts; --workdir is the user's workspace at /workspace.
     let mut builder = deep_agent(model)
@@ -378,9 +396,10 @@ async fn run_agent(
         builder = builder.commands(CommandPolicy::allow_only(allow_command));
     }
     let agent = builder.build()?;
-    let thread_id = match thread {
-        Some(id) => ThreadId::new(id)?,
-        None => ThreadId::generate(),
+    let thread_id = match (forked, thread) {
+        (Some(id), _) => id,
+        (None, Some(id)) => ThreadId::new(id)?,
+        (None, None) => ThreadId::generate(),
     };
     eprintln!("thread {thread_id} (resume with --thread {thread_id})");
     let events = EventSink::from_fn(|event| match event {

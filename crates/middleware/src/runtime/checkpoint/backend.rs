@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::blobs::{KnownBlobs, ensure_blob};
-use super::delta::{Previous, message_delta, slot_delta};
+use super::delta::{Previous, message_delta, slot_delta, slots_unchanged};
 use super::record::{
     BodyOut, EncodedSlot, ForkOrigin, Head, LOG_FORMAT, Replayed, StepHeader, StepName, encode_step,
     summarize,
@@ -32,7 +32,8 @@ use crate::runtime::util;
 /// ```
 ///
 /// A save writes the step's new messages and changed slots (found by identity against the state
-/// this process last saved or loaded, so nothing unchanged is serialized), then moves the head
+/// this process last saved or loaded, so nothing unchanged is serialized; a save that changes
+/// nothing writes nothing and returns the version it was given), then moves the head
 /// with a version-checked write ([`WriteMode::CreateNew`] for a new thread,
 /// [`WriteMode::IfVersion`] after). Of two workers racing on one step exactly one moves the head;
 /// the other gets [`CheckpointError::Conflict`], its step object is left unreferenced, and it can
@@ -412,6 +413,17 @@ impl Checkpointer for BackendCheckpointer {
         };
         let previous = known.as_ref().map(|k| k.previous.clone());
         let messages = message_delta(&checkpoint.state, previous.as_ref().map(|p| &p.state));
+        if let (Some(k), Some(v)) = (&known, expected) {
+            let before = &k.previous;
+            if messages.append.is_empty()
+                && messages.keep == before.state.messages.len()
+                && slots_unchanged(&checkpoint.state, before)
+            {
+                // Nothing changed: no step, the same version (a racing writer's step still wins
+                // the next save that changes something).
+                return Ok(v.clone());
+            }
+        }
         let heavy = known.as_ref().is_none_or(|k| !k.saved) || messages.append.len() > INLINE_MESSAGES;
         let memo = self.memo.clone();
         let (state, saved_at_ms) = (checkpoint.state, checkpoint.saved_at_ms);

@@ -44,6 +44,13 @@ pub(super) fn message_delta(state: &State, previous: Option<&State>) -> MessageD
     }
 }
 
+/// True when `state` holds exactly the slots of `previous`, each the very same value.
+pub(super) fn slots_unchanged(state: &State, previous: &Previous) -> bool {
+    let (now, before) = (state.slots(), previous.state.slots());
+    now.slot_names().count() == before.slot_names().count()
+        && now.slot_names().all(|name| before.same_value(now, name))
+}
+
 /// The slots part of a delta.
 pub(super) struct SlotDelta {
     /// Slots written since the previous step, encoded.
