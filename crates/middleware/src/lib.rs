@@ -92,7 +92,8 @@ pub use rubric::{
 pub use runtime::agent::{Agent, AgentBuilder, DEFAULT_MAX_STEPS};
 pub use runtime::checkpoint::{
     BackendCheckpointer, CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion,
-    Checkpointer, ForkOrigin, GarbageReport, InMemoryCheckpointer, StoredCheckpoint, serialize_by_content,
+    Checkpointer, ForkOrigin, GarbageReport, InMemoryCheckpointer, StoredCheckpoint, TEXT_BY_CONTENT_BYTES,
+    serialize_by_content, serialize_str_by_content,
 };
 pub use runtime::context::{Extensions, InvalidThreadId, RunContext, ThreadId};
 pub use runtime::error::{AgentError, BoxError};

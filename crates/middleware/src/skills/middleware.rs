@@ -76,7 +76,9 @@ pub struct SkillsState {
     pub catalog: Arc<SkillCatalog>,
     /// Changes whenever the catalog is (re)loaded; keys the per-viewer caches.
     pub generation: u64,
-    /// The rendered section and the viewer it was rendered for.
+    /// The rendered section and the viewer it was rendered for; stored by content in checkpoints,
+    /// so the steps that keep it do not write it again.
+    #[serde(serialize_with = "crate::runtime::checkpoint::serialize_str_by_content")]
     pub section: String,
     /// User id the section was rendered for.
     pub section_viewer: Option<String>,

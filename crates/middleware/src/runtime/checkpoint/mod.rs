@@ -28,7 +28,7 @@ pub use self::backend::BackendCheckpointer;
 pub use self::history::GarbageReport;
 pub use self::memory::InMemoryCheckpointer;
 pub use self::record::ForkOrigin;
-pub use self::shared::serialize_by_content;
+pub use self::shared::{TEXT_BY_CONTENT_BYTES, serialize_by_content, serialize_str_by_content};
 use crate::backend::Backend;
 use crate::runtime::context::ThreadId;
 use crate::runtime::state::State;

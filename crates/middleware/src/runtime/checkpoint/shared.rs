@@ -39,23 +39,89 @@ pub(super) struct ContentBlob {
 /// A remembered value: kept alive (so its address is not reused) with its blob.
 type Remembered = (Arc<dyn Any + Send + Sync>, ContentBlob);
 
-/// Values serialized by content, by address (type and pointer); shared by all threads of one store.
+/// A remembered text: the text itself (compared on every hit) with its blob.
+type RememberedText = (Arc<str>, ContentBlob);
+
+/// Values serialized by content, shared by all threads of one store: shared values by address
+/// (type and pointer), long texts by a hash of their text (checked against the text on a hit).
 #[derive(Debug, Default)]
-pub(super) struct ContentMemo(Mutex<HashMap<(TypeId, usize), Remembered>>);
+pub(super) struct ContentMemo {
+    by_address: Mutex<HashMap<(TypeId, usize), Remembered>>,
+    by_text: Mutex<HashMap<u64, RememberedText>>,
+}
+
+/// Insert into a bounded memo: past [`MEMO_ENTRIES`] it starts over.
+fn remember<K: std::hash::Hash + Eq, V>(memo: &Mutex<HashMap<K, V>>, key: K, value: V) {
+    let mut memo = memo.lock().unwrap_or_else(|p| p.into_inner());
+    if memo.len() >= MEMO_ENTRIES {
+        memo.clear();
+    }
+    memo.insert(key, value);
+}
 
 impl ContentMemo {
     fn get(&self, key: (TypeId, usize)) -> Option<ContentBlob> {
-        let memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let memo = self.by_address.lock().unwrap_or_else(|p| p.into_inner());
         memo.get(&key).map(|(_, blob)| blob.clone())
     }
 
-    fn insert(&self, key: (TypeId, usize), keep: Arc<dyn Any + Send + Sync>, blob: ContentBlob) {
-        let mut memo = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if memo.len() >= MEMO_ENTRIES {
-            memo.clear();
-        }
-        memo.insert(key, (keep, blob));
+    fn get_text(&self, key: u64, text: &str) -> Option<ContentBlob> {
+        let memo = self.by_text.lock().unwrap_or_else(|p| p.into_inner());
+        memo.get(&key)
+            .filter(|(known, _)| &**known == text)
+            .map(|(_, blob)| blob.clone())
     }
+}
+
+/// Texts shorter than this are serialized plainly by [`serialize_str_by_content`].
+pub const TEXT_BY_CONTENT_BYTES: usize = 4096;
+
+fn blob_of(bytes: Vec<u8>) -> ContentBlob {
+    ContentBlob {
+        hash: hex(&Sha256::digest(&bytes)),
+        bytes: Bytes::from(bytes),
+    }
+}
+
+/// Emit a reference to `blob` and record it in `sink`.
+fn reference<S: Serializer>(sink: &mut Sink, blob: ContentBlob, serializer: S) -> Result<S::Ok, S::Error> {
+    let hash = blob.hash.clone();
+    sink.found.push(blob);
+    let mut map = std::collections::BTreeMap::new();
+    map.insert(BLOB_KEY, hash);
+    map.serialize(serializer)
+}
+
+/// [`serialize_by_content`] for a long text that is rebuilt (not shared) from step to step, such as
+/// a rendered prompt section: texts of at least [`TEXT_BY_CONTENT_BYTES`] become a blob reference
+/// when a thread store collects blobs, found again by a hash of the text (compared in full on a
+/// hit), so an unchanged text costs a hash, not a serialization and a write. Use as
+/// `#[serde(serialize_with = "...")]` on a `String` field.
+pub fn serialize_str_by_content<S: Serializer>(value: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    if value.len() < TEXT_BY_CONTENT_BYTES {
+        return serializer.serialize_str(value);
+    }
+    let Some(mut sink) = SINK.with(|s| s.borrow_mut().take()) else {
+        return serializer.serialize_str(value);
+    };
+    let key = {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(value)
+    };
+    let blob = match sink.memo.get_text(key, value) {
+        Some(blob) => Ok(blob),
+        None => serde_json::to_vec(value).map(|bytes| {
+            let blob = blob_of(bytes);
+            remember(&sink.memo.by_text, key, (Arc::from(value), blob.clone()));
+            blob
+        }),
+    };
+    let result = match blob {
+        Ok(blob) => reference(&mut sink, blob, serializer),
+        Err(e) => Err(serde::ser::Error::custom(e)),
+    };
+    SINK.with(|s| *s.borrow_mut() = Some(sink));
+    result
 }
 
 /// What one encoding collects: the store's memo and the blobs the serialized values referenced.
@@ -100,23 +166,14 @@ where
     let blob = match sink.memo.get(key) {
         Some(blob) => Ok(blob),
         None => serde_json::to_vec(value.as_ref()).map(|bytes| {
-            let blob = ContentBlob {
-                hash: hex(&Sha256::digest(&bytes)),
-                bytes: Bytes::from(bytes),
-            };
+            let blob = blob_of(bytes);
             let keep: Arc<dyn Any + Send + Sync> = value.clone();
-            sink.memo.insert(key, keep, blob.clone());
+            remember(&sink.memo.by_address, key, (keep, blob.clone()));
             blob
         }),
     };
     let result = match blob {
-        Ok(blob) => {
-            let hash = blob.hash.clone();
-            sink.found.push(blob);
-            let mut map = std::collections::BTreeMap::new();
-            map.insert(BLOB_KEY, hash);
-            map.serialize(serializer)
-        }
+        Ok(blob) => reference(&mut sink, blob, serializer),
         Err(e) => Err(serde::ser::Error::custom(e)),
     };
     SINK.with(|s| *s.borrow_mut() = Some(sink));
@@ -211,6 +268,41 @@ mod tests {
         })
         .unwrap();
         assert_eq!(restored, json!({"big": [1, 2, 3], "small": 7}));
+    }
+
+    #[derive(Serialize)]
+    struct Text {
+        #[serde(serialize_with = "serialize_str_by_content")]
+        text: String,
+    }
+
+    #[test]
+    fn long_texts_are_found_again_by_content() {
+        let memo = Arc::new(ContentMemo::default());
+        let short = Text { text: "short".into() };
+        let (value, blobs) = collecting(&memo, || serde_json::to_value(&short).unwrap());
+        assert_eq!((value, blobs.len()), (json!({"text": "short"}), 0));
+
+        let long = "x".repeat(TEXT_BY_CONTENT_BYTES);
+        let (value, blobs) = collecting(&memo, || {
+            serde_json::to_value(Text { text: long.clone() }).unwrap()
+        });
+        assert_eq!(blobs.len(), 1);
+        assert_eq!(serde_json::from_slice::<String>(&blobs[0].bytes).unwrap(), long);
+        // An equal text in a new String: the same reference, from the memo.
+        let (again, _) = collecting(&memo, || {
+            serde_json::to_value(Text { text: long.clone() }).unwrap()
+        });
+        assert_eq!(again, value);
+        // Another text of the same length: another blob.
+        let other = "y".repeat(TEXT_BY_CONTENT_BYTES);
+        let (third, _) = collecting(&memo, || serde_json::to_value(Text { text: other }).unwrap());
+        assert_ne!(third, value);
+        // Outside a store: plain.
+        assert_eq!(
+            serde_json::to_value(Text { text: long.clone() }).unwrap(),
+            json!({"text": long})
+        );
     }
 
     #[test]
