@@ -83,13 +83,29 @@ fn blob_of(bytes: Vec<u8>) -> ContentBlob {
     }
 }
 
-/// Emit a reference to `blob` and record it in `sink`.
-fn reference<S: Serializer>(sink: &mut Sink, blob: ContentBlob, serializer: S) -> Result<S::Ok, S::Error> {
-    let hash = blob.hash.clone();
-    sink.found.push(blob);
-    let mut map = std::collections::BTreeMap::new();
-    map.insert(BLOB_KEY, hash);
-    map.serialize(serializer)
+/// With a store collecting blobs: find (or make) the value's blob with `find`, emit a reference to
+/// it and record it. Without one: serialize plainly with `plain`. The sink is taken out while
+/// `find` runs, so a shared value nested in this one encodes plainly.
+fn by_content<S: Serializer>(
+    serializer: S,
+    plain: impl FnOnce(S) -> Result<S::Ok, S::Error>,
+    find: impl FnOnce(&ContentMemo) -> Result<ContentBlob, serde_json::Error>,
+) -> Result<S::Ok, S::Error> {
+    let Some(mut sink) = SINK.with(|s| s.borrow_mut().take()) else {
+        return plain(serializer);
+    };
+    let result = match find(&sink.memo) {
+        Ok(blob) => {
+            let hash = blob.hash.clone();
+            sink.found.push(blob);
+            let mut map = std::collections::BTreeMap::new();
+            map.insert(BLOB_KEY, hash);
+            map.serialize(serializer)
+        }
+        Err(e) => Err(serde::ser::Error::custom(e)),
+    };
+    SINK.with(|s| *s.borrow_mut() = Some(sink));
+    result
 }
 
 /// [`serialize_by_content`] for a long text that is rebuilt (not shared) from step to step, such as
@@ -101,27 +117,21 @@ pub fn serialize_str_by_content<S: Serializer>(value: &str, serializer: S) -> Re
     if value.len() < TEXT_BY_CONTENT_BYTES {
         return serializer.serialize_str(value);
     }
-    let Some(mut sink) = SINK.with(|s| s.borrow_mut().take()) else {
-        return serializer.serialize_str(value);
-    };
-    let key = {
-        use std::hash::{BuildHasher, BuildHasherDefault};
-        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(value)
-    };
-    let blob = match sink.memo.get_text(key, value) {
-        Some(blob) => Ok(blob),
-        None => serde_json::to_vec(value).map(|bytes| {
-            let blob = blob_of(bytes);
-            remember(&sink.memo.by_text, key, (Arc::from(value), blob.clone()));
-            blob
-        }),
-    };
-    let result = match blob {
-        Ok(blob) => reference(&mut sink, blob, serializer),
-        Err(e) => Err(serde::ser::Error::custom(e)),
-    };
-    SINK.with(|s| *s.borrow_mut() = Some(sink));
-    result
+    by_content(
+        serializer,
+        |serializer| serializer.serialize_str(value),
+        |memo| {
+            use std::hash::{BuildHasher, BuildHasherDefault};
+            let key =
+                BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(value);
+            if let Some(blob) = memo.get_text(key, value) {
+                return Ok(blob);
+            }
+            let blob = blob_of(serde_json::to_vec(value)?);
+            remember(&memo.by_text, key, (Arc::from(value), blob.clone()));
+            Ok(blob)
+        },
+    )
 }
 
 /// What one encoding collects: the store's memo and the blobs the serialized values referenced.
@@ -158,26 +168,20 @@ where
     T: Serialize + Send + Sync + 'static,
     S: Serializer,
 {
-    // Take the sink out while this value is handled, so a nested shared value encodes plainly.
-    let Some(mut sink) = SINK.with(|s| s.borrow_mut().take()) else {
-        return value.as_ref().serialize(serializer);
-    };
-    let key = (TypeId::of::<T>(), Arc::as_ptr(value) as *const () as usize);
-    let blob = match sink.memo.get(key) {
-        Some(blob) => Ok(blob),
-        None => serde_json::to_vec(value.as_ref()).map(|bytes| {
-            let blob = blob_of(bytes);
+    by_content(
+        serializer,
+        |serializer| value.as_ref().serialize(serializer),
+        |memo| {
+            let key = (TypeId::of::<T>(), Arc::as_ptr(value) as *const () as usize);
+            if let Some(blob) = memo.get(key) {
+                return Ok(blob);
+            }
+            let blob = blob_of(serde_json::to_vec(value.as_ref())?);
             let keep: Arc<dyn Any + Send + Sync> = value.clone();
-            remember(&sink.memo.by_address, key, (keep, blob.clone()));
-            blob
-        }),
-    };
-    let result = match blob {
-        Ok(blob) => reference(&mut sink, blob, serializer),
-        Err(e) => Err(serde::ser::Error::custom(e)),
-    };
-    SINK.with(|s| *s.borrow_mut() = Some(sink));
-    result
+            remember(&memo.by_address, key, (keep, blob.clone()));
+            Ok(blob)
+        },
+    )
 }
 
 /// Lowercase hex of `bytes`.
