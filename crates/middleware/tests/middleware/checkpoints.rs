@@ -439,3 +439,77 @@ fn s3_checkpointer_suite() {
     resume_in_a_second_runtime(make.clone());
     runtime().block_on(two_writers(make(), make()));
 }
+
+#[tokio::test]
+async fn in_memory_history_load_at_and_fork() {
+    let cp = InMemoryCheckpointer::new().with_history(10);
+    let thread = ThreadId::new(unique("mem-history")).unwrap();
+    let mut state = State::with_messages(vec![Message::human("one")]);
+    let mut v = cp
+        .save(Checkpoint::new(thread.clone(), 0, state.clone()), None)
+        .await
+        .unwrap();
+    state.messages.push(Message::ai("two"));
+    v = cp
+        .save(Checkpoint::new(thread.clone(), 1, state.clone()), Some(&v))
+        .await
+        .unwrap();
+    state.set(&PUBLIC, vec!["n".into()]);
+    cp.save(Checkpoint::new(thread.clone(), 2, state.clone()), Some(&v))
+        .await
+        .unwrap();
+    let history = cp.history(&thread).await.unwrap();
+    let lines: Vec<(u64, &str)> = history.iter().map(|h| (h.seq, h.summary.as_str())).collect();
+    assert_eq!(
+        lines,
+        [(0, "user: one"), (1, "assistant: two"), (2, "slots: notes")]
+    );
+    let at1 = cp.load_at(&thread, 1).await.unwrap().unwrap();
+    assert_eq!(at1.state.messages.len(), 2);
+    assert!(at1.state.get(&PUBLIC).unwrap().is_none());
+
+    let files = cp.thread_files(&thread).unwrap();
+    let note = VirtualPath::parse("/a.txt").unwrap();
+    files
+        .write(
+            &note,
+            b"kept".to_vec().into(),
+            trellis_middleware::backend::WriteMode::Overwrite,
+        )
+        .await
+        .unwrap();
+    let fork = ThreadId::new(unique("mem-fork")).unwrap();
+    cp.fork(&thread, 1, &fork).await.unwrap();
+    let forked = cp.load(&fork).await.unwrap().unwrap();
+    assert_eq!(
+        (forked.checkpoint.seq, forked.checkpoint.state.messages.len()),
+        (1, 2)
+    );
+    let copied =
+        trellis_middleware::backend::BackendExt::read_bytes(cp.thread_files(&fork).unwrap().as_ref(), &note)
+            .await
+            .unwrap();
+    assert_eq!(&copied[..], b"kept");
+    assert!(matches!(
+        cp.fork(&thread, 1, &fork).await,
+        Err(CheckpointError::Conflict { .. })
+    ));
+    assert!(matches!(
+        cp.fork(&thread, 7, &ThreadId::new(unique("none")).unwrap()).await,
+        Err(CheckpointError::NoSuchCheckpoint { seq: 7, .. })
+    ));
+
+    // By default only the latest checkpoint is kept.
+    let latest_only = InMemoryCheckpointer::new();
+    let v = latest_only
+        .save(Checkpoint::new(thread.clone(), 0, State::default()), None)
+        .await
+        .unwrap();
+    latest_only
+        .save(Checkpoint::new(thread.clone(), 1, state), Some(&v))
+        .await
+        .unwrap();
+    let history = latest_only.history(&thread).await.unwrap();
+    assert_eq!(history.iter().map(|h| h.seq).collect::<Vec<_>>(), [1]);
+    assert!(latest_only.load_at(&thread, 0).await.unwrap().is_none());
+}

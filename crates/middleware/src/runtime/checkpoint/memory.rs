@@ -11,16 +11,25 @@ use super::{Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion, Chec
 use crate::backend::{Backend, StateBackend};
 use crate::runtime::context::ThreadId;
 
-/// Checkpoints of one thread kept for [`Checkpointer::history`]; older ones are dropped.
-pub const IN_MEMORY_HISTORY: usize = 256;
-
 /// Threads kept in memory, for one process. Saving clones the state (cheap: messages and slot
-/// values are shared), so nothing is serialized. The last [`IN_MEMORY_HISTORY`] checkpoints of each
-/// thread are kept for history and forks. Each thread's files are a [`StateBackend`] of its own,
-/// created on first use and dropped by [`delete`](Checkpointer::delete).
-#[derive(Debug, Default)]
+/// values are shared), so nothing is serialized. By default only each thread's latest checkpoint is
+/// kept (history and forks see that one); [`InMemoryCheckpointer::with_history`] keeps more, at the
+/// memory cost of every slot value those checkpoints changed. Each thread's files are a
+/// [`StateBackend`] of its own, created on first use and dropped by
+/// [`delete`](Checkpointer::delete).
+#[derive(Debug)]
 pub struct InMemoryCheckpointer {
     inner: Mutex<Inner>,
+    history: usize,
+}
+
+impl Default for InMemoryCheckpointer {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::default(),
+            history: 1,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -42,6 +51,13 @@ impl InMemoryCheckpointer {
     /// No threads.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Keep the last `checkpoints` checkpoints of each thread (at least 1) for
+    /// [`Checkpointer::history`], [`Checkpointer::load_at`] and [`Checkpointer::fork`].
+    pub fn with_history(mut self, checkpoints: usize) -> Self {
+        self.history = checkpoints.max(1);
+        self
     }
 
     /// Ids of the stored threads, sorted.
@@ -102,7 +118,7 @@ impl Checkpointer for InMemoryCheckpointer {
         inner.revision += 1;
         let revision = inner.revision;
         let entries = inner.threads.entry(checkpoint.thread_id.clone()).or_default();
-        if entries.len() >= IN_MEMORY_HISTORY {
+        while entries.len() >= self.history {
             entries.pop_front();
         }
         entries.push_back(Entry {
