@@ -299,21 +299,25 @@ quoted measurement of {} {} ({}) has a median gap between two model calls of {} 
         REFERENCE.measured,
         per_call.join(" and ")
     );
-    md.push_str(" The `backend_checkpointer` rows save every step as JSON through `BackendCheckpointer` on in-memory storage, with the 5,000-skill catalog stored once as a blob (the default) or `inline` in every checkpoint.\n\n| scenario | per call µs | overhead per call µs | bytes written per run |\n|---|---:|---:|---:|\n");
+    md.push_str(" The `backend_checkpointer` rows save every step through `BackendCheckpointer` (the step log: each save writes the step's new messages and changed slots, the 5,000-skill catalog is stored once per thread by content) on in-memory storage, on local disk and on `memory://`; every run is a new thread, so each run also stores the catalog once. `ratio to in-memory` is their overhead per call over the in-memory checkpointer's at 5,000 skills in the same run (target: at most 100 µs per call and 5×).\n\n| scenario | per call µs | overhead per call µs | bytes written per run | ratio to in-memory |\n|---|---:|---:|---:|---:|\n");
     for r in of("loop_overhead") {
         for s in r.get("results").and_then(Value::as_array).into_iter().flatten() {
             let _ = writeln!(
                 md,
-                "| {} | {:.2} | {:.2} | {} |",
+                "| {} | {:.2} | {:.2} | {} | {} |",
                 s.get("scenario").and_then(Value::as_str).unwrap_or("?"),
                 num(s, "per_call_us"),
                 num(s, "overhead_per_call_us"),
                 s.get("bytes_written_per_run")
                     .and_then(Value::as_u64)
-                    .map_or("—".to_owned(), |b| b.to_string())
+                    .map_or("—".to_owned(), |b| b.to_string()),
+                s.get("ratio_to_in_memory")
+                    .and_then(Value::as_f64)
+                    .map_or("—".to_owned(), |x| format!("{x:.2}"))
             );
         }
     }
+    thread_log_section(&mut md, of("loop_overhead"));
     md.push_str("\n## read_many vs one-by-one reads (1,000 small files)\n\n| store | added latency ms | sequential ms | read_many ms | ratio |\n|---|---:|---:|---:|---:|\n");
     for r in of("read_many") {
         let _ = writeln!(
@@ -336,6 +340,43 @@ quoted measurement of {} {} ({}) has a median gap between two model calls of {} 
     std::fs::write(layout.workspace.join("docs/benchmarks.md"), md)?;
     eprintln!("xtask: wrote docs/benchmarks.md and docs/benchmarks/*.svg");
     Ok(())
+}
+
+/// `## Thread log`: bytes written over a thread of about 200 checkpoints against its stored size,
+/// and listing the history of a 1,000-checkpoint thread (from the `loop_overhead` bench).
+fn thread_log_section<'a>(md: &mut String, runs: impl Iterator<Item = &'a Value>) {
+    md.push_str(
+        "\n## Thread log\n\nOn local disk. `200 steps`: two runs of 51 model calls on one thread with the 5,000-skill catalog \
+(each model call is saved after the model's reply and after the tools), every byte the store was asked to write against \
+what the thread occupies at the end (head, steps and blobs) and against its final state serialized as one JSON document \
+(what one snapshot holds); target: written at most 2× the thread. `history`: `Checkpointer::history` of a thread of \
+1,000 checkpoints through a fresh checkpointer each time (median of 21; target 50 ms), and loading that thread, for scale.\n\n\
+| case | checkpoints | bytes written | thread bytes | final state JSON bytes | written / thread | written / state JSON |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let int = |r: &Value, key: &str| r.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let runs: Vec<&Value> = runs.collect();
+    for r in runs.iter().filter_map(|r| r.get("thread_bytes")) {
+        let _ = writeln!(
+            md,
+            "| 200 steps | {} | {} | {} | {} | {:.2} | {:.2} |",
+            int(r, "checkpoints"),
+            thousands(int(r, "bytes_written")),
+            thousands(int(r, "thread_bytes")),
+            thousands(int(r, "state_json_bytes")),
+            num(r, "ratio_written_to_thread"),
+            num(r, "ratio_written_to_state_json"),
+        );
+    }
+    md.push_str("\n| case | checkpoints | history ms | load ms |\n|---|---:|---:|---:|\n");
+    for r in runs.iter().filter_map(|r| r.get("history_listing")) {
+        let _ = writeln!(
+            md,
+            "| history | {} | {:.2} | {:.2} |",
+            int(r, "checkpoints"),
+            num(r, "history_ms"),
+            num(r, "load_ms"),
+        );
+    }
 }
 
 /// `## Thread resume`: one row per store and case of the `thread_resume` bench; a store the bench
@@ -408,9 +449,9 @@ and a fresh `BackendCheckpointer`, as a new worker process would. `resume` loads
 thread's files, which is what a run does before its first model call; `resume_read_one` adds one \
 `read_file`-equivalent read of one file; `resume_read_all` adds listing the space and reading all its files \
 (what a tool that greps the whole space pays). A counting wrapper around the store sums the bytes that reads \
-return and counts requests (a batch counts once per path). Resuming reads the checkpoint file and nothing else \
-(its bytes read equal the checkpoint's size, checked by the bench), so resume costs O(checkpoint), not O(files): \
-a file is read only when a tool asks for it. Median and p90 over {}.\n\n| store | case | median ms | p90 ms | bytes read | files read | requests | ratio to resume |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+return and counts requests (a batch counts once per path). Resuming reads the thread's head and its steps and \
+nothing else (its bytes read equal their stored size, one read each plus one listing of the log, checked by the \
+bench), so resume costs O(checkpoint), not O(files): a file is read only when a tool asks for it. Median and p90 over {}.\n\n| store | case | median ms | p90 ms | bytes read | files read | requests | ratio to resume |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
         setup.map_or(0, |r| int(r, "messages")),
         thousands(setup.map_or(0, |r| int(r, "checkpoint_bytes"))),
         setup.map_or(0, |r| int(r, "files")),
@@ -605,6 +646,22 @@ mod tests {
         assert_eq!(thousands(20_000), "20,000");
         assert_eq!(thousands(100), "100");
         assert_eq!(thousands(1_428_519), "1,428,519");
+    }
+
+    #[test]
+    fn thread_log_rows_are_reported() {
+        let run = serde_json::json!({
+            "thread_bytes": {"checkpoints": 206, "bytes_written": 1000, "thread_bytes": 900,
+                "state_json_bytes": 500, "ratio_written_to_thread": 1.11, "ratio_written_to_state_json": 2.0},
+            "history_listing": {"checkpoints": 1000, "history_ms": 12.5, "load_ms": 30.0},
+        });
+        let mut md = String::new();
+        thread_log_section(&mut md, std::iter::once(&run));
+        assert!(
+            md.contains("| 200 steps | 206 | 1,000 | 900 | 500 | 1.11 | 2.00 |"),
+            "{md}"
+        );
+        assert!(md.contains("| history | 1000 | 12.50 | 30.00 |"), "{md}");
     }
 
     #[test]

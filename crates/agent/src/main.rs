@@ -101,6 +101,10 @@ enum Command {
         /// their workspace, which is --workdir if given, else STATE_DIR/users/ID.
         #[arg(long, value_name = "ID")]
         user: Option<String>,
+        /// Start a new thread from checkpoint STEP of thread ID (`trellis threads history ID`
+        /// lists them), with a copy of ID's files.
+        #[arg(long, value_name = "ID@STEP", conflicts_with = "thread")]
+        fork: Option<String>,
         /// Your workspace: a directory the agent sees at /workspace in every thread you run
         /// (without it and without --user, the agent has only the thread's own files, kept with
         /// the thread).
@@ -161,6 +165,11 @@ enum ThreadsCommand {
     List,
     /// Print a thread's messages in brief and its files.
     Show {
+        /// The thread id.
+        id: String,
+    },
+    /// Print a thread's checkpoints, one a line: step, time (UTC), messages, what it added.
+    History {
         /// The thread id.
         id: String,
     },
@@ -282,6 +291,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             memory,
             thread,
             user,
+            fork,
             workdir,
             state_dir,
             mcp,
@@ -296,6 +306,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             let options = RunOptions {
                 thread,
                 user,
+                fork,
                 workdir,
                 state_dir,
                 mcp,
@@ -311,6 +322,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Threads { state_dir, command } => match command {
             ThreadsCommand::List => threads_cli::list(&state_dir).await,
             ThreadsCommand::Show { id } => threads_cli::show(&state_dir, &id).await,
+            ThreadsCommand::History { id } => threads_cli::history(&state_dir, &id).await,
             ThreadsCommand::Delete { id } => threads_cli::delete(&state_dir, &id).await,
         },
         Command::Skills {
@@ -327,6 +339,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
 struct RunOptions {
     thread: Option<String>,
     user: Option<String>,
+    fork: Option<String>,
     workdir: Option<PathBuf>,
     state_dir: PathBuf,
     mcp: Vec<String>,
@@ -372,6 +385,7 @@ async fn run_agent(
     let RunOptions {
         thread,
         user,
+        fork,
         workdir,
         state_dir,
         writable_skills,
@@ -392,6 +406,10 @@ async fn run_agent(
     }
     std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
     let checkpointer = Arc::new(threads_cli::checkpointer(&state_dir)?);
+    let forked = match &fork {
+        Some(spec) => Some(threads_cli::fork(&checkpointer, spec).await?),
+        None => None,
+    };
     // The thread's own files live in the state dir beside its checkpoints; skills and memory are
     // shared mounts; --workdir is the user's workspace at /workspace.
     let mut builder = deep_agent(model)
@@ -423,9 +441,10 @@ async fn run_agent(
             .personal_skills(workspace::PERSONAL_SKILLS_DIR);
     }
     let agent = builder.build()?;
-    let thread_id = match thread {
-        Some(id) => ThreadId::new(id)?,
-        None => ThreadId::generate(),
+    let thread_id = match (forked, thread) {
+        (Some(id), _) => id,
+        (None, Some(id)) => ThreadId::new(id)?,
+        (None, None) => ThreadId::generate(),
     };
     eprintln!("thread {thread_id} (resume with --thread {thread_id})");
     let mode = if json {

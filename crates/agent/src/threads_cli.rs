@@ -1,8 +1,10 @@
-//! `trellis threads list | show ID | delete ID`: the threads `trellis run` kept in a state dir.
+//! `trellis threads list | show ID | history ID | delete ID`: the threads `trellis run` kept in a
+//! state dir, and `trellis run --fork ID@STEP` ([`fork`]).
 //!
 //! A thread is its checkpoints and its own files, both under `<state-dir>/threads/<id>/`. `show`
 //! prints the conversation in brief (one line a message, cut at [`BRIEF_CHARS`] characters) and
-//! the thread's files; `delete` removes both. Text that came from the model or from tools goes
+//! the thread's files; `history` prints one line per checkpoint (step, UTC time, messages, what the
+//! step added); `delete` removes all of it. Text that came from the model or from tools goes
 //! through `escape_controls`, so a stored message cannot send terminal escape sequences.
 
 use std::path::Path;
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use trellis_middleware::backend::{Backend, DEFAULT_LIST_LIMIT, FilesystemBackend, VirtualPath};
 use trellis_middleware::skills::escape_controls as safe;
-use trellis_middleware::{BackendCheckpointer, Checkpointer, Message, ThreadId};
+use trellis_middleware::{BackendCheckpointer, CheckpointInfo, Checkpointer, Message, ThreadId};
 
 /// Characters of a message `show` prints.
 pub const BRIEF_CHARS: usize = 120;
@@ -70,6 +72,81 @@ pub async fn delete(state_dir: &Path, id: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Print one line per checkpoint of a thread, oldest first: `STEP  TIME  N msgs  SUMMARY`.
+pub async fn history(state_dir: &Path, id: &str) -> Result<ExitCode> {
+    let thread = ThreadId::new(id)?;
+    let history = checkpointer(state_dir)?.history(&thread).await?;
+    if history.is_empty() {
+        bail!("no thread {thread} in {}", state_dir.display());
+    }
+    for info in &history {
+        println!("{}", history_line(info));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One `history` line.
+fn history_line(info: &CheckpointInfo) -> String {
+    let origin = info
+        .forked_from
+        .as_ref()
+        .map(|o| format!(" (fork of {}@{})", o.thread_id, o.seq))
+        .unwrap_or_default();
+    format!(
+        "{:>4}  {}  {:>4} msgs  {}{origin}",
+        info.seq,
+        utc(info.saved_at_ms),
+        info.messages,
+        safe(&info.summary)
+    )
+}
+
+/// `trellis run --fork ID@STEP`: a new thread starting from checkpoint STEP of thread ID, with a
+/// copy of ID's files as they are now. Returns the new thread's id.
+pub async fn fork(checkpointer: &BackendCheckpointer, spec: &str) -> Result<ThreadId> {
+    let (from, step) = parse_fork(spec)?;
+    let to = ThreadId::generate();
+    checkpointer
+        .fork(&from, step, &to)
+        .await
+        .with_context(|| format!("cannot fork {from}@{step}"))?;
+    eprintln!("forked {from}@{step} as thread {to}");
+    Ok(to)
+}
+
+/// `ID@STEP` → (thread, step).
+fn parse_fork(spec: &str) -> Result<(ThreadId, u64)> {
+    let Some((id, step)) = spec.rsplit_once('@') else {
+        bail!("--fork takes ID@STEP (a step from `trellis threads history ID`), not {spec:?}");
+    };
+    let step = step
+        .parse()
+        .with_context(|| format!("--fork {spec:?}: {step:?} is not a step number"))?;
+    Ok((ThreadId::new(id)?, step))
+}
+
+/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
+fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
 /// `role: text`, on one line, cut at [`BRIEF_CHARS`].
 fn brief(message: &Message) -> String {
     let role = match message {
@@ -89,4 +166,26 @@ fn brief(message: &Message) -> String {
         shown.push('…');
     }
     format!("{role}: {}", safe(&shown))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(1_764_547_200_000), "2025-12-01 00:00:00");
+        assert_eq!(utc(951_782_400_000 + 3_723_000), "2000-02-29 01:02:03");
+    }
+
+    #[test]
+    fn fork_specs_are_checked() {
+        let (id, step) = parse_fork("t-abc@12").unwrap();
+        assert_eq!((id.as_str(), step), ("t-abc", 12));
+        for bad in ["t-abc", "t-abc@", "t-abc@x", "../x@1"] {
+            assert!(parse_fork(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -2,10 +2,11 @@
 //! turns and a final answer per run, so everything measured is the loop, the middleware stack, the
 //! tool dispatch and the checkpointing. Prints one JSON object.
 //!
-//! The `backend_checkpointer` scenarios save every step through `BackendCheckpointer` on an
-//! in-memory `StateBackend` with a 5,000-skill catalog in the state: with the catalog stored once
-//! as a blob (the default) and inline in every checkpoint file. They also report the bytes written
-//! per run.
+//! The `backend_checkpointer` scenarios save every step through `BackendCheckpointer` with a
+//! 5,000-skill catalog in the state, on an in-memory `StateBackend`, on local disk (a temporary
+//! directory) and on `memory://` (`ObjectStoreBackend`). Every run is a new thread, so each run
+//! also stores the catalog once. They report the bytes written per run and the ratio of their
+//! per-call overhead to the in-memory checkpointer's in the same run.
 //!
 //! `cargo bench -p trellis-middleware --bench loop_overhead`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -142,13 +143,15 @@ async fn skills_agent_with(
 }
 
 /// Per-call time and bytes written per run with a 5,000-skill catalog saved through
-/// `BackendCheckpointer` (blob threshold `threshold`).
-fn backend_checkpointer_scenario(rt: &tokio::runtime::Runtime, threshold: usize) -> (Duration, u64) {
-    use trellis_middleware::backend::{StateBackend, VirtualPath};
-    let spy = common::Spy::new(Arc::new(StateBackend::new()));
-    let checkpointer = BackendCheckpointer::new(spy.clone(), VirtualPath::parse("/threads").unwrap())
-        .unwrap()
-        .with_blob_threshold(threshold);
+/// `BackendCheckpointer` on `store`.
+fn backend_checkpointer_scenario(
+    rt: &tokio::runtime::Runtime,
+    store: Arc<dyn trellis_middleware::backend::Backend>,
+) -> (Duration, u64) {
+    use trellis_middleware::backend::VirtualPath;
+    let spy = common::Spy::new(store);
+    let checkpointer =
+        BackendCheckpointer::new(spy.clone(), VirtualPath::parse("/threads").unwrap()).unwrap();
     let n = if smoke() { 200 } else { 5_000 };
     let (agent, loaded) = rt.block_on(skills_agent_with(n, Some(Arc::new(checkpointer))));
     let one = || {
@@ -177,6 +180,129 @@ fn backend_checkpointer_scenario(rt: &tokio::runtime::Runtime, threshold: usize)
     let samples: Vec<(Duration, u64)> = (0..runs).map(|_| one()).collect();
     let bytes = samples[0].1;
     (median(samples.into_iter().map(|(d, _)| d).collect()), bytes)
+}
+
+/// Bytes written over a thread of about 200 checkpoints (two runs of 51 model calls on one thread,
+/// 5,000 skills) on local disk, against what the thread occupies at the end.
+fn thread_bytes(rt: &tokio::runtime::Runtime) -> serde_json::Value {
+    use trellis_middleware::backend::{Backend, FilesystemBackend, VirtualPath};
+    let disk = tempfile::tempdir().unwrap();
+    let spy = common::Spy::new(Arc::new(FilesystemBackend::new(disk.path()).unwrap()));
+    let checkpointer =
+        Arc::new(BackendCheckpointer::new(spy.clone(), VirtualPath::parse("/threads").unwrap()).unwrap());
+    let n = if smoke() { 200 } else { 5_000 };
+    let (agent, loaded) = rt.block_on(skills_agent_with(n, Some(checkpointer.clone())));
+    let thread = ThreadId::new("bench-200-steps").unwrap();
+    rt.block_on(async {
+        spy.take();
+        for run in 0..2 {
+            let mut input = RunInput::human("go").thread(thread.clone());
+            if run == 0 {
+                input = input.slot(&trellis_middleware::skills::SKILLS, loaded.clone());
+            }
+            agent.run(input).await.unwrap();
+        }
+        let written: u64 = spy
+            .take()
+            .iter()
+            .filter(|o| o.op == "write")
+            .map(|o| o.bytes)
+            .sum();
+        let checkpoints = checkpointer.history(&thread).await.unwrap().len();
+        let dir = VirtualPath::parse("/threads/bench-200-steps").unwrap();
+        let stored: u64 = spy
+            .list_files(&dir, 1_000_000)
+            .await
+            .unwrap()
+            .files
+            .iter()
+            .filter(|f| !f.path.as_str().contains("/files/"))
+            .map(|f| f.size)
+            .sum();
+        let state = checkpointer
+            .load(&thread)
+            .await
+            .unwrap()
+            .unwrap()
+            .checkpoint
+            .state;
+        let state_json = serde_json::to_vec(&state).unwrap().len() as u64;
+        json!({
+            "store": "local",
+            "checkpoints": checkpoints,
+            "bytes_written": written,
+            "thread_bytes": stored,
+            "state_json_bytes": state_json,
+            "ratio_written_to_thread": (written as f64 / stored as f64 * 100.0).round() / 100.0,
+            "ratio_written_to_state_json": (written as f64 / state_json as f64 * 100.0).round() / 100.0,
+            "target_ratio": 2,
+        })
+    })
+}
+
+/// Listing the history of a thread of 1,000 checkpoints on local disk, through a fresh
+/// checkpointer each time (as `trellis threads history` does); loading it, for scale.
+fn history_listing(rt: &tokio::runtime::Runtime) -> serde_json::Value {
+    use trellis_middleware::backend::{FilesystemBackend, VirtualPath};
+    let disk = tempfile::tempdir().unwrap();
+    let open = || {
+        BackendCheckpointer::new(
+            Arc::new(FilesystemBackend::new(disk.path()).unwrap()),
+            VirtualPath::parse("/threads").unwrap(),
+        )
+        .unwrap()
+    };
+    let steps = if smoke() { 50 } else { 1_000 };
+    let thread = ThreadId::new("bench-history").unwrap();
+    rt.block_on(async {
+        let cp = open();
+        let mut state = State::with_messages(vec![Message::human("start")]);
+        let mut version = None;
+        for i in 0..steps {
+            if i > 0 {
+                state.messages.push(Message::ai(format!(
+                    "step {i}: a reply of ordinary length, a sentence or two."
+                )));
+            }
+            let v = cp
+                .save(
+                    Checkpoint::new(thread.clone(), i as u64, state.clone()),
+                    version.as_ref(),
+                )
+                .await
+                .unwrap();
+            version = Some(v);
+        }
+        let time = |load: bool| {
+            let (open, thread) = (&open, &thread);
+            async move {
+                let mut samples = Vec::new();
+                for _ in 0..if smoke() { 2 } else { 21 } {
+                    let cp = open();
+                    let start = Instant::now();
+                    if load {
+                        assert_eq!(
+                            cp.load(thread).await.unwrap().unwrap().checkpoint.seq as usize,
+                            steps - 1
+                        );
+                    } else {
+                        assert_eq!(cp.history(thread).await.unwrap().len(), steps);
+                    }
+                    samples.push(start.elapsed());
+                }
+                median(samples)
+            }
+        };
+        let history = time(false).await;
+        let load = time(true).await;
+        json!({
+            "store": "local",
+            "checkpoints": steps,
+            "history_ms": (history.as_secs_f64() * 1e5).round() / 100.0,
+            "load_ms": (load.as_secs_f64() * 1e5).round() / 100.0,
+            "target_history_ms": 50,
+        })
+    })
 }
 
 fn median(mut xs: Vec<Duration>) -> Duration {
@@ -282,16 +408,34 @@ fn main() {
         skills_run,
         floor,
     ));
-    for (name, threshold) in [
+    let in_memory = skills_run.saturating_sub(floor).as_secs_f64().max(1e-9);
+    let disk = tempfile::tempdir().unwrap();
+    let stores: [(&str, Arc<dyn trellis_middleware::backend::Backend>); 3] = [
         (
             "core_stack_backend_checkpointer_skills_5000",
-            DEFAULT_BLOB_THRESHOLD,
+            Arc::new(trellis_middleware::backend::StateBackend::new()),
         ),
-        ("core_stack_backend_checkpointer_skills_5000_inline", usize::MAX),
-    ] {
-        let (per_run, bytes) = backend_checkpointer_scenario(&rt, threshold);
+        (
+            "core_stack_backend_checkpointer_skills_5000_local_disk",
+            Arc::new(trellis_middleware::backend::FilesystemBackend::new(disk.path()).unwrap()),
+        ),
+        (
+            "core_stack_backend_checkpointer_skills_5000_memory_url",
+            Arc::new(
+                trellis_middleware::backend::ObjectStoreBackend::from_url(
+                    "memory://",
+                    &trellis_middleware::backend::StoreOptions::default(),
+                )
+                .unwrap(),
+            ),
+        ),
+    ];
+    for (name, store) in stores {
+        let (per_run, bytes) = backend_checkpointer_scenario(&rt, store);
         let mut result = row(name, per_run, floor);
         result["bytes_written_per_run"] = json!(bytes);
+        let ratio = per_run.saturating_sub(floor).as_secs_f64() / in_memory;
+        result["ratio_to_in_memory"] = json!((ratio * 100.0).round() / 100.0);
         results.push(result);
     }
     for (name, agent) in &scenarios {
@@ -304,7 +448,11 @@ fn main() {
         "runs": runs().1,
         "model_floor_per_call_us": (floor.as_secs_f64() * 1e6 / CALLS_PER_RUN as f64 * 100.0).round() / 100.0,
         "target_per_call_us": 50,
+        "target_backend_checkpointer_per_call_us": 100,
+        "target_backend_checkpointer_ratio_to_in_memory": 5,
         "results": results,
+        "thread_bytes": thread_bytes(&rt),
+        "history_listing": history_listing(&rt),
     });
     println!("{}", serde_json::to_string_pretty(&report).unwrap());
 }

@@ -16,9 +16,10 @@
 //!   (what a tool that greps the whole space costs).
 //!
 //! The store is wrapped in a counting `Backend` that sums the bytes `read` / `read_many` return and
-//! counts requests (every call; a batch counts once per path). `resume` reads the checkpoint file
-//! only (checked: its bytes read equal the stored checkpoint's size, and no file is read), so resume
-//! costs O(checkpoint), not O(files).
+//! counts requests (every call; a batch counts once per path). `resume` reads the thread's head and
+//! its step log only (checked: its bytes read equal the stored size of the head and the steps, one
+//! read each, one listing of the log, and no file is read), so resume costs O(checkpoint), not
+//! O(files).
 //!
 //! Local disk: `FilesystemBackend` on a temporary directory (page cache warm). S3 (when
 //! `TRELLIS_S3_ENDPOINT` is set, as `cargo xtask bench` does): `ObjectStoreBackend` under a fresh
@@ -289,9 +290,9 @@ fn tool(name: &'static str) -> FnTool {
     )
 }
 
-/// Write the thread (two runs of the agent loop) and its 100 files to `store`; returns the
-/// checkpoint's stored size and its message count.
-async fn setup(store: &Store) -> (u64, usize) {
+/// Write the thread (two runs of the agent loop) and its 100 files to `store`; returns the stored
+/// size of its checkpoints (head and step log), how many objects that is, and its message count.
+async fn setup(store: &Store) -> (u64, u64, usize) {
     let backend = store.open();
     let checkpointer = Arc::new(BackendCheckpointer::new(backend.clone(), root()).unwrap());
     let agent = Agent::builder(model())
@@ -336,12 +337,19 @@ async fn setup(store: &Store) -> (u64, usize) {
         .collect::<Vec<()>>()
         .await;
     let stored = checkpointer.load(&thread()).await.unwrap().unwrap();
-    let size = backend
+    let head = backend
         .stat(&checkpointer.path(&thread()).unwrap())
         .await
         .unwrap()
         .size;
-    (size, stored.checkpoint.state.messages.len())
+    let log = VirtualPath::parse(&format!("/threads/{}/log", thread())).unwrap();
+    let steps = backend.list_files(&log, 100_000).await.unwrap().files;
+    let size = head + steps.iter().map(|e| e.size).sum::<u64>();
+    (
+        size,
+        1 + steps.len() as u64,
+        stored.checkpoint.state.messages.len(),
+    )
 }
 
 /// One iteration of `case` with a fresh backend and checkpointer: (time, bytes read, files read,
@@ -398,7 +406,7 @@ fn ms(d: Duration) -> f64 {
 
 async fn measure(store: Store, runs: usize) {
     let started = Instant::now();
-    let (checkpoint_bytes, messages) = setup(&store).await;
+    let (checkpoint_bytes, objects, messages) = setup(&store).await;
     eprintln!(
         "thread_resume: wrote the thread ({messages} messages, {checkpoint_bytes} B checkpoint) and {FILES} files to {} in {:.1} s",
         store.name(),
@@ -426,11 +434,11 @@ async fn measure(store: Store, runs: usize) {
             counts[i] = (bytes, read, requests);
         }
     }
-    // Resuming reads the checkpoint file and nothing else.
+    // Resuming reads the head and the steps, one read each plus one listing, and nothing else.
     assert_eq!(
         counts[0],
-        (checkpoint_bytes, 1, 1),
-        "resume reads the checkpoint only"
+        (checkpoint_bytes, objects, objects + 1),
+        "resume reads the checkpoints only"
     );
     for s in &mut samples {
         s.sort();
@@ -449,6 +457,7 @@ async fn measure(store: Store, runs: usize) {
                 "file_bytes": FILE_BYTES,
                 "messages": messages,
                 "checkpoint_bytes": checkpoint_bytes,
+                "checkpoint_objects": objects,
                 "median_ms": ms(median),
                 "p90_ms": ms(percentile(&samples[i], 0.9)),
                 "bytes_read": bytes,

@@ -93,8 +93,9 @@ pub use rubric::{
 };
 pub use runtime::agent::{Agent, AgentBuilder, DEFAULT_MAX_STEPS};
 pub use runtime::checkpoint::{
-    BackendCheckpointer, CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointVersion, Checkpointer,
-    DEFAULT_BLOB_THRESHOLD, InMemoryCheckpointer, StoredCheckpoint,
+    BackendCheckpointer, CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion,
+    Checkpointer, ForkOrigin, GarbageReport, InMemoryCheckpointer, StoredCheckpoint, TEXT_BY_CONTENT_BYTES,
+    serialize_by_content, serialize_str_by_content,
 };
 pub use runtime::context::{Extensions, InvalidThreadId, RunContext, ThreadId};
 pub use runtime::error::{AgentError, BoxError};

@@ -213,7 +213,7 @@ async fn a_checkpoint_save_whose_reply_was_lost_is_not_a_conflict(cloud: Cloud) 
         Rule::new(Fault::DropAfterForward)
             .method("PUT")
             .with_header(cloud.update_header())
-            .target_contains("/checkpoint.json")
+            .target_contains("/head.json")
             .times(1),
     );
     let out = run(&faulty, "next", "again").await.unwrap();

@@ -8,5 +8,6 @@ mod fuzz_replay;
 mod object_store_faults;
 mod provider_faults;
 mod thread_files;
+mod thread_store;
 mod user_layer;
 mod workspaces;

@@ -19,6 +19,15 @@ pub(crate) fn trellis() -> Command {
     Command::new(env!("CARGO_BIN_EXE_trellis"))
 }
 
+/// `trellis run --model anthropic:… --state-dir STATE`, to be completed by the caller.
+fn trellis_run(state: &Path) -> Command {
+    let mut command = trellis();
+    command
+        .args(["run", "--model", "anthropic:claude-sonnet-4-5", "--state-dir"])
+        .arg(state);
+    command
+}
+
 /// A mock of the Anthropic Messages endpoint.
 pub(crate) fn messages() -> MockBuilder {
     Mock::given(method("POST")).and(path("/v1/messages"))
@@ -69,11 +78,8 @@ async fn run_calling(
         .respond_with(reply(json!([{"type": "text", "text": "done"}]), "end_turn"))
         .mount(&server)
         .await;
-    let mut command = trellis();
-    command
-        .args(["run", "--model", "anthropic:claude-sonnet-4-5", "--state-dir"])
-        .arg(state)
-        .args(["--thread", thread]);
+    let mut command = trellis_run(state);
+    command.args(["--thread", thread]);
     if let Some(dir) = workdir {
         command.arg("--workdir").arg(dir);
     }
@@ -233,11 +239,7 @@ async fn threads_list_show_and_delete_what_runs_kept() {
     // A directory an escaping id would name, with a checkpoint and a file in it.
     let outside = s.join("x");
     std::fs::create_dir_all(outside.join("files")).unwrap();
-    std::fs::copy(
-        s.join("threads/beta/checkpoint.json"),
-        outside.join("checkpoint.json"),
-    )
-    .unwrap();
+    std::fs::copy(s.join("threads/beta/head.json"), outside.join("head.json")).unwrap();
     std::fs::write(outside.join("files/keep.txt"), "keep").unwrap();
     for command in ["show", "delete"] {
         let refused = failed(&threads(s, &[command, "../x"]));
@@ -314,4 +316,106 @@ async fn workdir_is_the_workspace_every_thread_shares() {
         "thread two reads the user's workspace: {text}"
     );
     assert_not_found(&got[1]);
+}
+
+/// `trellis threads history` lists a thread's checkpoints; `trellis run --fork ID@STEP` starts a
+/// new thread from one of them (the model sees the conversation as it was at that step) with a copy
+/// of the thread's files, and leaves the source thread as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_lists_checkpoints_and_fork_starts_a_new_thread_from_one() {
+    let state = tempfile::tempdir().unwrap();
+    let s = state.path();
+    ok_text(&run_calling(s, None, "alpha", vec![write("/notes/a.txt", NOTE)]).await[0]);
+    let history = succeeded(&threads(s, &["history", "alpha"]));
+    let lines: Vec<&str> = history.lines().collect();
+    assert!(lines.len() >= 4, "{history}");
+    let seqs: Vec<u64> = lines
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(seqs, (0..lines.len() as u64).collect::<Vec<_>>(), "{history}");
+    assert!(lines[0].contains("user: Work on alpha"), "{history}");
+    assert!(
+        lines.iter().any(|l| l.contains("assistant: calls write_file")),
+        "{history}"
+    );
+    let after_tools = lines
+        .iter()
+        .position(|l| l.contains("tool results: 1"))
+        .unwrap_or_else(|| panic!("{history}"));
+    assert!(lines.last().unwrap().contains("assistant: done"), "{history}");
+    let missing = failed(&threads(s, &["history", "nobody"]));
+    assert!(missing.contains("no thread nobody"), "{missing}");
+
+    let server = MockServer::start().await;
+    messages()
+        .respond_with(reply(
+            json!([{"type": "text", "text": "forked answer"}]),
+            "end_turn",
+        ))
+        .mount(&server)
+        .await;
+    let mut command = trellis_run(s);
+    command
+        .args(["--fork", &format!("alpha@{after_tools}"), "try again"])
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", server.uri());
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    succeeded(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let forked_line = stderr
+        .lines()
+        .find(|l| l.starts_with(&format!("forked alpha@{after_tools} as thread ")))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let fork = forked_line.rsplit(' ').next().unwrap().to_owned();
+    let requests = server.received_requests().await.unwrap();
+    let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    let sent = body["messages"].as_array().unwrap();
+    // The task, the call, then one user turn: the call's result and the new task.
+    assert_eq!(
+        sent.len(),
+        3,
+        "the conversation at the step, then the new task: {body}"
+    );
+    assert!(sent[1].to_string().contains("write_file"), "{body}");
+    let last = sent[2].to_string();
+    assert!(
+        last.contains("tool_result") && last.contains("try again"),
+        "{body}"
+    );
+    assert!(
+        !body.to_string().contains("\"done\""),
+        "not the later answer: {body}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.join(format!("threads/{fork}/files/notes/a.txt"))).unwrap(),
+        NOTE
+    );
+    let fork_history = succeeded(&threads(s, &["history", &fork]));
+    assert!(
+        fork_history
+            .lines()
+            .next()
+            .unwrap()
+            .contains(&format!("(fork of alpha@{after_tools})")),
+        "{fork_history}"
+    );
+    assert_eq!(
+        succeeded(&threads(s, &["history", "alpha"])),
+        history,
+        "alpha is unchanged"
+    );
+    let bad = failed(
+        &trellis_run(s)
+            .args(["--fork", "alpha@999", "x"])
+            .env("ANTHROPIC_API_KEY", "test-key")
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        bad.contains("alpha@999") && bad.contains("no checkpoint 999"),
+        "{bad}"
+    );
 }

@@ -215,6 +215,22 @@ fn write_inner(
         path: path.to_string(),
     })?;
     let dir = parent_dir(beneath, path, true)?;
+    // A version-checked write is a check, then a rename: the per-path lock makes that atomic in
+    // one backend, and an exclusive advisory lock on the directory makes it atomic between
+    // backends and processes (released when its descriptor is closed, at return).
+    let _dir_lock = if matches!(mode, WriteMode::IfVersion(_) | WriteMode::CreateNew) {
+        let fd = rustix::fs::openat(
+            &dir,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io(path, e))?;
+        rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive).map_err(|e| io(path, e))?;
+        Some(fd)
+    } else {
+        None
+    };
     let existing = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => Some(st),
         Err(e) if e == Errno::NOENT => None,

@@ -157,7 +157,8 @@ impl Typed {
 #[derive(Clone)]
 struct Cell {
     private: bool,
-    json: Option<Value>,
+    /// Shared, so cloning slots restored from a checkpoint copies no JSON.
+    json: Option<Arc<Value>>,
     typed: OnceLock<Typed>,
 }
 
@@ -176,7 +177,7 @@ impl Cell {
                 slot: name.to_owned(),
                 source,
             }),
-            (None, Some(json)) => Ok(json.clone()),
+            (None, Some(json)) => Ok(Value::clone(json)),
             (None, None) => Ok(Value::Null),
         }
     }
@@ -243,8 +244,11 @@ impl Slots {
             return Ok(None);
         };
         if cell.typed.get().is_none() {
-            let json = cell.json.clone().unwrap_or(Value::Null);
-            let value: T = serde_json::from_value(json).map_err(|source| StateError::Deserialize {
+            let value = match &cell.json {
+                Some(json) => T::deserialize(json.as_ref()),
+                None => T::deserialize(&Value::Null),
+            };
+            let value: T = value.map_err(|source| StateError::Deserialize {
                 slot: slot.name.to_owned(),
                 expected: std::any::type_name::<T>(),
                 source,
@@ -309,7 +313,7 @@ impl Slots {
             name.into(),
             Cell {
                 private,
-                json: Some(value),
+                json: Some(Arc::new(value)),
                 typed: OnceLock::new(),
             },
         );
@@ -322,10 +326,73 @@ impl Slots {
         }
     }
 
+    /// True when `other` holds the very same value in slot `name` as `self` does: the same shared
+    /// value (one is a clone of the other and neither was written since), not merely an equal one.
+    /// False when either lacks the slot or its visibility differs. Checkpointers use this to write
+    /// only the slots that changed since the last save; a value that was replaced by an equal one
+    /// counts as changed.
+    ///
+    /// Identity is compared by address, so a caller must keep `other` alive while it compares
+    /// (an address is then never reused for another value).
+    pub fn same_value(&self, other: &Slots, name: &str) -> bool {
+        let (Some(a), Some(b)) = (self.map.get(name), other.map.get(name)) else {
+            return false;
+        };
+        if a.private != b.private {
+            return false;
+        }
+        match (&a.json, &b.json) {
+            // Typed from the same JSON, or JSON not typed yet: the JSON decides.
+            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+            (None, None) => match (a.typed.get(), b.typed.get()) {
+                (Some(x), Some(y)) => Arc::ptr_eq(&x.value, &y.value),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// Whether slot `name` is private; `None` when it is not set.
+    pub fn is_private(&self, name: &str) -> Option<bool> {
+        self.map.get(name).map(|cell| cell.private)
+    }
+
     /// Every set slot as `(name, private, JSON value)`, in name order.
     pub fn iter_json(&self) -> impl Iterator<Item = Result<(&str, bool, Value), StateError>> {
         self.map
             .iter()
             .map(|(name, cell)| cell.to_json(name).map(|json| (name.as_str(), cell.private, json)))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    static A: Slot<Vec<u32>> = Slot::public("a");
+    static B: Slot<u32> = Slot::private("_b");
+
+    #[test]
+    fn same_value_is_identity_not_equality() {
+        let mut slots = Slots::new();
+        slots.set(&A, vec![1]);
+        slots.set_json("_b", true, serde_json::json!(2));
+        let earlier = slots.clone();
+        assert!(slots.same_value(&earlier, "a"));
+        assert!(slots.same_value(&earlier, "_b"));
+
+        // Typing a JSON value on first access does not change it.
+        assert_eq!(slots.get(&B).unwrap(), Some(&2));
+        assert!(slots.same_value(&earlier, "_b"));
+
+        // An equal value written again is a change; so is a removal.
+        slots.set(&A, vec![1]);
+        assert!(!slots.same_value(&earlier, "a"));
+        slots.remove(&B);
+        assert!(!slots.same_value(&earlier, "_b"));
+        assert!(!slots.same_value(&earlier, "missing"));
+        assert_eq!(earlier.is_private("_b"), Some(true));
+        assert_eq!(earlier.is_private("a"), Some(false));
     }
 }

@@ -81,11 +81,15 @@ pub const DISCLOSURE_SOURCE: &str = "skills.tools";
 /// What the middleware keeps per thread.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SkillsState {
-    /// The catalog (all skills, before per-viewer filtering); shared, so state clones are cheap.
+    /// The catalog (all skills, before per-viewer filtering); shared, so state clones are cheap,
+    /// and stored by content in checkpoints, so a step that keeps it does not serialize it.
+    #[serde(serialize_with = "crate::runtime::checkpoint::serialize_by_content")]
     pub catalog: Arc<SkillCatalog>,
     /// Changes whenever the catalog is (re)loaded; keys the per-viewer caches.
     pub generation: u64,
-    /// The rendered section and the viewer it was rendered for.
+    /// The rendered section and the viewer it was rendered for; stored by content in checkpoints,
+    /// so the steps that keep it do not write it again.
+    #[serde(serialize_with = "crate::runtime::checkpoint::serialize_str_by_content")]
     pub section: String,
     /// User id the section was rendered for.
     pub section_viewer: Option<String>,

@@ -310,29 +310,50 @@ fn state_backend_resume_in_a_second_runtime() {
 }
 
 #[tokio::test]
-async fn state_backend_layout_is_one_json_file_per_thread() {
+async fn state_backend_layout_is_a_head_and_a_log_per_thread() {
     let backend = StateBackend::new();
     let cp =
         BackendCheckpointer::new(Arc::new(backend.clone()), VirtualPath::parse("/threads").unwrap()).unwrap();
     let thread = ThreadId::new("layout").unwrap();
-    cp.save(
-        Checkpoint::new(thread.clone(), 0, State::with_messages(vec![Message::human("x")])),
-        None,
-    )
-    .await
-    .unwrap();
-    let path = cp.path(&thread).unwrap();
-    assert_eq!(path.as_str(), "/threads/layout/checkpoint.json");
-    let bytes = trellis_middleware::backend::BackendExt::read_bytes(&backend, &path)
+    let mut state = State::with_messages(vec![Message::human("x")]);
+    let v = cp
+        .save(Checkpoint::new(thread.clone(), 0, state.clone()), None)
         .await
         .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    assert_eq!(json["format"], CHECKPOINT_FORMAT);
-    assert_eq!(json["thread_id"], "layout");
-    assert_eq!(json["state"]["messages"][0]["role"], "human");
+    state.messages.push(Message::ai("y"));
+    state.set(&PUBLIC, vec!["n".into()]);
+    cp.save(Checkpoint::new(thread.clone(), 1, state), Some(&v))
+        .await
+        .unwrap();
+    let path = cp.path(&thread).unwrap();
+    assert_eq!(path.as_str(), "/threads/layout/head.json");
+    let read = |p: VirtualPath| {
+        let backend = backend.clone();
+        async move {
+            trellis_middleware::backend::BackendExt::read_bytes(&backend, &p)
+                .await
+                .unwrap()
+        }
+    };
+    let head: serde_json::Value = serde_json::from_slice(&read(path.clone()).await).unwrap();
+    assert_eq!(head["format"], CHECKPOINT_FORMAT);
+    assert_eq!(
+        (head["thread_id"].as_str(), head["seq"].as_u64()),
+        (Some("layout"), Some(1))
+    );
+    let step = head["step"].as_str().unwrap();
+    let log = VirtualPath::parse(&format!("/threads/layout/log/{step}")).unwrap();
+    let bytes = read(log).await;
+    let mut lines = bytes.split(|b| *b == b'\n');
+    let header: serde_json::Value = serde_json::from_slice(lines.next().unwrap()).unwrap();
+    let body: serde_json::Value = serde_json::from_slice(lines.next().unwrap()).unwrap();
+    assert_eq!(header["summary"], "assistant: y");
+    assert_eq!(body["keep"], 1);
+    assert_eq!(body["append"][0]["role"], "ai");
+    assert_eq!(body["set"]["notes"]["value"], json!(["n"]));
 
-    // A checkpoint from a newer format is refused, not misread.
-    let mut newer = json.clone();
+    // A head from a newer format is refused, not misread.
+    let mut newer = head.clone();
     newer["format"] = json!(99);
     trellis_middleware::backend::Backend::write(
         &backend,
@@ -417,4 +438,78 @@ fn s3_checkpointer_suite() {
     runtime().block_on(contract(make()));
     resume_in_a_second_runtime(make.clone());
     runtime().block_on(two_writers(make(), make()));
+}
+
+#[tokio::test]
+async fn in_memory_history_load_at_and_fork() {
+    let cp = InMemoryCheckpointer::new().with_history(10);
+    let thread = ThreadId::new(unique("mem-history")).unwrap();
+    let mut state = State::with_messages(vec![Message::human("one")]);
+    let mut v = cp
+        .save(Checkpoint::new(thread.clone(), 0, state.clone()), None)
+        .await
+        .unwrap();
+    state.messages.push(Message::ai("two"));
+    v = cp
+        .save(Checkpoint::new(thread.clone(), 1, state.clone()), Some(&v))
+        .await
+        .unwrap();
+    state.set(&PUBLIC, vec!["n".into()]);
+    cp.save(Checkpoint::new(thread.clone(), 2, state.clone()), Some(&v))
+        .await
+        .unwrap();
+    let history = cp.history(&thread).await.unwrap();
+    let lines: Vec<(u64, &str)> = history.iter().map(|h| (h.seq, h.summary.as_str())).collect();
+    assert_eq!(
+        lines,
+        [(0, "user: one"), (1, "assistant: two"), (2, "slots: notes")]
+    );
+    let at1 = cp.load_at(&thread, 1).await.unwrap().unwrap();
+    assert_eq!(at1.state.messages.len(), 2);
+    assert!(at1.state.get(&PUBLIC).unwrap().is_none());
+
+    let files = cp.thread_files(&thread).unwrap();
+    let note = VirtualPath::parse("/a.txt").unwrap();
+    files
+        .write(
+            &note,
+            b"kept".to_vec().into(),
+            trellis_middleware::backend::WriteMode::Overwrite,
+        )
+        .await
+        .unwrap();
+    let fork = ThreadId::new(unique("mem-fork")).unwrap();
+    cp.fork(&thread, 1, &fork).await.unwrap();
+    let forked = cp.load(&fork).await.unwrap().unwrap();
+    assert_eq!(
+        (forked.checkpoint.seq, forked.checkpoint.state.messages.len()),
+        (1, 2)
+    );
+    let copied =
+        trellis_middleware::backend::BackendExt::read_bytes(cp.thread_files(&fork).unwrap().as_ref(), &note)
+            .await
+            .unwrap();
+    assert_eq!(&copied[..], b"kept");
+    assert!(matches!(
+        cp.fork(&thread, 1, &fork).await,
+        Err(CheckpointError::Conflict { .. })
+    ));
+    assert!(matches!(
+        cp.fork(&thread, 7, &ThreadId::new(unique("none")).unwrap()).await,
+        Err(CheckpointError::NoSuchCheckpoint { seq: 7, .. })
+    ));
+
+    // By default only the latest checkpoint is kept.
+    let latest_only = InMemoryCheckpointer::new();
+    let v = latest_only
+        .save(Checkpoint::new(thread.clone(), 0, State::default()), None)
+        .await
+        .unwrap();
+    latest_only
+        .save(Checkpoint::new(thread.clone(), 1, state), Some(&v))
+        .await
+        .unwrap();
+    let history = latest_only.history(&thread).await.unwrap();
+    assert_eq!(history.iter().map(|h| h.seq).collect::<Vec<_>>(), [1]);
+    assert!(latest_only.load_at(&thread, 0).await.unwrap().is_none());
 }

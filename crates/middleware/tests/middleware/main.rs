@@ -11,7 +11,7 @@ mod agent_loop_hooks;
 mod agent_loop_runs;
 mod agent_loop_tools;
 mod attachments;
-mod checkpoint_blobs;
+mod checkpoint_log;
 mod checkpoints;
 mod common;
 mod core_stack;

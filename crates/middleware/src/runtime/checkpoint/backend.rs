@@ -1,42 +1,110 @@
-//! [`BackendCheckpointer`]: threads saved through a storage [`Backend`].
+//! [`BackendCheckpointer`]: threads stored as an append-only log of steps through a storage
+//! [`Backend`].
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
-use crate::backend::{Backend, BackendError, ConflictKind, ScopedBackend, Version, VirtualPath, WriteMode};
 use async_trait::async_trait;
-use serde_json::Value;
+use bytes::Bytes;
 
-use super::blobs::{
-    DEFAULT_BLOB_THRESHOLD, FORMAT_WITH_BLOBS, KnownBlobs, blob_refs, ensure_blob, restore, take_large_slots,
+use super::blobs::{KnownBlobs, ensure_blob};
+use super::delta::{Previous, message_delta, slot_delta, slots_unchanged};
+use super::record::{
+    BodyOut, EncodedSlot, ForkOrigin, Head, LOG_FORMAT, Replayed, StepHeader, StepName, encode_step,
+    summarize,
 };
+use super::shared::ContentMemo;
 use super::{
-    CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointVersion, Checkpointer, StoredCheckpoint,
+    CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion, Checkpointer,
+    StoredCheckpoint,
 };
+use crate::backend::{Backend, BackendError, ConflictKind, ScopedBackend, Version, VirtualPath, WriteMode};
 use crate::runtime::context::ThreadId;
+use crate::runtime::util;
 
-/// Threads saved as JSON files through any [`Backend`]: `{root}/{thread_id}/checkpoint.json`, with
-/// the thread's own files under `{root}/{thread_id}/files/` ([`Checkpointer::thread_files`]).
+/// Threads stored through any [`Backend`] as an append-only log, one object per step:
 ///
-/// Saves are version-checked writes ([`WriteMode::CreateNew`] for a new thread,
-/// [`WriteMode::IfVersion`] after), so on a shared store (an `s3://` bucket through
-/// `ObjectStoreBackend`) several processes can run threads, resume each other's threads, and never
-/// clobber one: the second writer gets [`CheckpointError::Conflict`].
+/// ```text
+/// {root}/{thread}/head.json              the latest step's name; the only object ever overwritten
+/// {root}/{thread}/log/{seq}-{nonce}-{parent}.json   what each step changed (see `checkpoint/record.rs`)
+/// {root}/{thread}/blobs/{sha256}.json    large shared values, once each, by content
+/// {root}/{thread}/files/                 the thread's own files (Checkpointer::thread_files)
+/// ```
 ///
-/// Slot values of at least [`DEFAULT_BLOB_THRESHOLD`] serialized bytes (see
-/// [`BackendCheckpointer::with_blob_threshold`]) are stored once each, by content, under
-/// `{root}/{thread_id}/blobs/`, and a save whose large values did not change writes only the small
-/// checkpoint file (see `checkpoint/blobs.rs`).
+/// A save writes the step's new messages and changed slots (found by identity against the state
+/// this process last saved or loaded, so nothing unchanged is serialized; a save that changes
+/// nothing writes nothing and returns the version it was given), then moves the head
+/// with a version-checked write ([`WriteMode::CreateNew`] for a new thread,
+/// [`WriteMode::IfVersion`] after). Of two workers racing on one step exactly one moves the head;
+/// the other gets [`CheckpointError::Conflict`], its step object is left unreferenced, and it can
+/// reload and re-apply. A process that dies between writing its step and moving the head leaves
+/// the thread at its previous step. Loading lists the log once and reads the committed chain in
+/// one batch.
+///
+/// Threads written by older builds (`{root}/{thread}/checkpoint.json`, formats 1 and 2) are still
+/// read; their next save starts the log with a base step and removes the old file.
 #[derive(Debug, Clone)]
 pub struct BackendCheckpointer {
-    backend: Arc<dyn Backend>,
-    root: VirtualPath,
-    blob_threshold: usize,
-    known_blobs: Arc<KnownBlobs>,
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) root: VirtualPath,
+    pub(super) known_blobs: Arc<KnownBlobs>,
+    pub(super) memo: Arc<ContentMemo>,
+    cache: Arc<ThreadCache>,
 }
 
-const FILE_NAME: &str = "checkpoint.json";
+const HEAD: &str = "head.json";
+pub(super) const LEGACY: &str = "checkpoint.json";
+const LOG_DIR: &str = "log";
 const BLOB_DIR: &str = "blobs";
 const FILES_DIR: &str = "files";
+/// Versions of old-format threads carry this prefix, so they never equal a head's version.
+pub(super) const LEGACY_VERSION: &str = "v1:";
+/// A save appending more messages than this encodes them on a blocking thread.
+const INLINE_MESSAGES: usize = 16;
+/// Threads whose last state this process remembers; past that the memory starts over.
+const CACHED_THREADS: usize = 1024;
+
+/// What this process knows of a thread at one version: enough to write the next step as a delta.
+#[derive(Debug, Clone)]
+struct Known {
+    version: CheckpointVersion,
+    step: StepName,
+    previous: Previous,
+    /// Saved (not just loaded) by this process: shared values are in the memo.
+    saved: bool,
+}
+
+#[derive(Debug, Default)]
+struct ThreadCache(Mutex<HashMap<ThreadId, Known>>);
+
+impl ThreadCache {
+    fn get(&self, thread_id: &ThreadId, version: &CheckpointVersion) -> Option<Known> {
+        let cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        cache.get(thread_id).filter(|k| &k.version == version).cloned()
+    }
+
+    fn put(&self, thread_id: ThreadId, known: Known) {
+        let mut cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= CACHED_THREADS && !cache.contains_key(&thread_id) {
+            cache.clear();
+        }
+        cache.insert(thread_id, known);
+    }
+
+    fn forget(&self, thread_id: &ThreadId) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(thread_id);
+    }
+}
+
+/// Where the step being saved attaches.
+enum Parent {
+    /// A new thread.
+    None,
+    /// After this step of the log.
+    Step(StepName),
+    /// After an old-format checkpoint file.
+    Legacy,
+}
 
 impl BackendCheckpointer {
     /// Checkpoints under `root` of `backend`. Fails when the backend cannot do version-checked writes.
@@ -49,25 +117,84 @@ impl BackendCheckpointer {
         Ok(Self {
             backend,
             root,
-            blob_threshold: DEFAULT_BLOB_THRESHOLD,
             known_blobs: Arc::default(),
+            memo: Arc::default(),
+            cache: Arc::default(),
         })
     }
 
-    /// Store slot values of at least `bytes` serialized bytes as blobs (`usize::MAX`: never).
-    pub fn with_blob_threshold(mut self, bytes: usize) -> Self {
-        self.blob_threshold = bytes.max(1);
-        self
+    pub(super) fn storage(thread_id: &ThreadId, source: BackendError) -> CheckpointError {
+        CheckpointError::Storage {
+            thread_id: thread_id.clone(),
+            source,
+        }
+    }
+
+    pub(super) fn corrupt(
+        thread_id: &ThreadId,
+        step: Option<u64>,
+        reason: impl Into<String>,
+    ) -> CheckpointError {
+        CheckpointError::Corrupt {
+            thread_id: thread_id.clone(),
+            step,
+            reason: reason.into(),
+        }
+    }
+
+    fn conflict(thread_id: &ThreadId) -> CheckpointError {
+        CheckpointError::Conflict {
+            thread_id: thread_id.clone(),
+        }
+    }
+
+    fn join(thread_id: &ThreadId, dir: &VirtualPath, name: &str) -> Result<VirtualPath, CheckpointError> {
+        dir.join(name)
+            .map_err(|e| Self::storage(thread_id, BackendError::invalid_path(name, e)))
     }
 
     fn thread_dir(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
-        self.root
-            .join(thread_id.as_str())
-            .map_err(|e| Self::storage(thread_id, BackendError::invalid_path(thread_id.as_str(), e)))
+        Self::join(thread_id, &self.root, thread_id.as_str())
     }
 
-    /// The ids of the stored threads, sorted: the directories under the root that hold a
-    /// checkpoint. Directories whose names are not thread ids are left out.
+    /// Where the thread's head lives: the one object of a thread that is overwritten (version-checked).
+    pub fn path(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
+        Self::join(thread_id, &self.thread_dir(thread_id)?, HEAD)
+    }
+
+    /// Where an older build kept the thread's only checkpoint.
+    pub(super) fn legacy_path(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
+        Self::join(thread_id, &self.thread_dir(thread_id)?, LEGACY)
+    }
+
+    pub(super) fn log_dir(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
+        Self::join(thread_id, &self.thread_dir(thread_id)?, LOG_DIR)
+    }
+
+    pub(super) fn step_path(
+        &self,
+        thread_id: &ThreadId,
+        step: &StepName,
+    ) -> Result<VirtualPath, CheckpointError> {
+        Self::join(thread_id, &self.log_dir(thread_id)?, &step.file_name())
+    }
+
+    pub(super) fn blob_dir(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
+        Self::join(thread_id, &self.thread_dir(thread_id)?, BLOB_DIR)
+    }
+
+    /// Where the blob with content hash `hash` (64 hex digits) of the thread lives.
+    pub(super) fn blob_path(&self, thread_id: &ThreadId, hash: &str) -> Result<VirtualPath, CheckpointError> {
+        Self::join(thread_id, &self.blob_dir(thread_id)?, &format!("{hash}.json"))
+    }
+
+    /// `{root}/{thread_id}/files`: the thread's own files.
+    pub(super) fn files_dir(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
+        Self::join(thread_id, &self.thread_dir(thread_id)?, FILES_DIR)
+    }
+
+    /// The ids of the stored threads, sorted: the directories under the root that hold a head (or
+    /// an old-format checkpoint). Directories whose names are not thread ids are left out.
     pub async fn threads(&self) -> Result<Vec<ThreadId>, CheckpointError> {
         let entries = match self.backend.ls(&self.root).await {
             Ok(entries) => entries,
@@ -79,129 +206,186 @@ impl BackendCheckpointer {
             .filter_map(|e| e.path.file_name())
             .filter_map(|name| ThreadId::new(name).ok())
             .collect();
-        let mut paths = Vec::with_capacity(candidates.len());
-        for id in &candidates {
-            paths.push(self.path(id)?);
-        }
-        let found = self.backend.stat_many(&paths).await;
+        let heads = candidates
+            .iter()
+            .map(|id| self.path(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let legacy = candidates
+            .iter()
+            .map(|id| self.legacy_path(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (heads, legacy) = futures::join!(self.backend.stat_many(&heads), self.backend.stat_many(&legacy));
         let mut ids: Vec<ThreadId> = candidates
             .into_iter()
-            .zip(found)
-            .filter_map(|(id, stat)| stat.ok().map(|_| id))
+            .zip(heads.into_iter().zip(legacy))
+            .filter_map(|(id, (head, old))| (head.is_ok() || old.is_ok()).then_some(id))
             .collect();
         ids.sort();
         Ok(ids)
     }
 
-    /// `{root}/{thread_id}/files`: the thread's own files.
-    fn files_dir(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
-        self.thread_dir(thread_id)?
-            .join(FILES_DIR)
-            .map_err(|e| Self::storage(thread_id, BackendError::invalid_path(FILES_DIR, e)))
-    }
-
-    /// Where the blob with content hash `hash` (64 hex digits) of the thread lives.
-    fn blob_path(&self, thread_id: &ThreadId, hash: &str) -> Result<VirtualPath, CheckpointError> {
-        self.thread_dir(thread_id)?
-            .join(BLOB_DIR)
-            .and_then(|dir| dir.join(&format!("{hash}.json")))
-            .map_err(|e| Self::storage(thread_id, BackendError::invalid_path(hash, e)))
-    }
-
-    fn decode(thread_id: &ThreadId, source: serde_json::Error) -> CheckpointError {
-        CheckpointError::Decode {
-            thread_id: thread_id.clone(),
-            source,
-        }
-    }
-
-    /// Read the blobs `checkpoint` names and put their values back in place.
-    async fn inline_blobs(
+    /// Write one step object and move the head to it. `parent` decides the write mode of the head.
+    pub(super) async fn commit(
         &self,
         thread_id: &ThreadId,
-        checkpoint: &mut Value,
-    ) -> Result<(), CheckpointError> {
-        let refs = blob_refs(checkpoint)
-            .map_err(|reason| Self::decode(thread_id, serde::de::Error::custom(reason)))?;
-        if refs.is_empty() {
-            return Ok(());
+        step: &StepName,
+        bytes: Vec<u8>,
+        saved_at_ms: u64,
+        expected: Option<&CheckpointVersion>,
+    ) -> Result<CheckpointVersion, CheckpointError> {
+        let step_path = self.step_path(thread_id, step)?;
+        match self
+            .backend
+            .write(&step_path, bytes.into(), WriteMode::CreateNew)
+            .await
+        {
+            Ok(_) => {}
+            Err(BackendError::Conflict { .. }) => return Err(Self::conflict(thread_id)),
+            Err(e) => return Err(Self::storage(thread_id, e)),
         }
-        let paths = refs
-            .values()
-            .map(|hash| self.blob_path(thread_id, hash))
-            .collect::<Result<Vec<_>, _>>()?;
-        let reads = self.backend.read_many(&paths, None).await;
-        for (key, read) in refs.keys().zip(reads) {
-            let read = read.map_err(|e| Self::storage(thread_id, e))?;
-            let value: Value = serde_json::from_slice(&read.bytes).map_err(|e| Self::decode(thread_id, e))?;
-            if !restore(checkpoint, key, value) {
-                return Err(Self::decode(
-                    thread_id,
-                    serde::de::Error::custom(format!("blob reference {key:?} points nowhere")),
-                ));
+        let head = Head {
+            format: LOG_FORMAT,
+            thread_id: thread_id.clone(),
+            seq: step.seq,
+            step: step.file_name(),
+            saved_at_ms,
+        };
+        let head = serde_json::to_vec(&head).map_err(|source| CheckpointError::Encode {
+            thread_id: thread_id.clone(),
+            source,
+        })?;
+        let mode = match expected {
+            None => WriteMode::CreateNew,
+            Some(v) => WriteMode::IfVersion(Version::new(v.as_str())),
+        };
+        let path = self.path(thread_id)?;
+        match self.backend.write(&path, head.into(), mode).await {
+            Ok(outcome) => match outcome.version {
+                Some(v) => Ok(CheckpointVersion::new(v.as_str())),
+                None => Err(CheckpointError::Unsupported(format!(
+                    "{path} was written without a version tag"
+                ))),
+            },
+            Err(e) => {
+                // The step object is unreferenced now; removing it is only tidying.
+                let _ = self.backend.delete(&step_path).await;
+                self.cache.forget(thread_id);
+                match e {
+                    BackendError::Conflict {
+                        kind: ConflictKind::AlreadyExists | ConflictKind::VersionMismatch,
+                        ..
+                    } => Err(Self::conflict(thread_id)),
+                    e => Err(Self::storage(thread_id, e)),
+                }
             }
         }
-        if let Some(object) = checkpoint.as_object_mut() {
-            object.remove("blobs");
-            object.insert("format".to_owned(), Value::from(CHECKPOINT_FORMAT));
+    }
+
+    /// Write blobs the thread may not have yet.
+    pub(super) async fn write_blobs(
+        &self,
+        thread_id: &ThreadId,
+        blobs: impl IntoIterator<Item = (String, Bytes)>,
+    ) -> Result<(), CheckpointError> {
+        for (hash, bytes) in blobs {
+            let path = self.blob_path(thread_id, &hash)?;
+            ensure_blob(self.backend.as_ref(), &self.known_blobs, &path, bytes)
+                .await
+                .map_err(|e| Self::storage(thread_id, e))?;
         }
         Ok(())
     }
 
-    /// Where the thread's checkpoint lives.
-    pub fn path(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
-        // A ThreadId is always a valid path segment; the error path is defensive.
-        self.root
-            .join(thread_id.as_str())
-            .and_then(|dir| dir.join(FILE_NAME))
-            .map_err(|e| Self::storage(thread_id, BackendError::invalid_path(thread_id.as_str(), e)))
-    }
-
-    fn storage(thread_id: &ThreadId, source: BackendError) -> CheckpointError {
-        CheckpointError::Storage {
-            thread_id: thread_id.clone(),
-            source,
+    /// Where the next step of `thread_id` attaches, when this process does not know its state.
+    async fn parent_from_store(
+        &self,
+        thread_id: &ThreadId,
+        expected: &CheckpointVersion,
+    ) -> Result<Parent, CheckpointError> {
+        if let Some((_, step, version)) = self.read_head(thread_id).await? {
+            return if &version == expected {
+                Ok(Parent::Step(step))
+            } else {
+                Err(Self::conflict(thread_id))
+            };
+        }
+        let legacy = expected.as_str().strip_prefix(LEGACY_VERSION);
+        match self.backend.stat(&self.legacy_path(thread_id)?).await {
+            Ok(entry) if legacy.is_some() && entry.version.as_ref().map(Version::as_str) == legacy => {
+                Ok(Parent::Legacy)
+            }
+            Ok(_) | Err(BackendError::NotFound { .. }) => Err(Self::conflict(thread_id)),
+            Err(e) => Err(Self::storage(thread_id, e)),
         }
     }
+
+    fn remember(
+        &self,
+        thread_id: &ThreadId,
+        version: CheckpointVersion,
+        step: StepName,
+        previous: Previous,
+        saved: bool,
+    ) {
+        self.cache.put(
+            thread_id.clone(),
+            Known {
+                version,
+                step,
+                previous,
+                saved,
+            },
+        );
+    }
+
+    pub(super) fn forget(&self, thread_id: &ThreadId) {
+        self.cache.forget(thread_id);
+    }
+}
+
+/// Run `job` on a blocking thread when `heavy` (and a runtime is there), inline otherwise.
+pub(super) async fn off_executor<R: Send + 'static>(
+    heavy: bool,
+    job: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, CheckpointError> {
+    if heavy && tokio::runtime::Handle::try_current().is_ok() {
+        tokio::task::spawn_blocking(job)
+            .await
+            .map_err(|e| CheckpointError::Unsupported(format!("checkpoint encoding failed: {e}")))
+    } else {
+        Ok(job())
+    }
+}
+
+/// A fresh step nonce: 16 hex digits.
+pub(super) fn nonce() -> String {
+    let id = util::unique_id("n");
+    id.trim_start_matches("n-").chars().take(16).collect()
 }
 
 #[async_trait]
 impl Checkpointer for BackendCheckpointer {
     async fn load(&self, thread_id: &ThreadId) -> Result<Option<StoredCheckpoint>, CheckpointError> {
-        let path = self.path(thread_id)?;
-        let out = match self.backend.read(&path, None).await {
-            Ok(out) => out,
-            Err(BackendError::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(Self::storage(thread_id, e)),
+        let Some((head, step, version)) = self.read_head(thread_id).await? else {
+            return self.load_legacy(thread_id).await;
         };
-        let Some(version) = out.version else {
-            return Err(CheckpointError::Unsupported(format!(
-                "{path} was read without a version tag"
-            )));
+        let chain = self.chain(thread_id, &step).await?;
+        let (replayed, _) = self.replay(thread_id, &chain).await?;
+        let state = self.materialize(thread_id, &replayed, head.seq).await?;
+        let previous = Previous {
+            state: state.clone(),
+            slots: replayed.slots,
         };
-        // Check the format before decoding the whole state.
-        #[derive(serde::Deserialize)]
-        struct Header {
-            format: u32,
-        }
-        let header: Header = serde_json::from_slice(&out.bytes).map_err(|e| Self::decode(thread_id, e))?;
-        if header.format != CHECKPOINT_FORMAT && header.format != FORMAT_WITH_BLOBS {
-            return Err(CheckpointError::UnsupportedFormat {
-                thread_id: thread_id.clone(),
-                format: header.format,
-            });
-        }
-        let checkpoint: Checkpoint = if header.format == FORMAT_WITH_BLOBS {
-            let mut value: Value =
-                serde_json::from_slice(&out.bytes).map_err(|e| Self::decode(thread_id, e))?;
-            self.inline_blobs(thread_id, &mut value).await?;
-            serde_json::from_value(value).map_err(|e| Self::decode(thread_id, e))?
-        } else {
-            serde_json::from_slice(&out.bytes).map_err(|e| Self::decode(thread_id, e))?
-        };
+        self.remember(thread_id, version.clone(), step, previous, false);
         Ok(Some(StoredCheckpoint {
-            checkpoint,
-            version: CheckpointVersion::new(version.as_str()),
+            checkpoint: Checkpoint {
+                format: CHECKPOINT_FORMAT,
+                thread_id: thread_id.clone(),
+                seq: head.seq,
+                saved_at_ms: head.saved_at_ms,
+                state,
+            },
+            version,
         }))
     }
 
@@ -210,63 +394,98 @@ impl Checkpointer for BackendCheckpointer {
         checkpoint: Checkpoint,
         expected: Option<&CheckpointVersion>,
     ) -> Result<CheckpointVersion, CheckpointError> {
-        let thread_id = &checkpoint.thread_id;
-        let encode = |source| CheckpointError::Encode {
+        let thread_id = checkpoint.thread_id.clone();
+        let known = expected.and_then(|v| self.cache.get(&thread_id, v));
+        let parent = match (expected, &known) {
+            (None, _) => Parent::None,
+            (Some(_), Some(k)) => Parent::Step(k.step.clone()),
+            (Some(v), None) => self.parent_from_store(&thread_id, v).await?,
+        };
+        let (seq, parent_nonce) = match &parent {
+            Parent::Step(step) => (step.seq + 1, Some(step.nonce.clone())),
+            Parent::None | Parent::Legacy => (checkpoint.seq, None),
+        };
+        let step = StepName {
+            seq,
+            nonce: nonce(),
+            parent: parent_nonce,
+            base: known.is_none(),
+        };
+        let previous = known.as_ref().map(|k| k.previous.clone());
+        let messages = message_delta(&checkpoint.state, previous.as_ref().map(|p| &p.state));
+        if let (Some(k), Some(v)) = (&known, expected) {
+            let before = &k.previous;
+            if messages.append.is_empty()
+                && messages.keep == before.state.messages.len()
+                && slots_unchanged(&checkpoint.state, before)
+            {
+                // Nothing changed: no step, the same version (a racing writer's step still wins
+                // the next save that changes something).
+                return Ok(v.clone());
+            }
+        }
+        let heavy = known.as_ref().is_none_or(|k| !k.saved) || messages.append.len() > INLINE_MESSAGES;
+        let memo = self.memo.clone();
+        let (state, saved_at_ms) = (checkpoint.state, checkpoint.saved_at_ms);
+        let (thread, base) = (thread_id.clone(), step.base);
+        let encoded = off_executor(heavy, move || {
+            let slots = slot_delta(&state, previous.as_ref(), &memo)?;
+            let set: Vec<&str> = slots.set.keys().map(String::as_str).collect();
+            let header = StepHeader {
+                format: LOG_FORMAT,
+                thread_id: thread,
+                seq,
+                saved_at_ms,
+                summary: summarize(&messages.append, &set, &slots.unset),
+                messages: state.messages.len(),
+                forked_from: None,
+            };
+            let body = BodyOut {
+                base,
+                keep: messages.keep,
+                append: &messages.append,
+                set: &slots.set,
+                unset: &slots.unset,
+            };
+            let bytes = encode_step(&header, &body)?;
+            Ok::<_, serde_json::Error>((bytes, slots.all, slots.blobs, state))
+        })
+        .await?;
+        let (bytes, all, blobs, state) = encoded.map_err(|source| CheckpointError::Encode {
             thread_id: thread_id.clone(),
             source,
+        })?;
+        // Blobs first: a committed step never names a missing blob.
+        self.write_blobs(&thread_id, blobs.into_iter().map(|b| (b.hash, b.bytes)))
+            .await?;
+        let head_expected = match parent {
+            Parent::Step(_) => expected,
+            Parent::None | Parent::Legacy => None,
         };
-        let mut value = serde_json::to_value(&checkpoint).map_err(encode)?;
-        let blobs = take_large_slots(&mut value, self.blob_threshold).map_err(encode)?;
-        if !blobs.is_empty() {
-            // Blobs first: a saved checkpoint never names a missing blob.
-            let mut refs = serde_json::Map::new();
-            for blob in blobs {
-                let path = self.blob_path(thread_id, &blob.hash)?;
-                ensure_blob(self.backend.as_ref(), &self.known_blobs, &path, blob.bytes)
-                    .await
-                    .map_err(|e| Self::storage(thread_id, e))?;
-                refs.insert(blob.key, Value::String(blob.hash));
-            }
-            if let Some(object) = value.as_object_mut() {
-                object.insert("format".to_owned(), Value::from(FORMAT_WITH_BLOBS));
-                object.insert("blobs".to_owned(), Value::Object(refs));
-            }
+        let version = self
+            .commit(&thread_id, &step, bytes, saved_at_ms, head_expected)
+            .await?;
+        if matches!(parent, Parent::Legacy) {
+            // Superseded by the log; a failure leaves a file nothing reads while the head exists.
+            let _ = self.backend.delete(&self.legacy_path(&thread_id)?).await;
         }
-        let bytes = serde_json::to_vec(&value).map_err(encode)?;
-        let mode = match expected {
-            None => WriteMode::CreateNew,
-            Some(v) => WriteMode::IfVersion(Version::new(v.as_str())),
-        };
-        let path = self.path(thread_id)?;
-        match self.backend.write(&path, bytes.into(), mode).await {
-            Ok(outcome) => match outcome.version {
-                Some(v) => Ok(CheckpointVersion::new(v.as_str())),
-                None => Err(CheckpointError::Unsupported(format!(
-                    "{path} was written without a version tag"
-                ))),
-            },
-            Err(BackendError::Conflict {
-                kind: ConflictKind::AlreadyExists | ConflictKind::VersionMismatch,
-                ..
-            }) => Err(CheckpointError::Conflict {
-                thread_id: thread_id.clone(),
-            }),
-            Err(e) => Err(Self::storage(thread_id, e)),
-        }
+        let previous = Previous { state, slots: all };
+        self.remember(&thread_id, version.clone(), step, previous, true);
+        Ok(version)
     }
 
     async fn delete(&self, thread_id: &ThreadId) -> Result<(), CheckpointError> {
-        // The checkpoint first, so no reader finds one whose blobs are gone.
-        match self.backend.delete(&self.path(thread_id)?).await {
-            Ok(()) | Err(BackendError::NotFound { .. }) => {}
-            Err(e) => return Err(Self::storage(thread_id, e)),
+        self.forget(thread_id);
+        // The head first, so no reader finds a thread whose steps are going.
+        for path in [self.path(thread_id)?, self.legacy_path(thread_id)?] {
+            match self.backend.delete(&path).await {
+                Ok(()) | Err(BackendError::NotFound { .. }) => {}
+                Err(e) => return Err(Self::storage(thread_id, e)),
+            }
         }
-        let dir = self
-            .thread_dir(thread_id)?
-            .join(BLOB_DIR)
-            .map_err(|e| Self::storage(thread_id, BackendError::invalid_path(BLOB_DIR, e)))?;
-        self.known_blobs.forget_below(&dir);
-        for dir in [dir, self.files_dir(thread_id)?] {
+        let blob_dir = self.blob_dir(thread_id)?;
+        self.known_blobs.forget_below(&blob_dir);
+        for dir in [self.log_dir(thread_id)?, blob_dir, self.files_dir(thread_id)?] {
             ScopedBackend::new(self.backend.clone(), dir)
                 .delete_all()
                 .await
@@ -279,4 +498,51 @@ impl Checkpointer for BackendCheckpointer {
         let dir = self.files_dir(thread_id).ok()?;
         Some(Arc::new(ScopedBackend::new(self.backend.clone(), dir)))
     }
+
+    async fn history(&self, thread_id: &ThreadId) -> Result<Vec<CheckpointInfo>, CheckpointError> {
+        self.history_of(thread_id).await
+    }
+
+    async fn load_at(&self, thread_id: &ThreadId, seq: u64) -> Result<Option<Checkpoint>, CheckpointError> {
+        self.load_step(thread_id, seq).await
+    }
+
+    async fn fork(
+        &self,
+        from: &ThreadId,
+        seq: u64,
+        to: &ThreadId,
+    ) -> Result<CheckpointVersion, CheckpointError> {
+        self.fork_thread(from, seq, to).await
+    }
+}
+
+/// The slots and fork origin of a base step written from a replayed log (a fork).
+pub(super) fn base_step(
+    thread_id: &ThreadId,
+    seq: u64,
+    replayed: &Replayed,
+    forked_from: ForkOrigin,
+    saved_at_ms: u64,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let header = StepHeader {
+        format: LOG_FORMAT,
+        thread_id: thread_id.clone(),
+        seq,
+        saved_at_ms,
+        summary: format!("forked from {}@{}", forked_from.thread_id, forked_from.seq),
+        messages: replayed.messages.len(),
+        forked_from: Some(forked_from),
+    };
+    let set: &BTreeMap<String, EncodedSlot> = &replayed.slots;
+    encode_step(
+        &header,
+        &BodyOut {
+            base: true,
+            keep: 0,
+            append: &replayed.messages,
+            set,
+            unset: &[],
+        },
+    )
 }

@@ -1,14 +1,21 @@
 //! Threads and checkpoints: the [`Checkpointer`] trait, [`InMemoryCheckpointer`] and
 //! [`BackendCheckpointer`] (any storage backend, object stores included).
 //!
-//! A thread's latest checkpoint is written after every step of a run. Writes are version-checked:
-//! a run remembers the version it loaded (or last wrote) and every save must name it, so two workers
-//! running one thread can never overwrite each other. The second gets
-//! [`CheckpointError::Conflict`] and can reload and retry.
+//! A checkpoint is written after every step of a run. Writes are version-checked: a run remembers
+//! the version it loaded (or last wrote) and every save must name it, so two workers running one
+//! thread can never overwrite each other. The second gets [`CheckpointError::Conflict`] and can
+//! reload and retry. Earlier checkpoints stay: [`Checkpointer::history`] lists them,
+//! [`Checkpointer::load_at`] reads one, [`Checkpointer::fork`] starts a new thread from one.
 
 mod backend;
 mod blobs;
+mod delta;
+mod history;
+mod legacy;
+mod log_read;
 mod memory;
+mod record;
+mod shared;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -18,14 +25,17 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use self::backend::BackendCheckpointer;
-pub use self::blobs::DEFAULT_BLOB_THRESHOLD;
+pub use self::history::GarbageReport;
 pub use self::memory::InMemoryCheckpointer;
+pub use self::record::ForkOrigin;
+pub use self::shared::{TEXT_BY_CONTENT_BYTES, serialize_by_content, serialize_str_by_content};
 use crate::backend::Backend;
 use crate::runtime::context::ThreadId;
 use crate::runtime::state::State;
 
-/// The checkpoint format this crate writes.
-pub const CHECKPOINT_FORMAT: u32 = 1;
+/// The checkpoint format this crate writes: 3, the step log (`BackendCheckpointer` still reads the
+/// single-file formats 1 and 2 of older builds).
+pub const CHECKPOINT_FORMAT: u32 = 3;
 
 /// A thread's saved state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -45,16 +55,57 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// A checkpoint of `state`, stamped now.
     pub fn new(thread_id: ThreadId, seq: u64, state: State) -> Self {
-        let saved_at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
         Self {
             format: CHECKPOINT_FORMAT,
             thread_id,
             seq,
-            saved_at_ms,
+            saved_at_ms: Self::now_ms(),
             state,
+        }
+    }
+
+    /// Milliseconds since the Unix epoch, now.
+    pub(crate) fn now_ms() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+/// One checkpoint in a thread's history ([`Checkpointer::history`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointInfo {
+    /// Its number ([`Checkpoint::seq`]): what [`Checkpointer::load_at`] and
+    /// [`Checkpointer::fork`] take.
+    pub seq: u64,
+    /// When it was saved, in milliseconds since the Unix epoch.
+    pub saved_at_ms: u64,
+    /// One line about what the step added (its last new message, or the slots it wrote).
+    pub summary: String,
+    /// Messages in the state at this checkpoint.
+    pub messages: usize,
+    /// Set on a fork's first checkpoint: where it was forked from.
+    pub forked_from: Option<ForkOrigin>,
+}
+
+impl CheckpointInfo {
+    /// An entry for `checkpoint` alone, summarized by its last message.
+    pub fn latest(checkpoint: &Checkpoint) -> Self {
+        let last: Vec<Arc<crate::runtime::message::Message>> = checkpoint
+            .state
+            .messages
+            .shared()
+            .last()
+            .cloned()
+            .into_iter()
+            .collect();
+        Self {
+            seq: checkpoint.seq,
+            saved_at_ms: checkpoint.saved_at_ms,
+            summary: record::summarize(&last, &[], &[]),
+            messages: checkpoint.state.messages.len(),
+            forked_from: None,
         }
     }
 }
@@ -118,9 +169,27 @@ pub enum CheckpointError {
         #[source]
         source: serde_json::Error,
     },
+    /// A stored step (or the head, `step: None`) is damaged or missing: never skipped.
+    #[error("thread {thread_id} is corrupt at {}: {reason}", step_name(*.step))]
+    Corrupt {
+        /// The thread.
+        thread_id: ThreadId,
+        /// The checkpoint number, when the damage is in one step.
+        step: Option<u64>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The thread, or the checkpoint asked for, does not exist.
+    #[error("thread {thread_id} has no checkpoint {seq}")]
+    NoSuchCheckpoint {
+        /// The thread.
+        thread_id: ThreadId,
+        /// The checkpoint asked for.
+        seq: u64,
+    },
     /// The stored checkpoint has a format this version does not read.
     #[error(
-        "checkpoint of thread {thread_id} has format {format}; this build reads format {CHECKPOINT_FORMAT}"
+        "checkpoint of thread {thread_id} has format {format}; this build reads formats 1 to {CHECKPOINT_FORMAT}"
     )]
     UnsupportedFormat {
         /// The thread.
@@ -149,13 +218,19 @@ pub enum CheckpointError {
     Unsupported(String),
 }
 
+fn step_name(step: Option<u64>) -> String {
+    step.map_or_else(|| "its head".to_owned(), |s| format!("step {s}"))
+}
+
 /// Where threads are saved.
 ///
 /// Object-safe (`Arc<dyn Checkpointer>`). The contract, for every implementation:
 /// * `save(cp, None)` creates the thread and fails with `Conflict` when it exists;
-/// * `save(cp, Some(v))` replaces the checkpoint only when its current version is `v`, and fails with
-///   `Conflict` otherwise (changed, or deleted);
-/// * `load` returns the latest checkpoint with its version, or `None` for an unknown thread.
+/// * `save(cp, Some(v))` adds a checkpoint after the current one only when its version is `v`, and
+///   fails with `Conflict` otherwise (changed, or deleted);
+/// * `load` returns the latest checkpoint with its version, or `None` for an unknown thread;
+/// * `history`, `load_at` and `fork` see the checkpoints the implementation keeps (the defaults:
+///   the latest only).
 #[async_trait]
 pub trait Checkpointer: Send + Sync + Debug {
     /// The thread's latest checkpoint.
@@ -179,4 +254,90 @@ pub trait Checkpointer: Send + Sync + Debug {
         let _ = thread_id;
         None
     }
+
+    /// The thread's checkpoints, oldest first; empty for an unknown thread. The default lists the
+    /// latest only.
+    async fn history(&self, thread_id: &ThreadId) -> Result<Vec<CheckpointInfo>, CheckpointError> {
+        let latest = self.load(thread_id).await?;
+        Ok(latest
+            .map(|s| CheckpointInfo::latest(&s.checkpoint))
+            .into_iter()
+            .collect())
+    }
+
+    /// The thread's checkpoint number `seq`, or `None` when it has none of that number. The default
+    /// finds the latest only.
+    async fn load_at(&self, thread_id: &ThreadId, seq: u64) -> Result<Option<Checkpoint>, CheckpointError> {
+        let latest = self.load(thread_id).await?;
+        Ok(latest.map(|s| s.checkpoint).filter(|c| c.seq == seq))
+    }
+
+    /// Start thread `to` from checkpoint `seq` of thread `from`: `to`'s first checkpoint has that
+    /// state and number, and its file space starts as a copy of `from`'s files as they are now
+    /// (files are not versioned with checkpoints). Fails with `Conflict` when `to` exists and with
+    /// `NoSuchCheckpoint` when `from` has no checkpoint `seq`. The two threads share nothing
+    /// afterwards: deleting one leaves the other whole. Returns `to`'s version.
+    async fn fork(
+        &self,
+        from: &ThreadId,
+        seq: u64,
+        to: &ThreadId,
+    ) -> Result<CheckpointVersion, CheckpointError> {
+        fork_by_copy(self, from, seq, to).await
+    }
+}
+
+/// The generic fork: read the checkpoint, save it as the new thread's first, copy the files.
+async fn fork_by_copy<C: Checkpointer + ?Sized>(
+    checkpointer: &C,
+    from: &ThreadId,
+    seq: u64,
+    to: &ThreadId,
+) -> Result<CheckpointVersion, CheckpointError> {
+    let Some(checkpoint) = checkpointer.load_at(from, seq).await? else {
+        return Err(CheckpointError::NoSuchCheckpoint {
+            thread_id: from.clone(),
+            seq,
+        });
+    };
+    if checkpointer.load(to).await?.is_some() {
+        return Err(CheckpointError::Conflict {
+            thread_id: to.clone(),
+        });
+    }
+    if let (Some(src), Some(dst)) = (checkpointer.thread_files(from), checkpointer.thread_files(to)) {
+        copy_files(src.as_ref(), dst.as_ref())
+            .await
+            .map_err(|source| CheckpointError::Storage {
+                thread_id: to.clone(),
+                source,
+            })?;
+    }
+    checkpointer
+        .save(Checkpoint::new(to.clone(), seq, checkpoint.state), None)
+        .await
+}
+
+/// Most files a fork copies.
+const FORK_FILES: usize = 100_000;
+
+/// Copy every file of `src` to the same path in `dst`.
+async fn copy_files(src: &dyn Backend, dst: &dyn Backend) -> Result<(), crate::backend::BackendError> {
+    use crate::backend::{BackendError, VirtualPath, WriteMode};
+    let listing = src.list_files(&VirtualPath::root(), FORK_FILES).await?;
+    if listing.truncated {
+        // A fork copies at most FORK_FILES files.
+        return Err(BackendError::TooLarge {
+            path: "/".to_owned(),
+            size: FORK_FILES as u64 + 1,
+            limit: FORK_FILES as u64,
+        });
+    }
+    for chunk in listing.files.chunks(64) {
+        let paths: Vec<VirtualPath> = chunk.iter().map(|e| e.path.clone()).collect();
+        for (path, read) in paths.iter().zip(src.read_many(&paths, None).await) {
+            dst.write(path, read?.bytes, WriteMode::Overwrite).await?;
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,250 @@
+//! Reading a [`BackendCheckpointer`] thread's log: its head, the committed chain of steps (one
+//! listing), the steps themselves (one batch), and the state they replay into (blobs put back).
+//! Every damage found is a [`CheckpointError::Corrupt`] naming the thread and step.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::backend::{BackendCheckpointer, off_executor};
+use super::record::{Body, Head, LOG_FORMAT, Replayed, StepHeader, StepName, split_header};
+use super::shared::resolve_refs;
+use super::{CheckpointError, CheckpointVersion};
+use crate::backend::{BackendError, Version, VirtualPath};
+use crate::runtime::context::ThreadId;
+use crate::runtime::message_list::Messages;
+use crate::runtime::state::State;
+
+impl BackendCheckpointer {
+    /// The bytes at `path` and their version tag, or `None` when there is no such file.
+    pub(super) async fn read_versioned(
+        &self,
+        thread_id: &ThreadId,
+        path: &VirtualPath,
+    ) -> Result<Option<(Bytes, Version)>, CheckpointError> {
+        let out = match self.backend.read(path, None).await {
+            Ok(out) => out,
+            Err(BackendError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(Self::storage(thread_id, e)),
+        };
+        match out.version {
+            Some(version) => Ok(Some((out.bytes, version))),
+            None => Err(CheckpointError::Unsupported(format!(
+                "{path} was read without a version tag"
+            ))),
+        }
+    }
+
+    /// The thread's head and its version, or `None` when it has none.
+    pub(super) async fn read_head(
+        &self,
+        thread_id: &ThreadId,
+    ) -> Result<Option<(Head, StepName, CheckpointVersion)>, CheckpointError> {
+        let Some((bytes, version)) = self.read_versioned(thread_id, &self.path(thread_id)?).await? else {
+            return Ok(None);
+        };
+        let head: Head = serde_json::from_slice(&bytes)
+            .map_err(|e| Self::corrupt(thread_id, None, format!("unreadable head: {e}")))?;
+        if head.format != LOG_FORMAT {
+            return Err(CheckpointError::UnsupportedFormat {
+                thread_id: thread_id.clone(),
+                format: head.format,
+            });
+        }
+        let step = StepName::parse(&head.step)
+            .filter(|s| s.seq == head.seq)
+            .ok_or_else(|| {
+                Self::corrupt(
+                    thread_id,
+                    Some(head.seq),
+                    format!("bad step name {:?}", head.step),
+                )
+            })?;
+        Ok(Some((head, step, CheckpointVersion::new(version.as_str()))))
+    }
+
+    /// The committed steps ending at `head`, oldest first (one listing of the log).
+    pub(super) async fn chain(
+        &self,
+        thread_id: &ThreadId,
+        head: &StepName,
+    ) -> Result<Vec<StepName>, CheckpointError> {
+        let names = self.list_steps(thread_id).await?;
+        super::record::chain(&names, head)
+            .map_err(|seq| Self::corrupt(thread_id, Some(seq), "the step object is missing"))
+    }
+
+    /// Every step object in the thread's log, committed or not.
+    pub(super) async fn list_steps(&self, thread_id: &ThreadId) -> Result<Vec<StepName>, CheckpointError> {
+        let entries = match self.backend.ls(&self.log_dir(thread_id)?).await {
+            Ok(entries) => entries,
+            Err(BackendError::NotFound { .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(Self::storage(thread_id, e)),
+        };
+        Ok(entries
+            .iter()
+            .filter_map(|e| e.path.file_name())
+            .filter_map(StepName::parse)
+            .collect())
+    }
+
+    /// Read and check the step objects `steps`, in order.
+    pub(super) async fn read_steps(
+        &self,
+        thread_id: &ThreadId,
+        steps: &[StepName],
+    ) -> Result<Vec<(StepHeader, Body)>, CheckpointError> {
+        let paths = steps
+            .iter()
+            .map(|s| self.step_path(thread_id, s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let reads = self.backend.read_many(&paths, None).await;
+        let mut raw = Vec::with_capacity(reads.len());
+        for (step, read) in steps.iter().zip(reads) {
+            raw.push(step_bytes(thread_id, step, read)?);
+        }
+        let heavy = raw.iter().map(|b| b.len()).sum::<usize>() > 256 * 1024;
+        let (thread, steps) = (thread_id.clone(), steps.to_vec());
+        off_executor(heavy, move || decode_steps(&thread, &steps, &raw)).await?
+    }
+
+    /// Replay the chain `steps` (oldest first) from its last base step.
+    pub(super) async fn replay(
+        &self,
+        thread_id: &ThreadId,
+        steps: &[StepName],
+    ) -> Result<(Replayed, StepHeader), CheckpointError> {
+        let Some(from) = steps.iter().rposition(|s| s.base) else {
+            let first = steps.first().map(|s| s.seq);
+            return Err(Self::corrupt(thread_id, first, "the log has no base step"));
+        };
+        let mut replayed = Replayed::default();
+        let mut last = None;
+        for (header, body) in self.read_steps(thread_id, &steps[from..]).await? {
+            let seq = header.seq;
+            replayed
+                .apply(body)
+                .map_err(|reason| Self::corrupt(thread_id, Some(seq), reason))?;
+            last = Some(header);
+        }
+        let last = last.ok_or_else(|| Self::corrupt(thread_id, None, "no steps"))?;
+        Ok((replayed, last))
+    }
+
+    /// The state a replayed log describes, blobs put back in place.
+    pub(super) async fn materialize(
+        &self,
+        thread_id: &ThreadId,
+        replayed: &Replayed,
+        seq: u64,
+    ) -> Result<State, CheckpointError> {
+        let mut hashes: Vec<&str> = replayed
+            .slots
+            .values()
+            .flat_map(|s| s.blobs.iter().map(String::as_str))
+            .collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        let mut blobs: HashMap<&str, Value> = HashMap::with_capacity(hashes.len());
+        if !hashes.is_empty() {
+            let paths = hashes
+                .iter()
+                .map(|h| self.blob_path(thread_id, h))
+                .collect::<Result<Vec<_>, _>>()?;
+            for (hash, read) in hashes.iter().zip(self.backend.read_many(&paths, None).await) {
+                let bytes = match read {
+                    Ok(out) => out.bytes,
+                    Err(BackendError::NotFound { .. }) => {
+                        return Err(Self::corrupt(
+                            thread_id,
+                            Some(seq),
+                            format!("blob {hash} is missing"),
+                        ));
+                    }
+                    Err(e) => return Err(Self::storage(thread_id, e)),
+                };
+                let value = serde_json::from_slice(&bytes)
+                    .map_err(|e| Self::corrupt(thread_id, Some(seq), format!("blob {hash}: {e}")))?;
+                blobs.insert(hash, value);
+            }
+        }
+        let mut messages = Messages::new();
+        for m in &replayed.messages {
+            messages.push_shared(m.clone());
+        }
+        let mut state = State::with_messages(messages);
+        for (name, slot) in &replayed.slots {
+            let mut value = Value::clone(&slot.value);
+            if !slot.blobs.is_empty() {
+                resolve_refs(&mut value, &mut |hash| {
+                    blobs.get(hash).cloned().ok_or_else(|| {
+                        Self::corrupt(
+                            thread_id,
+                            Some(seq),
+                            format!("slot {name} names unknown blob {hash}"),
+                        )
+                    })
+                })?;
+            }
+            state.set_json(name.clone(), slot.private, value);
+        }
+        Ok(state)
+    }
+}
+
+/// Decode step objects read from the store, checking each against its name.
+fn decode_steps(
+    thread_id: &ThreadId,
+    steps: &[StepName],
+    raw: &[Bytes],
+) -> Result<Vec<(StepHeader, Body)>, CheckpointError> {
+    steps
+        .iter()
+        .zip(raw)
+        .map(|(step, bytes)| {
+            let (header, body) = split_header(bytes)
+                .ok_or_else(|| BackendCheckpointer::corrupt(thread_id, Some(step.seq), "no header line"))?;
+            let header = parse_header(thread_id, step, header)?;
+            let body = serde_json::from_slice(body).map_err(|e| {
+                BackendCheckpointer::corrupt(thread_id, Some(step.seq), format!("unreadable body: {e}"))
+            })?;
+            Ok((header, body))
+        })
+        .collect()
+}
+
+/// The bytes a read of step object `step` returned; a missing object is corruption.
+pub(super) fn step_bytes(
+    thread_id: &ThreadId,
+    step: &StepName,
+    read: Result<crate::backend::ReadOutput, BackendError>,
+) -> Result<Bytes, CheckpointError> {
+    match read {
+        Ok(out) => Ok(out.bytes),
+        Err(BackendError::NotFound { .. }) => Err(BackendCheckpointer::corrupt(
+            thread_id,
+            Some(step.seq),
+            "the step object is missing",
+        )),
+        Err(e) => Err(BackendCheckpointer::storage(thread_id, e)),
+    }
+}
+
+/// A step object's header line, checked against the step's name and thread.
+pub(super) fn parse_header(
+    thread_id: &ThreadId,
+    step: &StepName,
+    line: &[u8],
+) -> Result<StepHeader, CheckpointError> {
+    let corrupt = |reason: String| BackendCheckpointer::corrupt(thread_id, Some(step.seq), reason);
+    let header: StepHeader =
+        serde_json::from_slice(line).map_err(|e| corrupt(format!("unreadable header: {e}")))?;
+    if header.format != LOG_FORMAT || header.seq != step.seq || &header.thread_id != thread_id {
+        return Err(corrupt(format!(
+            "header says format {}, thread {}, step {}",
+            header.format, header.thread_id, header.seq
+        )));
+    }
+    Ok(header)
+}
