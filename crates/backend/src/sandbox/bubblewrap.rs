@@ -94,6 +94,8 @@ pub struct BubblewrapSandbox {
     system: tempfile::TempDir,
     /// Reached skill folders kept between commands.
     cache: Option<FolderCache>,
+    /// [`system_mounts`], worked out once.
+    system_mounts: Vec<OsString>,
     report: SandboxReport,
 }
 
@@ -142,6 +144,7 @@ impl BubblewrapSandbox {
             run_as: wanted,
             system,
             cache: None,
+            system_mounts: Vec::new(),
             report: SandboxReport {
                 sandbox: "bubblewrap".into(),
                 limits: Vec::new(),
@@ -151,6 +154,7 @@ impl BubblewrapSandbox {
             .map_err(|e| SandboxUnavailable::NamespacesDisabled {
                 detail: format!("cannot write the sandbox's /etc/passwd: {e}"),
             })?;
+        me.system_mounts = system_mounts(me.system.path());
         // As root, prefer an unprivileged user; if its namespaces are refused, run as root
         // without capabilities (and say the process limit does not hold).
         if let Err(first) = me.probe() {
@@ -322,51 +326,63 @@ impl BubblewrapSandbox {
         }
         push(&["--hostname".as_ref(), "sandbox".as_ref()]);
         push(&["--bind".as_ref(), root.as_os_str(), "/".as_ref()]);
-        push(&["--ro-bind".as_ref(), "/usr".as_ref(), "/usr".as_ref()]);
-        for dir in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
-            let host = Path::new("/").join(dir);
-            let Ok(meta) = std::fs::symlink_metadata(&host) else {
-                continue;
-            };
-            if meta.file_type().is_symlink() {
-                if let Ok(target) = std::fs::read_link(&host) {
-                    push(&["--symlink".as_ref(), target.as_os_str(), host.as_os_str()]);
-                }
-            } else if meta.is_dir() {
-                push(&["--ro-bind".as_ref(), host.as_os_str(), host.as_os_str()]);
-            }
-        }
-        push(&["--tmpfs".as_ref(), "/etc".as_ref()]);
-        for name in ETC_FILES {
-            let host = Path::new("/etc").join(name);
-            push(&["--ro-bind-try".as_ref(), host.as_os_str(), host.as_os_str()]);
-        }
-        if let Ok(entries) = std::fs::read_dir("/etc") {
-            for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().starts_with("python") {
-                    let host = entry.path();
-                    push(&["--ro-bind".as_ref(), host.as_os_str(), host.as_os_str()]);
-                }
-            }
-        }
-        let passwd = self.system.path().join("passwd");
-        let group = self.system.path().join("group");
-        push(&["--ro-bind".as_ref(), passwd.as_os_str(), "/etc/passwd".as_ref()]);
-        push(&["--ro-bind".as_ref(), group.as_os_str(), "/etc/group".as_ref()]);
-        push(&["--remount-ro".as_ref(), "/etc".as_ref()]);
-        push(&[
-            "--proc".as_ref(),
-            "/proc".as_ref(),
-            "--dev".as_ref(),
-            "/dev".as_ref(),
-        ]);
-        push(&["--tmpfs".as_ref(), "/tmp".as_ref()]);
+        a.extend(self.system_mounts.iter().cloned());
+        let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
         for (host, inside) in read_only {
             push(&["--ro-bind".as_ref(), host.as_os_str(), inside.as_ref()]);
         }
         push(&["--chdir".as_ref(), cwd.as_ref()]);
         a
     }
+}
+
+/// The mounts every sandbox on this host gets after its root: `/usr`, the host's `/bin`·`/lib*`
+/// links or directories, a read-only `/etc` with [`ETC_FILES`], `/etc/python*` and the generated
+/// `passwd`/`group` from `identity`, a fresh `/proc`, a minimal `/dev` and a private `/tmp`. They
+/// depend only on the host, so they are worked out once, when the sandbox is built.
+fn system_mounts(identity: &Path) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::with_capacity(64);
+    let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
+    push(&["--ro-bind".as_ref(), "/usr".as_ref(), "/usr".as_ref()]);
+    for dir in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
+        let host = Path::new("/").join(dir);
+        let Ok(meta) = std::fs::symlink_metadata(&host) else {
+            continue;
+        };
+        if meta.file_type().is_symlink() {
+            if let Ok(target) = std::fs::read_link(&host) {
+                push(&["--symlink".as_ref(), target.as_os_str(), host.as_os_str()]);
+            }
+        } else if meta.is_dir() {
+            push(&["--ro-bind".as_ref(), host.as_os_str(), host.as_os_str()]);
+        }
+    }
+    push(&["--tmpfs".as_ref(), "/etc".as_ref()]);
+    for name in ETC_FILES {
+        let host = Path::new("/etc").join(name);
+        push(&["--ro-bind-try".as_ref(), host.as_os_str(), host.as_os_str()]);
+    }
+    if let Ok(entries) = std::fs::read_dir("/etc") {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with("python") {
+                let host = entry.path();
+                push(&["--ro-bind".as_ref(), host.as_os_str(), host.as_os_str()]);
+            }
+        }
+    }
+    let passwd = identity.join("passwd");
+    let group = identity.join("group");
+    push(&["--ro-bind".as_ref(), passwd.as_os_str(), "/etc/passwd".as_ref()]);
+    push(&["--ro-bind".as_ref(), group.as_os_str(), "/etc/group".as_ref()]);
+    push(&["--remount-ro".as_ref(), "/etc".as_ref()]);
+    push(&[
+        "--proc".as_ref(),
+        "/proc".as_ref(),
+        "--dev".as_ref(),
+        "/dev".as_ref(),
+    ]);
+    push(&["--tmpfs".as_ref(), "/tmp".as_ref()]);
+    a
 }
 
 #[async_trait]
