@@ -48,7 +48,7 @@ use async_trait::async_trait;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 use trellis_middleware::{
-    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, deltas_of,
+    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, stream_by_invoking,
 };
 
 pub use request::{MAX_CACHE_BREAKPOINTS, REDACTED_THINKING_PREFIX, STRUCTURED_OUTPUT_TOOL_DESCRIPTION};
@@ -162,19 +162,6 @@ impl AnthropicModel {
         })
     }
 
-    /// `invoke`, then the reply's blocks as whole deltas.
-    async fn invoke_then_deltas(
-        &self,
-        request: ModelRequest,
-        on_delta: DeltaSink<'_>,
-    ) -> Result<ModelResponse, ModelError> {
-        let response = self.invoke(request).await?;
-        for delta in deltas_of(&response) {
-            on_delta(delta);
-        }
-        Ok(response)
-    }
-
     /// The configuration (its `Debug` output hides the key).
     pub fn config(&self) -> &AnthropicConfig {
         &self.config
@@ -244,7 +231,7 @@ impl ChatModel for AnthropicModel {
         on_delta: DeltaSink<'_>,
     ) -> Result<ModelResponse, ModelError> {
         if !self.config.stream {
-            return self.invoke_then_deltas(request, on_delta).await;
+            return stream_by_invoking(self, request, on_delta).await;
         }
         let mut body = self.request_body(&request)?;
         if let Value::Object(map) = &mut body {

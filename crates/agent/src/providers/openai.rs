@@ -46,7 +46,7 @@ use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde_json::Value;
 use trellis_middleware::{
-    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, deltas_of,
+    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, stream_by_invoking,
 };
 
 pub use request::IMAGE_OMITTED;
@@ -275,11 +275,7 @@ impl ChatModel for OpenAiModel {
         on_delta: DeltaSink<'_>,
     ) -> Result<ModelResponse, ModelError> {
         if !self.config.stream {
-            let response = self.invoke(request).await?;
-            for delta in deltas_of(&response) {
-                on_delta(delta);
-            }
-            return Ok(response);
+            return stream_by_invoking(self, request, on_delta).await;
         }
         let mut body = self.request_body(&request)?;
         if let Value::Object(map) = &mut body {

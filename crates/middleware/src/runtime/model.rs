@@ -372,11 +372,7 @@ pub trait ChatModel: Send + Sync + Debug {
         request: ModelRequest,
         on_delta: DeltaSink<'_>,
     ) -> Result<ModelResponse, ModelError> {
-        let response = self.invoke(request).await?;
-        for delta in super::stream::deltas_of(&response) {
-            on_delta(delta);
-        }
-        Ok(response)
+        super::stream::stream_by_invoking(self, request, on_delta).await
     }
 }
 

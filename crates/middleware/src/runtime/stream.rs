@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::message::ContentBlock;
-use super::model::{ModelResponse, StopReason, Usage};
+use super::model::{ChatModel, ModelError, ModelRequest, ModelResponse, StopReason, Usage};
 
 /// One piece of a reply. `index` is the position of the content block it belongs to in the
 /// reply's [`AiMessage::content`](super::message::AiMessage::content).
@@ -67,6 +67,19 @@ pub enum ModelDelta {
 
 /// Where a streaming call sends its deltas. Called on the task making the call; must be quick.
 pub type DeltaSink<'a> = &'a (dyn Fn(ModelDelta) + Send + Sync);
+
+/// A call of `model` that does not stream: [`ChatModel::invoke`], then the reply's blocks whole
+/// ([`deltas_of`]). The default of [`ChatModel::stream`], and what a provider whose streaming is
+/// switched off does.
+pub async fn stream_by_invoking<M: ChatModel + ?Sized>(
+    model: &M,
+    request: ModelRequest,
+    on_delta: DeltaSink<'_>,
+) -> Result<ModelResponse, ModelError> {
+    let response = model.invoke(request).await?;
+    deltas_of(&response).into_iter().for_each(on_delta);
+    Ok(response)
+}
 
 /// The deltas that would have built `response`, for models that do not stream: each block whole,
 /// then [`ModelDelta::Finished`].
