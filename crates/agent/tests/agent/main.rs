@@ -24,6 +24,7 @@ mod providers_anthropic_options;
 mod providers_common;
 mod providers_limits;
 mod providers_openai;
+mod providers_openai_schemas;
 mod providers_parsers_never_panic;
 mod providers_registry;
 mod providers_streaming;

@@ -21,12 +21,12 @@ use wiremock::ResponseTemplate;
 
 use crate::providers_common::*;
 
-fn openai_at(base_url: &str) -> OpenAiModel {
+pub(crate) fn openai_at(base_url: &str) -> OpenAiModel {
     OpenAiModel::new(OpenAiConfig::openai("gpt-4.1", "sk-test").with_base_url(base_url)).unwrap()
 }
 
 /// A plain text answer, as in the API reference's example response.
-fn text_response() -> Value {
+pub(crate) fn text_response() -> Value {
     json!({
         "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT",
         "object": "chat.completion",
@@ -48,7 +48,7 @@ fn text_response() -> Value {
     })
 }
 
-async fn exchange(
+pub(crate) async fn exchange(
     model: impl FnOnce(&str) -> OpenAiModel,
     request: ModelRequest,
     response: ResponseTemplate,
@@ -516,95 +516,4 @@ fn capabilities_are_declared() {
     assert_eq!(local.endpoint(), "http://localhost:8080/v1/chat/completions");
     assert_eq!(local.capabilities().context_window, None);
     assert_eq!(local.config().inline_system, InlineSystem::UserMarker);
-}
-
-/// A Rust type's schemars schema under `strict: true` is made what Structured Outputs documents
-/// (platform.openai.com/docs/guides/structured-outputs#supported-schemas): every object closed
-/// with all its properties required, optional ones nullable; a map cannot be strict and is sent
-/// with `strict: false`. Tool parameters without `items` on an array (common in MCP servers) get
-/// `items: {}`, and a tool whose parameters are not an object schema is left out.
-#[tokio::test]
-async fn schemas_are_made_acceptable_to_openai() {
-    #[allow(dead_code)]
-    #[derive(schemars::JsonSchema)]
-    struct Step {
-        title: String,
-        note: Option<String>,
-    }
-    #[allow(dead_code)]
-    #[derive(schemars::JsonSchema)]
-    struct Plan {
-        steps: Vec<Step>,
-        owner: Option<String>,
-    }
-    #[allow(dead_code)]
-    #[derive(schemars::JsonSchema)]
-    struct Scores {
-        by_name: std::collections::BTreeMap<String, u32>,
-    }
-    let tools = vec![
-        tool(
-            "mcp__list",
-            "Lists.",
-            json!({"type": "object", "properties": {"ids": {"type": "array"}}}),
-        ),
-        tool("mcp__odd", "Bad schema.", json!({"type": "string"})),
-    ];
-    let strict_request = ModelRequest {
-        messages: vec![Message::human("plan")].into(),
-        tools: tools.clone(),
-        response_format: Some(ResponseFormat::for_type::<Plan>("plan")),
-        ..ModelRequest::default()
-    };
-    let mut response = text_response();
-    response["choices"][0]["message"]["content"] = json!("{\"steps\": [], \"owner\": null}");
-    let (sent, _) = exchange(
-        openai_at,
-        strict_request,
-        ResponseTemplate::new(200).set_body_json(response.clone()),
-    )
-    .await;
-    let body = body_json(&sent);
-    let format = &body["response_format"]["json_schema"];
-    assert_eq!(format["strict"], true);
-    assert_eq!(format["schema"]["additionalProperties"], false);
-    assert_eq!(format["schema"]["required"], json!(["owner", "steps"]));
-    assert_eq!(
-        format["schema"]["properties"]["owner"]["type"],
-        json!(["string", "null"])
-    );
-    let step = &format["schema"]["$defs"]["Step"];
-    assert_eq!(step["additionalProperties"], false);
-    assert_eq!(step["required"], json!(["note", "title"]));
-    let names: Vec<&str> = body["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        ["mcp__list"],
-        "the tool without an object schema is left out"
-    );
-    assert_eq!(
-        body["tools"][0]["function"]["parameters"]["properties"]["ids"]["items"],
-        json!({})
-    );
-
-    let map_request = ModelRequest {
-        messages: vec![Message::human("score")].into(),
-        response_format: Some(ResponseFormat::for_type::<Scores>("scores")),
-        ..ModelRequest::default()
-    };
-    let (sent, _) = exchange(
-        openai_at,
-        map_request,
-        ResponseTemplate::new(200).set_body_json(response),
-    )
-    .await;
-    assert_eq!(
-        body_json(&sent)["response_format"]["json_schema"]["strict"],
-        false
-    );
 }
