@@ -69,6 +69,7 @@ pub use trellis_fs_tools as tools;
 /// The storage layer, re-exported for the layers above.
 pub use trellis_fs_tools::backend;
 
+pub mod approvals;
 pub mod attachments;
 mod core_stack;
 pub mod memory;
@@ -100,6 +101,11 @@ pub use runtime::checkpoint::{
 pub use runtime::context::{Extensions, InvalidThreadId, RunContext, ThreadId};
 pub use runtime::error::{AgentError, BoxError};
 pub use runtime::events::{EventSink, RunEvent};
+pub use runtime::interrupt;
+pub use runtime::interrupt::{
+    AgentFrame, ApprovalRequest, Decision, DecisionError, DecisionKind, Decisions, Interrupt,
+    NestedInterrupts, Review, ToolGate,
+};
 pub use runtime::message::{
     AiMessage, CacheTtl, ContentBlock, HumanMessage, ImageSource, Message, MessageMeta, SystemBlock,
     SystemMessage, ToolCall, ToolMessage,

@@ -10,11 +10,14 @@ use crate::runtime::message::{Message, ToolMessage};
 use crate::runtime::message_list::Messages;
 use crate::runtime::middleware::Middleware;
 use crate::runtime::state::State;
+use crate::runtime::tool_step::is_waiting;
 
 /// Gives every AI tool call that has no result a cancellation result, before the run's first model
 /// call. Such calls are left behind when a run is interrupted (cancelled, crashed, stopped by an
 /// error) between the model's reply and its tool results; providers reject a conversation that
 /// contains them.
+///
+/// The calls of a step waiting for decisions (see [`crate::interrupt`]) are left alone.
 ///
 /// The result is an error tool message tagged with source `patch_tool_calls`, placed right after the
 /// results the AI message did get (so each reply's results stay together).
@@ -84,6 +87,17 @@ impl Middleware for PatchToolCallsMiddleware {
     }
 
     async fn before_agent(&self, state: &mut State, _cx: &RunContext) -> Result<(), AgentError> {
+        // A reply whose calls wait for decisions is not dangling: the resumed run answers it.
+        if is_waiting(state)
+            && let Some(last) = state.messages.shared().last().cloned()
+        {
+            let earlier = state.messages.slice(..state.messages.len() - 1);
+            if let Some(mut patched) = patch(&earlier) {
+                patched.push_shared(last);
+                state.messages = patched;
+            }
+            return Ok(());
+        }
         if let Some(patched) = patch(&state.messages) {
             let added = patched.len() - state.messages.len();
             tracing::info!(added, "answered tool calls left without a result");

@@ -30,11 +30,13 @@ use crate::runtime::checkpoint::{Checkpoint, CheckpointVersion, Checkpointer, In
 use crate::runtime::context::{RunContext, ThreadId};
 use crate::runtime::error::AgentError;
 use crate::runtime::events::RunEvent;
+use crate::runtime::interrupt::{DecisionError, InheritedGate, Interrupt, NestedInterrupts, ToolGate};
 use crate::runtime::message::{Message, SystemBlock, ToolCall, ToolMessage};
 use crate::runtime::middleware::{AfterAgent, Middleware, Next, ToolNext, ToolSet, panicked};
 use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, Usage};
 use crate::runtime::run::{RunInput, RunOutput};
 use crate::runtime::state::{PublicState, State, StateUpdates};
+use crate::runtime::tool_step::{PENDING_STEP, StepOutcome};
 use crate::runtime::{call_ids, util};
 use crate::tools::{ParentFiles, ThreadFiles, Tool, ToolOutput};
 
@@ -53,6 +55,7 @@ pub struct AgentBuilder {
     max_steps: u32,
     response_format: Option<ResponseFormat>,
     max_output_tokens: Option<u32>,
+    gate: Option<Arc<dyn ToolGate>>,
 }
 
 impl AgentBuilder {
@@ -68,6 +71,7 @@ impl AgentBuilder {
             max_steps: DEFAULT_MAX_STEPS,
             response_format: None,
             max_output_tokens: None,
+            gate: None,
         }
     }
 
@@ -142,6 +146,19 @@ impl AgentBuilder {
         self
     }
 
+    /// Stop before tool calls `gate` asks about, until a person decides (see
+    /// [`crate::runtime::interrupt`] and [`crate::approvals::InterruptOn`]). Without one, the agent
+    /// uses the gate of the agent that started it (a subagent inherits its parent's), if any.
+    pub fn interrupt_on(self, gate: impl ToolGate + 'static) -> Self {
+        self.interrupt_on_arc(Arc::new(gate))
+    }
+
+    /// [`interrupt_on`](Self::interrupt_on) with a shared gate.
+    pub fn interrupt_on_arc(mut self, gate: Arc<dyn ToolGate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
     /// Check the configuration and build. Errors: two tools (the agent's and middlewares' static ones)
     /// or two middlewares with the same name.
     pub fn build(self) -> Result<Agent, AgentError> {
@@ -174,6 +191,7 @@ impl AgentBuilder {
                 max_steps: self.max_steps,
                 response_format: self.response_format,
                 max_output_tokens: self.max_output_tokens,
+                gate: self.gate,
             }),
         })
     }
@@ -190,6 +208,7 @@ struct Inner {
     max_steps: u32,
     response_format: Option<ResponseFormat>,
     max_output_tokens: Option<u32>,
+    gate: Option<Arc<dyn ToolGate>>,
 }
 
 /// An agent: a model, a system prompt, tools and a middleware stack, running threads.
@@ -199,6 +218,36 @@ struct Inner {
 #[derive(Debug, Clone)]
 pub struct Agent {
     inner: Arc<Inner>,
+}
+
+/// What a run has done so far, for its [`RunOutput`].
+struct Finish {
+    first_new_message: usize,
+    model_calls: u32,
+    usage: Usage,
+    structured_output: Option<serde_json::Value>,
+}
+
+impl Finish {
+    fn output(
+        self,
+        state: State,
+        cx: &RunContext,
+        checkpoint: Option<CheckpointVersion>,
+        interrupt: Option<Interrupt>,
+    ) -> Result<RunOutput, AgentError> {
+        Ok(RunOutput {
+            thread_id: cx.thread_id.clone(),
+            run_id: cx.run_id.clone(),
+            state: state.public_view()?,
+            first_new_message: self.first_new_message,
+            model_calls: self.model_calls,
+            usage: self.usage,
+            structured_output: self.structured_output,
+            checkpoint,
+            interrupt,
+        })
+    }
 }
 
 /// Tracks the run's checkpoint version so every save is version-checked.
@@ -300,12 +349,52 @@ impl Agent {
             }
             cx.extensions.insert(ThreadFiles(files));
         }
+        let gate = inner
+            .gate
+            .clone()
+            .or_else(|| cx.extensions.get::<InheritedGate>().map(|g| g.0.clone()));
+        if let Some(gate) = &gate {
+            cx.extensions.insert(InheritedGate(gate.clone()));
+        }
+        cx.extensions.insert(NestedInterrupts::default());
         cx.events.emit_with(|| RunEvent::RunStarted {
             thread_id: cx.thread_id.to_string(),
             run_id: cx.run_id.clone(),
             resumed,
         });
         let first_new_message = state.messages.len();
+        let mut done = Finish {
+            first_new_message,
+            model_calls: 0,
+            usage: Usage::default(),
+            structured_output: None,
+        };
+        let resume = match (state.get(&PENDING_STEP)?.cloned(), input.decisions.take()) {
+            (None, None) => None,
+            (Some(pending), Some(decisions)) => Some((pending, decisions)),
+            (None, Some(_)) => {
+                return Err(DecisionError::NothingPending {
+                    thread_id: cx.thread_id.to_string(),
+                }
+                .into());
+            }
+            (Some(pending), None) => {
+                let interrupt = pending.interrupt(&cx.thread_id);
+                if !input.messages.is_empty() {
+                    return Err(DecisionError::AwaitingDecisions {
+                        thread_id: cx.thread_id.to_string(),
+                        ids: interrupt.requests.iter().map(|r| r.id.clone()).collect(),
+                    }
+                    .into());
+                }
+                // Asked again without decisions: say again what waits.
+                cx.events.emit_with(|| RunEvent::Interrupted {
+                    step: interrupt.step,
+                    requests: interrupt.requests.clone(),
+                });
+                return done.output(state, cx, saver.version, Some(interrupt));
+            }
+        };
         state.messages.extend(input.messages.drain(..));
         input.apply_slots(&mut state);
         for m in &inner.middleware {
@@ -314,18 +403,33 @@ impl Agent {
         }
         saver.save(&state, cx).await?;
 
+        if let Some((pending, decisions)) = resume {
+            cx.step = 0;
+            let tools = self.step_tools(&state, cx).await?;
+            let outcome = self
+                .resume_step(pending, &decisions, &tools, &mut state, cx)
+                .await?;
+            saver.save(&state, cx).await?;
+            if let StepOutcome::Interrupted(interrupt) = outcome {
+                return done.output(state, cx, saver.version, Some(interrupt));
+            }
+        }
+
         let max_steps = input.max_steps.unwrap_or(inner.max_steps);
-        let mut usage = Usage::default();
-        let mut model_calls: u32 = 0;
-        let mut structured_output = None;
+        let Finish {
+            model_calls,
+            usage,
+            structured_output,
+            ..
+        } = &mut done;
         loop {
-            if model_calls >= max_steps {
+            if *model_calls >= max_steps {
                 return Err(AgentError::StepLimit {
                     limit: max_steps,
                     thread_id: cx.thread_id.clone(),
                 });
             }
-            cx.step = model_calls;
+            cx.step = *model_calls;
             for m in &inner.middleware {
                 let span = tracing::debug_span!("before_model", middleware = m.name());
                 m.before_model(&mut state, cx).instrument(span).await?;
@@ -359,7 +463,7 @@ impl Agent {
                     return Err(error);
                 }
             };
-            model_calls += 1;
+            *model_calls += 1;
             call_ids::make_unique(&mut response.message, &state.messages);
             for m in inner.middleware.iter().rev() {
                 let span = tracing::debug_span!("after_model", middleware = m.name());
@@ -367,7 +471,7 @@ impl Agent {
                     .instrument(span)
                     .await?;
             }
-            usage += response.usage;
+            *usage += response.usage;
             let calls: Vec<ToolCall> = response.message.calls().cloned().collect();
             cx.events.emit_with(|| RunEvent::ModelFinished {
                 step: cx.step,
@@ -381,18 +485,19 @@ impl Agent {
                 elapsed: started.elapsed(),
             });
             if response.structured_output.is_some() {
-                structured_output = response.structured_output.take();
+                *structured_output = response.structured_output.take();
             }
             state.messages.push(Message::Ai(response.message));
             saver.save(&state, cx).await?;
 
             if !calls.is_empty() {
-                let results = self.run_tools(calls, &tools, &state, cx).await?;
-                for (message, updates) in results {
-                    state.messages.push(Message::Tool(message));
-                    state.apply(updates);
-                }
+                let outcome = self
+                    .tool_step(calls, &tools, gate.as_ref(), &mut state, cx)
+                    .await?;
                 saver.save(&state, cx).await?;
+                if let StepOutcome::Interrupted(interrupt) = outcome {
+                    return done.output(state, cx, saver.version, Some(interrupt));
+                }
                 continue;
             }
 
@@ -406,18 +511,11 @@ impl Agent {
             break;
         }
 
-        cx.events
-            .emit_with(|| RunEvent::RunFinished { model_calls, usage });
-        Ok(RunOutput {
-            thread_id: cx.thread_id.clone(),
-            run_id: cx.run_id.clone(),
-            state: state.public_view()?,
-            first_new_message,
-            model_calls,
-            usage,
-            structured_output,
-            checkpoint: saver.version,
-        })
+        cx.events.emit_with(|| RunEvent::RunFinished {
+            model_calls: done.model_calls,
+            usage: done.usage,
+        });
+        done.output(state, cx, saver.version, None)
     }
 
     /// The thread's state and a saver holding its version.
@@ -472,21 +570,8 @@ impl Agent {
         })
     }
 
-    /// Run the calls concurrently; results come back in call order.
-    async fn run_tools(
-        &self,
-        calls: Vec<ToolCall>,
-        tools: &ToolSet,
-        state: &State,
-        cx: &RunContext,
-    ) -> Result<Vec<(ToolMessage, StateUpdates)>, AgentError> {
-        let runs = calls
-            .into_iter()
-            .map(|call| self.run_tool(call, tools, state, cx));
-        futures::future::try_join_all(runs).await
-    }
-
-    async fn run_tool(
+    /// Run one call through the `wrap_tool_call` chain: its result and slot writes.
+    pub(crate) async fn run_tool(
         &self,
         call: ToolCall,
         tools: &ToolSet,

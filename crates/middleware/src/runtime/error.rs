@@ -2,6 +2,7 @@
 
 use crate::runtime::checkpoint::CheckpointError;
 use crate::runtime::context::ThreadId;
+use crate::runtime::interrupt::DecisionError;
 use crate::runtime::model::ModelError;
 use crate::runtime::state::StateError;
 
@@ -40,6 +41,10 @@ pub enum AgentError {
         #[source]
         source: BoxError,
     },
+    /// Decisions for a waiting step were refused (nothing changed), or a waiting thread got new
+    /// messages instead of decisions.
+    #[error(transparent)]
+    Decision(#[from] DecisionError),
     /// The agent is configured inconsistently (e.g. two tools share a name).
     #[error("invalid agent configuration: {0}")]
     Config(String),

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::runtime::interrupt::{ApprovalRequest, DecisionKind};
 use crate::runtime::model::{StopReason, Usage};
 use crate::runtime::stream::ModelDelta;
 
@@ -103,6 +104,38 @@ pub enum RunEvent {
         /// Details.
         data: Value,
     },
+    /// The step's calls wait for decisions: the run stops here (after a checkpoint holding them)
+    /// and returns them in [`RunOutput::interrupt`](crate::RunOutput::interrupt).
+    Interrupted {
+        /// The step whose calls wait.
+        step: u32,
+        /// What waits, in call order.
+        requests: Vec<ApprovalRequest>,
+    },
+    /// A decision was applied to a waiting call (when the run resumed).
+    Decided {
+        /// The step the call belongs to (in the resumed run's count).
+        step: u32,
+        /// The request's id.
+        id: String,
+        /// The call's tool.
+        tool: String,
+        /// What was decided.
+        decision: DecisionKind,
+    },
+    /// An event of a subagent run started by call `call_id` of this run. A subagent's own
+    /// subagents nest further, so the chain of `Subagent` wrappers is the path of agents that
+    /// produced the inner event.
+    Subagent {
+        /// The call that started the subagent (a `task` call).
+        call_id: String,
+        /// The subagent's thread (the task id).
+        task_id: String,
+        /// The subagent type.
+        subagent_type: String,
+        /// What happened there.
+        inner: Box<RunEvent>,
+    },
     /// The thread's state was checkpointed.
     CheckpointSaved {
         /// Model calls made so far in this run.
@@ -122,6 +155,26 @@ pub enum RunEvent {
         /// The error.
         error: String,
     },
+}
+
+impl RunEvent {
+    /// The innermost event and the subagents it came through, outermost first as
+    /// `(call_id, task_id, subagent_type)`; an event of this run has an empty path.
+    pub fn innermost(&self) -> (&RunEvent, Vec<(&str, &str, &str)>) {
+        let mut path = Vec::new();
+        let mut event = self;
+        while let RunEvent::Subagent {
+            call_id,
+            task_id,
+            subagent_type,
+            inner,
+        } = event
+        {
+            path.push((call_id.as_str(), task_id.as_str(), subagent_type.as_str()));
+            event = inner;
+        }
+        (event, path)
+    }
 }
 
 type Callback = dyn Fn(RunEvent) + Send + Sync;

@@ -5,6 +5,7 @@ use serde_json::Value;
 use crate::runtime::checkpoint::CheckpointVersion;
 use crate::runtime::context::{Extensions, ThreadId};
 use crate::runtime::events::EventSink;
+use crate::runtime::interrupt::{Decisions, Interrupt};
 use crate::runtime::message::Message;
 use crate::runtime::message_list::Messages;
 use crate::runtime::model::Usage;
@@ -20,6 +21,7 @@ pub struct RunInput {
     pub(crate) extensions: Extensions,
     pub(crate) events: EventSink,
     pub(crate) max_steps: Option<u32>,
+    pub(crate) decisions: Option<Decisions>,
 }
 
 impl RunInput {
@@ -31,6 +33,16 @@ impl RunInput {
     /// A new thread starting with one user message.
     pub fn human(text: impl Into<String>) -> Self {
         Self::new().message(Message::human(text))
+    }
+
+    /// Continue a thread that stopped for decisions ([`RunOutput::interrupt`]) with these; name
+    /// the thread with [`thread`](Self::thread). The run refuses decisions that do not answer
+    /// exactly the waiting requests, and a waiting thread refuses input without decisions.
+    pub fn resume(decisions: Decisions) -> Self {
+        Self {
+            decisions: Some(decisions),
+            ..Self::default()
+        }
     }
 
     /// Continue this thread (or start it under this id when it does not exist).
@@ -102,12 +114,21 @@ pub struct RunOutput {
     pub structured_output: Option<Value>,
     /// The version of the thread's latest checkpoint, when the agent has a checkpointer.
     pub checkpoint: Option<CheckpointVersion>,
+    /// Set when the run stopped before tool calls ran, to wait for decisions on them: resume the
+    /// thread with [`RunInput::resume`]. The run has not finished then, and
+    /// [`final_text`](Self::final_text) is not an answer.
+    pub interrupt: Option<Interrupt>,
 }
 
 impl RunOutput {
     /// The messages this run added.
     pub fn new_messages(&self) -> Messages {
         self.state.messages.slice(self.first_new_message..)
+    }
+
+    /// True when the run stopped to wait for decisions.
+    pub fn is_interrupted(&self) -> bool {
+        self.interrupt.is_some()
     }
 
     /// The text of the last AI message.

@@ -14,10 +14,14 @@
 //!    this parent thread started, with the same subagent type (recorded in the child's private
 //!    [`SUBAGENT_ORIGIN`] slot);
 //! 4. runs it with the task as the only new user message, the parent's run extensions (identity,
-//!    roles) plus a [`SubagentRun`] marker, and the parent's event sink (child events are forwarded
-//!    as `subagent_event` middleware events);
+//!    roles, the approval policy it inherits) plus a [`SubagentRun`] marker, and the parent's event
+//!    sink (child events are forwarded wrapped in [`RunEvent::Subagent`](crate::RunEvent::Subagent));
 //! 5. returns `task_id: <id>` and the child's final answer (its structured output, when it has one)
 //!    — nothing else of the child's state reaches the parent.
+//!
+//! When the child stops to wait for decisions on its tool calls, the call raises that interrupt to
+//! the parent's step ([`NestedInterrupts`](crate::NestedInterrupts)), so it reaches the top-level
+//! caller; resuming the parent runs this call again, which resumes that same child thread.
 //!
 //! Several `task` calls of one step run concurrently (the loop runs a step's tool calls
 //! concurrently). Child threads are saved to the middleware's checkpointer (in memory unless
@@ -36,6 +40,7 @@ use crate::runtime::agent::Agent;
 use crate::runtime::checkpoint::{Checkpointer, InMemoryCheckpointer};
 use crate::runtime::context::ThreadId;
 use crate::runtime::error::AgentError;
+use crate::runtime::interrupt::ToolGate;
 use crate::runtime::middleware::Middleware;
 use crate::runtime::model::{ChatModel, ResponseFormat};
 use crate::runtime::state::Slot;
@@ -85,6 +90,8 @@ pub struct SubagentRun {
     pub task_id: ThreadId,
     /// The subagent type.
     pub subagent_type: String,
+    /// How many subagents deep this run is: 1 for a subagent of the top-level agent.
+    pub depth: u32,
 }
 
 /// What a declared subagent is made of.
@@ -96,6 +103,7 @@ struct Spec {
     model: Option<Arc<dyn ChatModel>>,
     max_steps: Option<u32>,
     response_format: Option<ResponseFormat>,
+    gate: Option<Arc<dyn ToolGate>>,
 }
 
 #[derive(Debug, Clone)]
@@ -126,6 +134,7 @@ impl SubAgent {
                 model: None,
                 max_steps: None,
                 response_format: None,
+                gate: None,
             })),
         }
     }
@@ -220,6 +229,15 @@ impl SubAgent {
         self
     }
 
+    /// Its own approval policy (declared subagents); without one it uses the policy of the agent
+    /// that started it. `InterruptOn::new()` asks about nothing.
+    pub fn interrupt_on(mut self, gate: impl ToolGate + 'static) -> Self {
+        if let Some(spec) = self.spec() {
+            spec.gate = Some(Arc::new(gate));
+        }
+        self
+    }
+
     /// The subagent type name.
     pub fn name(&self) -> &str {
         &self.name
@@ -263,6 +281,9 @@ impl SubAgent {
         if let Some(f) = &spec.response_format {
             builder = builder.response_format(f.clone());
         }
+        if let Some(gate) = &spec.gate {
+            builder = builder.interrupt_on_arc(gate.clone());
+        }
         builder.build()
     }
 }
@@ -272,6 +293,7 @@ impl SubAgent {
 pub struct SubAgentMiddleware {
     subagents: Arc<Vec<SubAgent>>,
     checkpointer: Arc<dyn Checkpointer>,
+    max_depth: u32,
 }
 
 impl SubAgentMiddleware {
@@ -306,12 +328,22 @@ impl SubAgentMiddleware {
         Ok(Self {
             subagents: Arc::new(subagents),
             checkpointer: Arc::new(InMemoryCheckpointer::new()),
+            max_depth: 1,
         })
     }
 
     /// Save declared subagents' threads here (e.g. the parent's checkpointer) instead of in memory.
     pub fn with_checkpointer(mut self, checkpointer: Arc<dyn Checkpointer>) -> Self {
         self.checkpointer = checkpointer;
+        self
+    }
+
+    /// How deep subagents may nest, counting the one this tool starts: 1 (the default) refuses
+    /// a `task` call made inside any subagent. A larger depth lets a prebuilt subagent that has its
+    /// own subagents middleware (with the same or a larger depth) delegate in turn; declared
+    /// subagents never get a `task` tool.
+    pub fn max_depth(mut self, depth: u32) -> Self {
+        self.max_depth = depth.max(1);
         self
     }
 
@@ -328,9 +360,8 @@ impl Middleware for SubAgentMiddleware {
     }
 
     fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        vec![Arc::new(TaskTool::new(
-            self.subagents.clone(),
-            self.checkpointer.clone(),
-        ))]
+        vec![Arc::new(
+            TaskTool::new(self.subagents.clone(), self.checkpointer.clone()).max_depth(self.max_depth),
+        )]
     }
 }

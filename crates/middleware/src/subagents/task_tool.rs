@@ -11,6 +11,7 @@ use crate::runtime::agent::Agent;
 use crate::runtime::checkpoint::Checkpointer;
 use crate::runtime::context::{RunContext, ThreadId};
 use crate::runtime::events::{EventSink, RunEvent};
+use crate::runtime::interrupt::{AgentFrame, NestedInterrupts};
 use crate::runtime::run::{RunInput, RunOutput};
 use crate::runtime::tools::ToolContextExt;
 use crate::runtime::util;
@@ -62,6 +63,7 @@ pub struct TaskTool {
     checkpointer: Arc<dyn Checkpointer>,
     description: String,
     parameters: Value,
+    max_depth: u32,
 }
 
 impl TaskTool {
@@ -73,7 +75,15 @@ impl TaskTool {
             checkpointer,
             description,
             parameters: task_schema(),
+            max_depth: 1,
         }
+    }
+
+    /// Let this tool start subagents from runs up to `depth - 1` subagents deep (see
+    /// [`SubAgentMiddleware::max_depth`](super::SubAgentMiddleware::max_depth)).
+    pub fn max_depth(mut self, depth: u32) -> Self {
+        self.max_depth = depth.max(1);
+        self
     }
 
     fn types(&self) -> String {
@@ -162,23 +172,22 @@ fn answer(out: &RunOutput) -> String {
     }
 }
 
-/// A sink forwarding a child's events to the parent's sink as `subagent_event` middleware events.
-fn forward_events(parent: &EventSink, task_id: &ThreadId, subagent_type: &str) -> EventSink {
+/// A sink forwarding a child's events to the parent's sink, each wrapped in a
+/// [`RunEvent::Subagent`] naming the call, the task and the subagent type.
+fn forward_events(parent: &EventSink, call_id: &str, task_id: &ThreadId, subagent_type: &str) -> EventSink {
     if !parent.is_enabled() {
         return EventSink::none();
     }
     let parent = parent.clone();
+    let call_id = call_id.to_owned();
     let task_id = task_id.to_string();
     let subagent_type = subagent_type.to_owned();
     EventSink::from_fn(move |event| {
-        parent.emit_with(|| RunEvent::Middleware {
-            middleware: NAME.to_owned(),
-            kind: "subagent_event".to_owned(),
-            data: json!({
-                "task_id": task_id,
-                "subagent_type": subagent_type,
-                "event": serde_json::to_value(&event).unwrap_or(Value::Null),
-            }),
+        parent.emit(RunEvent::Subagent {
+            call_id: call_id.clone(),
+            task_id: task_id.clone(),
+            subagent_type: subagent_type.clone(),
+            inner: Box::new(event),
         });
     })
 }
@@ -191,12 +200,16 @@ impl TaskTool {
         extensions: &Extensions,
         call_id: &str,
     ) -> Result<ToolOutput, ToolError> {
-        if let Some(inside) = extensions.get::<SubagentRun>() {
-            return Err(ToolError::failed(format!(
-                "you are the {} subagent, and subagents cannot start subagents. Do the work yourself.",
-                inside.subagent_type
-            )));
-        }
+        let depth = match extensions.get::<SubagentRun>() {
+            Some(inside) if inside.depth >= self.max_depth => {
+                return Err(ToolError::failed(format!(
+                    "you are the {} subagent, and subagents cannot start subagents. Do the work yourself.",
+                    inside.subagent_type
+                )));
+            }
+            Some(inside) => inside.depth + 1,
+            None => 1,
+        };
         if args.description.trim().is_empty() {
             return Err(ToolError::InvalidArguments(
                 "description must not be empty".into(),
@@ -216,36 +229,46 @@ impl TaskTool {
             parent_thread: run.thread_id().to_string(),
             subagent_type: sub.name().to_owned(),
         };
+        let nested = extensions.get::<NestedInterrupts>();
+        // A resumed step: continue the child this call left waiting, with its decisions.
+        let waiting = nested.and_then(|n| n.take_resume(call_id));
         let given = args.task_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
-        let (task_id, resumed) = match given {
-            Some(id) => {
-                let id = ThreadId::new(id).map_err(|_| {
+        let (task_id, resumed) = match (&waiting, given) {
+            (Some((thread, _)), _) => (thread.clone(), true),
+            (None, given) => match given {
+                Some(id) => {
+                    let id = ThreadId::new(id).map_err(|_| {
                     ToolError::failed(format!(
                         "there is no task {id:?} in this conversation. Leave task_id out to start a new task."
                     ))
                 })?;
-                self.check_owner(&agent, &id, &origin)
-                    .await
-                    .map_err(ToolError::failed)?;
-                (id, true)
-            }
-            None => (
-                ThreadId::new(util::unique_id("task"))
-                    .map_err(|e| ToolError::failed(format!("could not name the task: {e}")))?,
-                false,
-            ),
+                    self.check_owner(&agent, &id, &origin)
+                        .await
+                        .map_err(ToolError::failed)?;
+                    (id, true)
+                }
+                None => (
+                    ThreadId::new(util::unique_id("task"))
+                        .map_err(|e| ToolError::failed(format!("could not name the task: {e}")))?,
+                    false,
+                ),
+            },
         };
 
-        let mut input = RunInput::human(args.description)
-            .thread(task_id.clone())
-            .slot(&SUBAGENT_ORIGIN, origin);
+        let mut input = match waiting {
+            Some((_, decisions)) => RunInput::resume(decisions).thread(task_id.clone()),
+            None => RunInput::human(args.description)
+                .thread(task_id.clone())
+                .slot(&SUBAGENT_ORIGIN, origin),
+        };
         input.extensions = extensions.clone();
         input.extensions.insert(SubagentRun {
             parent_thread: run.thread_id().clone(),
             task_id: task_id.clone(),
             subagent_type: sub.name().to_owned(),
+            depth,
         });
-        input.events = forward_events(run.events(), &task_id, sub.name());
+        input.events = forward_events(run.events(), call_id, &task_id, sub.name());
 
         run.emit_middleware(NAME, "task_started", || {
             json!({ "call_id": call_id, "subagent_type": sub.name(), "task_id": task_id.as_str(), "resumed": resumed })
@@ -258,6 +281,7 @@ impl TaskTool {
                 "task_id": task_id.as_str(),
                 "model_calls": out.model_calls,
                 "usage": out.usage,
+                "interrupted": out.is_interrupted(),
             }),
             Err(e) => json!({
                 "call_id": call_id,
@@ -267,6 +291,25 @@ impl TaskTool {
             }),
         });
         Ok(match result {
+            Ok(RunOutput {
+                interrupt: Some(interrupt),
+                ..
+            }) => match nested {
+                Some(nested) => {
+                    let frame = AgentFrame {
+                        call_id: call_id.to_owned(),
+                        thread_id: task_id.to_string(),
+                        agent: sub.name().to_owned(),
+                    };
+                    nested.raise(call_id, frame, interrupt);
+                    // Not seen by the model: the step stops and this call runs again on resume.
+                    ToolOutput::text(format!("task_id: {task_id}\n\n(waiting for approval)"))
+                }
+                None => ToolOutput::error(format!(
+                    "the {} subagent stopped to wait for approval, which cannot be given here.\ntask_id: {task_id}",
+                    sub.name()
+                )),
+            },
             Ok(out) => ToolOutput::text(format!("task_id: {task_id}\n\n{}", answer(&out))),
             Err(e) => ToolOutput::error(format!(
                 "the {} subagent stopped before finishing: {e}\ntask_id: {task_id} (call task again with this \

@@ -90,23 +90,36 @@ async fn the_general_purpose_subagent_runs_on_the_parents_model_without_task() {
 
     let mut kinds = Vec::new();
     while let Ok(event) = rx.try_recv() {
-        if let RunEvent::Middleware {
-            middleware,
-            kind,
-            data,
-        } = event
-            && middleware == "subagents"
-        {
-            if kind == "task_finished" {
-                assert_eq!(data["model_calls"], 2);
-                assert_eq!(data["task_id"], id.as_str());
-            }
-            if kind != "subagent_event" || kinds.last() != Some(&kind) {
+        match event {
+            RunEvent::Middleware {
+                middleware,
+                kind,
+                data,
+            } if middleware == "subagents" => {
+                if kind == "task_finished" {
+                    assert_eq!(data["model_calls"], 2);
+                    assert_eq!(data["task_id"], id.as_str());
+                    assert_eq!(data["interrupted"], false);
+                }
                 kinds.push(kind);
             }
+            RunEvent::Subagent {
+                call_id,
+                task_id,
+                subagent_type,
+                ..
+            } => {
+                // The child's events arrive wrapped, naming the call and the task they belong to.
+                assert_eq!((call_id.as_str(), task_id.as_str()), ("t1", id.as_str()));
+                assert_eq!(subagent_type, "general-purpose");
+                if kinds.last().map(String::as_str) != Some("subagent") {
+                    kinds.push("subagent".to_owned());
+                }
+            }
+            _ => {}
         }
     }
-    assert_eq!(kinds, ["task_started", "subagent_event", "task_finished"]);
+    assert_eq!(kinds, ["task_started", "subagent", "task_finished"]);
 }
 
 async fn one_skill() -> Arc<StateBackend> {

@@ -1,0 +1,397 @@
+//! The tool step of the agent loop: the calls of one reply, reviewed by the run's [`ToolGate`],
+//! run concurrently, their results appended in call order — or the step stopped and kept in the
+//! thread until decisions arrive (see [`crate::runtime::interrupt`]).
+//!
+//! A stopped step is a [`PendingStep`] in a private slot of the thread's state, saved with the
+//! reply's checkpoint; the reply is the thread's last message until the step completes. Each call
+//! of it is in one of four states: cleared to run (the gate did not ask), asking (waiting for a
+//! decision), nested (a `task` call whose subagent is waiting), or done (a nested step stopped
+//! after this call finished: its result is kept and it never runs again).
+//!
+//! Slot writes of calls that finished in a step that then stopped are applied when it stops; the
+//! rest when it completes. Within each group they are applied in call order.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::runtime::agent::Agent;
+use crate::runtime::context::{RunContext, ThreadId};
+use crate::runtime::error::AgentError;
+use crate::runtime::events::RunEvent;
+use crate::runtime::interrupt::{
+    AgentFrame, ApprovalRequest, Decision, DecisionError, Decisions, Interrupt, NestedInterrupts, ToolGate,
+};
+use crate::runtime::message::{ContentBlock, Message, ToolCall, ToolMessage};
+use crate::runtime::middleware::ToolSet;
+use crate::runtime::state::{Slot, State, StateUpdates};
+
+/// The step waiting for decisions, in the thread's private state.
+pub(crate) static PENDING_STEP: Slot<PendingStep> = Slot::private("_pending_tool_step");
+
+/// True when the thread's last reply has a step waiting for decisions.
+pub(crate) fn is_waiting(state: &State) -> bool {
+    state.contains(PENDING_STEP.name())
+}
+
+/// A tool step that stopped before completing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct PendingStep {
+    /// The step (model calls made earlier in the run that stopped).
+    step: u32,
+    /// One entry per call of the reply, in call order.
+    calls: Vec<PendingCall>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+enum PendingCall {
+    /// The gate let it through; it runs when the step resumes.
+    Cleared { call_id: String },
+    /// Waiting for a decision.
+    Asking { request: ApprovalRequest },
+    /// A nested agent it started is waiting; `requests` are as that agent reported them.
+    Nested {
+        call_id: String,
+        frame: AgentFrame,
+        requests: Vec<ApprovalRequest>,
+    },
+    /// Finished; this is its result.
+    Done { message: ToolMessage },
+}
+
+impl PendingCall {
+    fn call_id(&self) -> &str {
+        match self {
+            Self::Cleared { call_id } | Self::Nested { call_id, .. } => call_id,
+            Self::Asking { request } => &request.call_id,
+            Self::Done { message } => &message.call_id,
+        }
+    }
+}
+
+impl PendingStep {
+    /// What the caller is told: every waiting request, nested ones with their ids qualified.
+    pub(crate) fn interrupt(&self, thread_id: &ThreadId) -> Interrupt {
+        let mut requests = Vec::new();
+        for call in &self.calls {
+            match call {
+                PendingCall::Asking { request } => requests.push(request.clone()),
+                PendingCall::Nested {
+                    call_id,
+                    frame,
+                    requests: inner,
+                } => requests.extend(inner.iter().map(|r| {
+                    let mut r = r.clone();
+                    r.id = format!("{call_id}/{}", r.id);
+                    r.agents.insert(0, frame.clone());
+                    r
+                })),
+                PendingCall::Cleared { .. } | PendingCall::Done { .. } => {}
+            }
+        }
+        Interrupt {
+            thread_id: thread_id.to_string(),
+            step: self.step,
+            requests,
+        }
+    }
+}
+
+/// One call's end within [`Agent::execute`].
+enum Finished {
+    /// It ran (its nested agent may have stopped instead: see [`NestedInterrupts`]).
+    Ran(String, ToolMessage, StateUpdates),
+    /// Its result was known without running it.
+    Kept(ToolMessage),
+}
+
+/// How a tool step ended.
+#[derive(Debug)]
+pub(crate) enum StepOutcome {
+    /// Every call has its result in the thread.
+    Completed,
+    /// The step waits for decisions (already in the state; the caller saves it).
+    Interrupted(Interrupt),
+}
+
+/// What to do with one call of a step.
+enum Action {
+    /// Run it.
+    Run(ToolCall),
+    /// Run it again to resume the nested thread it left waiting.
+    Resume(ToolCall, ThreadId, Decisions),
+    /// Its result without running it: a rejection or a person's answer (new), or a kept result.
+    Result(ToolMessage),
+}
+
+impl Agent {
+    /// The tool step after a reply calling `calls`: stop when `gate` asks about any call, else run
+    /// them all.
+    pub(crate) async fn tool_step(
+        &self,
+        calls: Vec<ToolCall>,
+        tools: &ToolSet,
+        gate: Option<&Arc<dyn ToolGate>>,
+        state: &mut State,
+        cx: &RunContext,
+    ) -> Result<StepOutcome, AgentError> {
+        if let Some(gate) = gate {
+            let reviews: Vec<_> = calls.iter().map(|c| gate.review(c)).collect();
+            if reviews.iter().any(Option::is_some) {
+                let calls = calls
+                    .iter()
+                    .zip(reviews)
+                    .map(|(call, review)| match review {
+                        None => PendingCall::Cleared {
+                            call_id: call.id.clone(),
+                        },
+                        Some(review) => PendingCall::Asking {
+                            request: ApprovalRequest {
+                                id: call.id.clone(),
+                                tool: call.name.clone(),
+                                call_id: call.id.clone(),
+                                args: call.args.clone(),
+                                description: review.description,
+                                allowed: review.allowed,
+                                agents: Vec::new(),
+                            },
+                        },
+                    })
+                    .collect();
+                let pending = PendingStep { step: cx.step, calls };
+                return Ok(stop(pending, state, cx));
+            }
+        }
+        let actions = calls.into_iter().map(Action::Run).collect();
+        self.execute(actions, tools, state, cx).await
+    }
+
+    /// Continue the step `pending` with `decisions`, which are checked first: nothing changes
+    /// when any is refused.
+    pub(crate) async fn resume_step(
+        &self,
+        pending: PendingStep,
+        decisions: &Decisions,
+        tools: &ToolSet,
+        state: &mut State,
+        cx: &RunContext,
+    ) -> Result<StepOutcome, AgentError> {
+        check(&pending, decisions, &cx.thread_id)?;
+        let calls = reply_calls(state, &pending, &cx.thread_id)?;
+        let mut actions = Vec::with_capacity(calls.len());
+        for (mut call, entry) in calls.into_iter().zip(pending.calls) {
+            let action = match entry {
+                PendingCall::Cleared { .. } => Action::Run(call),
+                PendingCall::Done { message } => Action::Result(message),
+                PendingCall::Nested { call_id, frame, .. } => {
+                    let thread = ThreadId::new(&frame.thread_id).map_err(|e| DecisionError::Corrupt {
+                        thread_id: cx.thread_id.to_string(),
+                        detail: format!("a pending call names a bad thread: {e}"),
+                    })?;
+                    Action::Resume(call, thread, decisions.nested(&call_id))
+                }
+                PendingCall::Asking { request } => {
+                    // `check` made sure there is one.
+                    let decision = decisions.get(&request.id).cloned().unwrap_or(Decision::Approve);
+                    cx.events.emit_with(|| RunEvent::Decided {
+                        step: cx.step,
+                        id: request.id.clone(),
+                        tool: request.tool.clone(),
+                        decision: decision.kind(),
+                    });
+                    match decision {
+                        Decision::Approve => Action::Run(call),
+                        Decision::Edit { args } => {
+                            edit_call(state, &call.id, &args);
+                            call.args = args;
+                            Action::Run(call)
+                        }
+                        Decision::Reject { message } => Action::Result(rejected(&call, message)),
+                        Decision::Respond { message } => Action::Result(ToolMessage {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            content: vec![ContentBlock::Text { text: message }],
+                            is_error: false,
+                            meta: Default::default(),
+                        }),
+                    }
+                }
+            };
+            actions.push(action);
+        }
+        self.execute(actions, tools, state, cx).await
+    }
+
+    /// Run what needs running, concurrently; then complete the step or stop it again.
+    async fn execute(
+        &self,
+        actions: Vec<Action>,
+        tools: &ToolSet,
+        state: &mut State,
+        cx: &RunContext,
+    ) -> Result<StepOutcome, AgentError> {
+        let nested = cx.extensions.get::<NestedInterrupts>().cloned();
+        let shared: &State = state;
+        let runs = actions.into_iter().map(|action| {
+            let nested = nested.as_ref();
+            async move {
+                let call = match action {
+                    Action::Result(message) => return Ok(Finished::Kept(message)),
+                    Action::Run(call) => call,
+                    Action::Resume(call, thread, decisions) => {
+                        if let Some(nested) = nested {
+                            nested.resume(call.id.clone(), thread, decisions);
+                        }
+                        call
+                    }
+                };
+                let call_id = call.id.clone();
+                let (message, updates) = self.run_tool(call, tools, shared, cx).await?;
+                Ok::<_, AgentError>(Finished::Ran(call_id, message, updates))
+            }
+        });
+        let results = futures::future::try_join_all(runs).await?;
+
+        let mut calls = Vec::with_capacity(results.len());
+        let mut stopped = false;
+        for result in results {
+            match result {
+                Finished::Kept(message) => calls.push(PendingCall::Done { message }),
+                Finished::Ran(call_id, message, updates) => {
+                    match nested.as_ref().and_then(|n| n.take_raised(&call_id)) {
+                        Some((frame, interrupt)) => {
+                            stopped = true;
+                            calls.push(PendingCall::Nested {
+                                call_id,
+                                frame,
+                                requests: interrupt.requests,
+                            });
+                        }
+                        None => {
+                            state.apply(updates);
+                            calls.push(PendingCall::Done { message });
+                        }
+                    }
+                }
+            }
+        }
+        if stopped {
+            let pending = PendingStep { step: cx.step, calls };
+            return Ok(stop(pending, state, cx));
+        }
+        state.remove(&PENDING_STEP);
+        for call in calls {
+            if let PendingCall::Done { message } = call {
+                state.messages.push(Message::Tool(message));
+            }
+        }
+        Ok(StepOutcome::Completed)
+    }
+}
+
+/// Keep `pending` in the state and say what waits.
+fn stop(pending: PendingStep, state: &mut State, cx: &RunContext) -> StepOutcome {
+    let interrupt = pending.interrupt(&cx.thread_id);
+    state.set(&PENDING_STEP, pending);
+    cx.events.emit_with(|| RunEvent::Interrupted {
+        step: interrupt.step,
+        requests: interrupt.requests.clone(),
+    });
+    StepOutcome::Interrupted(interrupt)
+}
+
+/// Refuse `decisions` unless they answer every request of `pending`, and only those, each with a
+/// decision its call accepts.
+fn check(pending: &PendingStep, decisions: &Decisions, thread_id: &ThreadId) -> Result<(), DecisionError> {
+    let requests = pending.interrupt(thread_id).requests;
+    let missing: Vec<String> = requests
+        .iter()
+        .filter(|r| decisions.get(&r.id).is_none())
+        .map(|r| r.id.clone())
+        .collect();
+    if !missing.is_empty() {
+        return Err(DecisionError::Missing { ids: missing });
+    }
+    let unknown: Vec<String> = decisions
+        .ids()
+        .filter(|id| !requests.iter().any(|r| r.id == *id))
+        .map(str::to_owned)
+        .collect();
+    if !unknown.is_empty() {
+        return Err(DecisionError::Unknown { ids: unknown });
+    }
+    for request in &requests {
+        let Some(decision) = decisions.get(&request.id) else {
+            continue;
+        };
+        if !request.allowed.contains(&decision.kind()) {
+            let allowed: Vec<&str> = request.allowed.iter().map(|k| k.as_str()).collect();
+            return Err(DecisionError::NotAllowed {
+                id: request.id.clone(),
+                tool: request.tool.clone(),
+                decision: decision.kind(),
+                allowed: allowed.join(", "),
+            });
+        }
+        if let Decision::Edit { args } = decision
+            && !args.is_object()
+        {
+            return Err(DecisionError::InvalidEdit {
+                id: request.id.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The calls of the reply the pending step belongs to (the thread's last message), checked
+/// against the step's record.
+fn reply_calls(
+    state: &State,
+    pending: &PendingStep,
+    thread_id: &ThreadId,
+) -> Result<Vec<ToolCall>, DecisionError> {
+    let calls: Vec<ToolCall> = match state.messages.last().and_then(Message::as_ai) {
+        Some(ai) => ai.calls().cloned().collect(),
+        None => Vec::new(),
+    };
+    let matches = calls.len() == pending.calls.len()
+        && calls
+            .iter()
+            .zip(&pending.calls)
+            .all(|(call, entry)| call.id == entry.call_id());
+    if matches {
+        Ok(calls)
+    } else {
+        Err(DecisionError::Corrupt {
+            thread_id: thread_id.to_string(),
+            detail: "its pending tool step does not match its last reply".into(),
+        })
+    }
+}
+
+/// Change the arguments of call `call_id` in the thread's last reply.
+fn edit_call(state: &mut State, call_id: &str, args: &serde_json::Value) {
+    if let Some(Message::Ai(ai)) = state.messages.last_mut()
+        && let Some(call) = ai.calls_mut().find(|c| c.id == call_id)
+    {
+        call.args = args.clone();
+    }
+}
+
+/// The result the model gets for a rejected call.
+fn rejected(call: &ToolCall, message: Option<String>) -> ToolMessage {
+    let mut text = format!("The user rejected this {} call, so it did not run.", call.name);
+    if let Some(reason) = message.map(|m| m.trim().to_owned()).filter(|m| !m.is_empty()) {
+        text.push_str(" Their reason: ");
+        text.push_str(&reason);
+    }
+    ToolMessage {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        content: vec![ContentBlock::Text { text }],
+        is_error: true,
+        meta: Default::default(),
+    }
+}
