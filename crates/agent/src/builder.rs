@@ -27,6 +27,7 @@
 
 use std::sync::Arc;
 
+use trellis_middleware::ToolGate;
 use trellis_middleware::backend::sandbox::{Network, Sandbox};
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath};
 use trellis_middleware::skills::render::SEARCH_TOOL;
@@ -79,6 +80,7 @@ pub struct DeepAgentBuilder {
     sandbox: Option<Arc<dyn Sandbox>>,
     commands: CommandPolicy,
     sandbox_network: Network,
+    gate: Option<Arc<dyn ToolGate>>,
 }
 
 /// Start building an agent around `model`. Unless [`DeepAgentBuilder::backend`] says otherwise,
@@ -112,6 +114,7 @@ pub fn deep_agent(model: Arc<dyn ChatModel>) -> DeepAgentBuilder {
         sandbox: None,
         commands: CommandPolicy::allow_all(),
         sandbox_network: Network::None,
+        gate: None,
     }
 }
 
@@ -281,6 +284,14 @@ impl DeepAgentBuilder {
     /// No summarization: long runs fail when they outgrow the context window.
     pub fn without_summarization(mut self) -> Self {
         self.summarization = None;
+        self
+    }
+
+    /// Stop before the tool calls `gate` asks about until a person decides (e.g. an
+    /// [`InterruptOn`](trellis_middleware::approvals::InterruptOn)); subagents inherit it unless
+    /// they declare their own. See docs/approvals.md.
+    pub fn interrupt_on(mut self, gate: impl ToolGate + 'static) -> Self {
+        self.gate = Some(Arc::new(gate));
         self
     }
 
@@ -471,6 +482,9 @@ impl DeepAgentBuilder {
         }
         if let Some(n) = self.max_steps {
             builder = builder.max_steps(n);
+        }
+        if let Some(gate) = self.gate {
+            builder = builder.interrupt_on_arc(gate);
         }
         builder.build()
     }

@@ -19,10 +19,12 @@ pub use trellis_middleware::backend;
 /// The tools layer (the one `Tool` trait, the file tools).
 pub use trellis_middleware::tools;
 
+pub mod approval_cli;
 pub mod builder;
 pub mod inspect;
 pub mod mcp;
 pub mod providers;
+pub mod run_cli;
 pub mod run_output;
 pub mod sandbox_cli;
 pub mod skills_cli;

@@ -1,22 +1,18 @@
-//! The `trellis` command line: `inspect`, `run`, `threads`, `skills list`, `skills validate`.
+//! The `trellis` command line: `inspect`, `run`, `resume`, `threads`, `skills list`, `skills validate`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{ArgAction, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
-use trellis_agent::mcp::{McpServerConfig, McpServers};
-use trellis_agent::run_output::{self, OutputMode};
+use trellis_agent::approval_cli::{self, ApproveRule};
+use trellis_agent::run_cli::{self, Approvals, RunConfig, Start};
 use trellis_agent::sandbox_cli::{self, SandboxChoice};
-use trellis_agent::{builder::deep_agent, inspect, providers, skills_cli, threads_cli, workspace};
-use trellis_middleware::backend::sandbox::Network;
-use trellis_middleware::tools::{CommandPolicy, UserFiles, UserIdentity};
-use trellis_middleware::{RunInput, ThreadId};
+use trellis_agent::{inspect, skills_cli, threads_cli, workspace};
+use trellis_middleware::ThreadId;
 
 /// Shown after the options of every command.
 const LOGGING_HELP: &str = "\
@@ -135,12 +131,33 @@ enum Command {
         /// (repeatable; without it any command may run).
         #[arg(long = "allow-command", value_name = "PREFIX")]
         allow_command: Vec<String>,
+        /// Tools whose calls wait for your approval before they run (comma-separated or
+        /// repeated; `none` for no approvals).
+        #[arg(long, value_name = "TOOL,...", default_value = approval_cli::DEFAULT_ASK)]
+        ask: Vec<String>,
+        #[command(flatten)]
+        approvals: ApprovalArgs,
         /// Write every run event to stdout as one JSON object per line (text deltas included)
         /// instead of the answer.
         #[arg(long)]
         json: bool,
         /// The task.
         task: String,
+    },
+    /// Continue a thread whose run stopped to wait for approvals, with the settings it was
+    /// started with (exit status 3 when calls still wait).
+    #[command(after_help = LOGGING_HELP)]
+    Resume {
+        /// The thread.
+        id: String,
+        /// Where `trellis run` kept the thread.
+        #[arg(long, default_value = ".trellis")]
+        state_dir: PathBuf,
+        #[command(flatten)]
+        approvals: ApprovalArgs,
+        /// Write every run event to stdout as one JSON object per line.
+        #[arg(long)]
+        json: bool,
     },
     /// List, show or delete the threads `trellis run` kept (checkpoints and each thread's files).
     #[command(after_help = LOGGING_HELP)]
@@ -157,6 +174,32 @@ enum Command {
         #[command(subcommand)]
         command: SkillsCommand,
     },
+}
+
+/// How waiting tool calls are decided without asking.
+#[derive(clap::Args, Debug)]
+struct ApprovalArgs {
+    /// Approve these calls without asking: all, none (ask on a terminal, else stop with exit
+    /// status 3 and print the `trellis resume` command), or TOOL,...
+    #[arg(long, value_name = "all|none|TOOL,...", default_value = "none")]
+    approve: ApproveRule,
+    /// Decisions from a JSON file (or - for stdin): {"CALL_ID": {"decision": "approve" | "reject"
+    /// | "edit" | "respond", ...}}.
+    #[arg(long, value_name = "FILE")]
+    decisions: Option<PathBuf>,
+}
+
+impl ApprovalArgs {
+    fn read(self) -> Result<Approvals> {
+        Ok(Approvals {
+            rule: self.approve,
+            given: self
+                .decisions
+                .as_deref()
+                .map(run_cli::read_decisions)
+                .transpose()?,
+        })
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -300,24 +343,38 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             sandbox,
             sandbox_network,
             allow_command,
+            ask,
+            approvals,
             json,
             task,
         } => {
-            let options = RunOptions {
-                thread,
+            let config = RunConfig {
+                model,
+                skills,
+                memory,
                 user,
-                fork,
                 workdir,
-                state_dir,
                 mcp,
-                mcp_timeout: Duration::from_secs(mcp_timeout.max(1)),
+                mcp_timeout_secs: mcp_timeout,
                 writable_skills,
                 sandbox,
                 sandbox_network,
                 allow_command,
-                json,
+                ask,
             };
-            run(&model, &skills, &memory, options, &task).await
+            let config = config.absolute(&std::env::current_dir()?);
+            let start = Start::Task { thread, fork, task };
+            run_cli::run(config, &state_dir, start, approvals.read()?, json).await
+        }
+        Command::Resume {
+            id,
+            state_dir,
+            approvals,
+            json,
+        } => {
+            let thread = ThreadId::new(id)?;
+            let config = run_cli::load_config(&state_dir, &thread)?;
+            run_cli::run(config, &state_dir, Start::Resume(thread), approvals.read()?, json).await
         }
         Command::Threads { state_dir, command } => match command {
             ThreadsCommand::List => threads_cli::list(&state_dir).await,
@@ -332,146 +389,6 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             command: SkillsCommand::Validate { json, sources },
         } => skills_cli::validate(&sources, json).await,
     }
-}
-
-/// `trellis run` settings besides the model, sources and task.
-#[derive(Debug)]
-struct RunOptions {
-    thread: Option<String>,
-    user: Option<String>,
-    fork: Option<String>,
-    workdir: Option<PathBuf>,
-    state_dir: PathBuf,
-    mcp: Vec<String>,
-    mcp_timeout: Duration,
-    writable_skills: bool,
-    sandbox: Option<SandboxChoice>,
-    sandbox_network: bool,
-    allow_command: Vec<String>,
-    json: bool,
-}
-
-async fn run(
-    model: &str,
-    skills: &[String],
-    memory: &[String],
-    options: RunOptions,
-    task: &str,
-) -> Result<ExitCode> {
-    let mcp = options
-        .mcp
-        .iter()
-        .map(|spec| McpServerConfig::parse_spec(spec).map(|c| c.with_call_timeout(options.mcp_timeout)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let servers = (!mcp.is_empty())
-        .then(|| McpServers::new(mcp).map(Arc::new))
-        .transpose()?;
-    let result = run_agent(model, skills, memory, options, servers.clone(), task).await;
-    // Stop the MCP servers (and wait for their processes) whether the run succeeded or not.
-    if let Some(servers) = servers {
-        servers.shutdown().await;
-    }
-    result
-}
-
-async fn run_agent(
-    model: &str,
-    skills: &[String],
-    memory: &[String],
-    options: RunOptions,
-    servers: Option<Arc<McpServers>>,
-    task: &str,
-) -> Result<ExitCode> {
-    let RunOptions {
-        thread,
-        user,
-        fork,
-        workdir,
-        state_dir,
-        writable_skills,
-        sandbox,
-        sandbox_network,
-        allow_command,
-        json,
-        ..
-    } = options;
-    let model = providers::from_model_string(model)?;
-    let sandbox = sandbox_cli::select(sandbox)?;
-    if let Some(note) = &sandbox.status.note {
-        tracing::warn!("{note}");
-    }
-    let mut ws = workspace::assemble(skills, memory, workdir.as_deref())?;
-    if let Some(user) = &user {
-        ws = ws.for_user(user, &state_dir)?;
-    }
-    std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
-    let checkpointer = Arc::new(threads_cli::checkpointer(&state_dir)?);
-    let forked = match &fork {
-        Some(spec) => Some(threads_cli::fork(&checkpointer, spec).await?),
-        None => None,
-    };
-    // The thread's own files live in the state dir beside its checkpoints; skills and memory are
-    // shared mounts; --workdir is the user's workspace at /workspace.
-    let mut builder = deep_agent(model)
-        .backend(ws.backend.clone())
-        .file_layout(ws.layout())
-        .permissions(ws.permissions(writable_skills)?)
-        .checkpointer(checkpointer);
-    for source in &ws.skills {
-        builder = builder.skills_source(source.clone());
-    }
-    for path in &ws.memory {
-        builder = builder.memory_source(path.clone());
-    }
-    if let Some(servers) = servers {
-        builder = builder.mcp_servers(servers);
-    }
-    if let Some(sandbox) = sandbox.sandbox {
-        builder = builder.sandbox(sandbox);
-    }
-    if sandbox_network {
-        builder = builder.sandbox_network(Network::Host);
-    }
-    if !allow_command.is_empty() {
-        builder = builder.commands(CommandPolicy::allow_only(allow_command));
-    }
-    if ws.user.is_some() {
-        builder = builder
-            .user_memory(workspace::USER_MEMORY)
-            .personal_skills(workspace::PERSONAL_SKILLS_DIR);
-    }
-    let agent = builder.build()?;
-    let thread_id = match (forked, thread) {
-        (Some(id), _) => id,
-        (None, Some(id)) => ThreadId::new(id)?,
-        (None, None) => ThreadId::generate(),
-    };
-    eprintln!("thread {thread_id} (resume with --thread {thread_id})");
-    let mode = if json {
-        OutputMode::Json
-    } else if std::io::stdout().is_terminal() {
-        OutputMode::Terminal
-    } else {
-        OutputMode::Plain
-    };
-    let (events, printed) = run_output::sink(mode);
-    let mut input = RunInput::human(task).thread(thread_id).events(events);
-    if let Some(files) = &ws.user_files {
-        input = input
-            .extension(UserIdentity::new(ws.user.clone().unwrap_or_else(local_user)))
-            .extension(UserFiles(files.clone()));
-    }
-    let out = agent.run(input).await?;
-    run_output::finish(&out, mode, &printed);
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The local user a `--workdir` belongs to: `$USER`, else `local`.
-fn local_user() -> String {
-    std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "local".to_owned())
 }
 
 #[cfg(test)]

@@ -21,7 +21,8 @@ use trellis_middleware::backend::sandbox::{
 
 /// The `--sandbox` values (the table above). The variants carry no doc comments on purpose: clap
 /// would then switch every `--help` to its long layout to describe them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 #[allow(missing_docs)]
 pub enum SandboxChoice {
     Bwrap,

@@ -276,7 +276,14 @@ async fn run_writing_into_skills(skills: &std::path::Path, extra: &[&str]) -> se
     let state = tempfile::tempdir().unwrap();
     let mut command = trellis();
     command
-        .args(["run", "--model", "anthropic:claude-sonnet-4-5", "--skills"])
+        .args([
+            "run",
+            "--approve",
+            "all",
+            "--model",
+            "anthropic:claude-sonnet-4-5",
+            "--skills",
+        ])
         .arg(skills)
         .arg("--state-dir")
         .arg(state.path())

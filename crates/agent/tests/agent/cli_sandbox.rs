@@ -59,6 +59,8 @@ async fn run_with_env(args: &[&str], env: &[(&str, &str)], call: Value, state: &
     command
         .args([
             "run",
+            "--approve",
+            "all",
             "--model",
             "anthropic:claude-sonnet-4-5",
             "--thread",

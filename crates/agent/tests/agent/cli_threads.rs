@@ -23,7 +23,14 @@ pub(crate) fn trellis() -> Command {
 fn trellis_run(state: &Path) -> Command {
     let mut command = trellis();
     command
-        .args(["run", "--model", "anthropic:claude-sonnet-4-5", "--state-dir"])
+        .args([
+            "run",
+            "--approve",
+            "all",
+            "--model",
+            "anthropic:claude-sonnet-4-5",
+            "--state-dir",
+        ])
         .arg(state);
     command
 }

@@ -143,7 +143,15 @@ async fn an_edit_in_one_run_reaches_that_users_next_run_only() {
     let run_as = |user: &str| {
         let mut command = trellis();
         command
-            .args(["run", "--model", "anthropic:claude-sonnet-4-5", "--user", user])
+            .args([
+                "run",
+                "--approve",
+                "all",
+                "--model",
+                "anthropic:claude-sonnet-4-5",
+                "--user",
+                user,
+            ])
             .arg("--state-dir")
             .arg(state.path())
             .arg("Remember this")

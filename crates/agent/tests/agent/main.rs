@@ -5,6 +5,7 @@
 mod adversarial_cli;
 mod call_ids;
 mod cli;
+mod cli_approvals;
 mod cli_logging;
 mod cli_sandbox;
 mod cli_streaming;

@@ -312,6 +312,22 @@ impl Agent {
         }
     }
 
+    /// What a saved thread waits for, when its last run stopped for decisions (see
+    /// [`RunOutput::interrupt`]); `None` when it waits for nothing or does not exist.
+    pub async fn pending_interrupt(&self, thread_id: &ThreadId) -> Result<Option<Interrupt>, AgentError> {
+        let Some(checkpointer) = &self.inner.checkpointer else {
+            return Ok(None);
+        };
+        let Some(stored) = checkpointer.load(thread_id).await? else {
+            return Ok(None);
+        };
+        Ok(stored
+            .checkpoint
+            .state
+            .get(&PENDING_STEP)?
+            .map(|pending| pending.interrupt(thread_id)))
+    }
+
     /// Run the agent on a thread until the model stops calling tools and no middleware sends it back.
     pub async fn run(&self, mut input: RunInput) -> Result<RunOutput, AgentError> {
         let cx = RunContext {

@@ -1,0 +1,383 @@
+//! `trellis run` and `trellis resume`: build the agent a [`RunConfig`] describes, run a thread,
+//! and carry it through approvals (see [`crate::approval_cli`]).
+//!
+//! `run` saves its configuration beside the thread (`<state-dir>/runs/<thread>.json`, local paths
+//! made absolute), so `trellis resume ID --state-dir DIR` rebuilds the same agent in another
+//! process and continues the thread where it stopped. The file belongs to the thread: `trellis
+//! threads delete` removes it with the thread. It records the command line's settings (model
+//! string, sources, MCP server commands), never an API key: keys come from the environment of the
+//! process that resumes.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use trellis_middleware::backend::sandbox::Network;
+use trellis_middleware::tools::{CommandPolicy, UserFiles, UserIdentity};
+use trellis_middleware::{Agent, Decisions, RunInput, ThreadId};
+
+use crate::approval_cli::{self, ApproveRule, EXIT_WAITING, LinePrompter, Outcome, Prompter};
+use crate::builder::deep_agent;
+use crate::mcp::{McpServerConfig, McpServers};
+use crate::run_output::{self, OutputMode};
+use crate::sandbox_cli::{self, SandboxChoice};
+use crate::{providers, threads_cli, workspace};
+
+/// What `trellis run` was told, as saved for `trellis resume`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// The model string.
+    pub model: String,
+    /// `--skills` sources.
+    pub skills: Vec<String>,
+    /// `--memory` sources.
+    pub memory: Vec<String>,
+    /// `--user`.
+    pub user: Option<String>,
+    /// `--workdir`.
+    pub workdir: Option<PathBuf>,
+    /// `--mcp` specs.
+    pub mcp: Vec<String>,
+    /// `--mcp-timeout` seconds.
+    pub mcp_timeout_secs: u64,
+    /// `--writable-skills`.
+    pub writable_skills: bool,
+    /// `--sandbox`.
+    pub sandbox: Option<SandboxChoice>,
+    /// `--sandbox-network`.
+    pub sandbox_network: bool,
+    /// `--allow-command` prefixes.
+    pub allow_command: Vec<String>,
+    /// `--ask` tools.
+    pub ask: Vec<String>,
+}
+
+impl RunConfig {
+    /// The same configuration with relative local paths made absolute against `cwd`, so it means
+    /// the same from any directory. Object-store URLs are left alone.
+    pub fn absolute(mut self, cwd: &Path) -> Self {
+        let fix = |s: &mut String| {
+            if !s.contains("://") && Path::new(s.as_str()).is_relative() {
+                *s = cwd.join(&*s).to_string_lossy().into_owned();
+            }
+        };
+        self.skills.iter_mut().for_each(fix);
+        self.memory.iter_mut().for_each(fix);
+        if let Some(dir) = &mut self.workdir
+            && dir.is_relative()
+        {
+            *dir = cwd.join(&*dir);
+        }
+        self
+    }
+}
+
+/// How decisions are made in this process.
+#[derive(Debug, Clone, Default)]
+pub struct Approvals {
+    /// `--approve`.
+    pub rule: ApproveRule,
+    /// `--decisions FILE`.
+    pub given: Option<Decisions>,
+}
+
+/// Where the saved configuration of `thread` lives.
+fn config_path(state_dir: &Path, thread: &ThreadId) -> PathBuf {
+    state_dir.join("runs").join(format!("{thread}.json"))
+}
+
+/// Save `config` for `thread` (written to a temporary file, then renamed into place).
+pub fn save_config(state_dir: &Path, thread: &ThreadId, config: &RunConfig) -> Result<()> {
+    let path = config_path(state_dir, thread);
+    let dir = state_dir.join("runs");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let tmp = dir.join(format!(".{thread}.json.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec_pretty(config)?)
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// The configuration `trellis run` saved for `thread`.
+pub fn load_config(state_dir: &Path, thread: &ThreadId) -> Result<RunConfig> {
+    let path = config_path(state_dir, thread);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "no run of thread {thread} was saved in {} (start it with `trellis run` and the same --state-dir)",
+            state_dir.display()
+        ),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    serde_json::from_slice(&bytes).with_context(|| format!("{} is not a saved run", path.display()))
+}
+
+/// Remove the saved configuration of `thread`, if any.
+pub fn delete_config(state_dir: &Path, thread: &ThreadId) -> Result<()> {
+    match std::fs::remove_file(config_path(state_dir, thread)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Where a run starts.
+#[derive(Debug)]
+pub enum Start {
+    /// A new thread, or `--thread ID`, with this task.
+    Task {
+        /// `--thread`.
+        thread: Option<String>,
+        /// `--fork ID@STEP`.
+        fork: Option<String>,
+        /// The task.
+        task: String,
+    },
+    /// `trellis resume ID`: the thread waits for decisions.
+    Resume(ThreadId),
+}
+
+/// `trellis run` / `trellis resume`: start the MCP servers, run, and stop them again.
+pub async fn run(
+    config: RunConfig,
+    state_dir: &Path,
+    start: Start,
+    approvals: Approvals,
+    json: bool,
+) -> Result<ExitCode> {
+    let timeout = Duration::from_secs(config.mcp_timeout_secs.max(1));
+    let mcp = config
+        .mcp
+        .iter()
+        .map(|spec| McpServerConfig::parse_spec(spec).map(|c| c.with_call_timeout(timeout)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let servers = (!mcp.is_empty())
+        .then(|| McpServers::new(mcp).map(Arc::new))
+        .transpose()?;
+    let result = run_agent(&config, state_dir, start, servers.clone(), &approvals, json).await;
+    // Stop the MCP servers (and wait for their processes) whether the run succeeded or not.
+    if let Some(servers) = servers {
+        servers.shutdown().await;
+    }
+    result
+}
+
+async fn run_agent(
+    config: &RunConfig,
+    state_dir: &Path,
+    start: Start,
+    servers: Option<Arc<McpServers>>,
+    approvals: &Approvals,
+    json: bool,
+) -> Result<ExitCode> {
+    let model = providers::from_model_string(&config.model)?;
+    let sandbox = sandbox_cli::select(config.sandbox)?;
+    if let Some(note) = &sandbox.status.note {
+        tracing::warn!("{note}");
+    }
+    let mut ws = workspace::assemble(&config.skills, &config.memory, config.workdir.as_deref())?;
+    if let Some(user) = &config.user {
+        ws = ws.for_user(user, state_dir)?;
+    }
+    std::fs::create_dir_all(state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
+    let checkpointer = Arc::new(threads_cli::checkpointer(state_dir)?);
+    let (thread_id, task) = match start {
+        Start::Task { thread, fork, task } => {
+            let id = match (fork, thread) {
+                (Some(spec), _) => threads_cli::fork(&checkpointer, &spec).await?,
+                (None, Some(id)) => ThreadId::new(id)?,
+                (None, None) => ThreadId::generate(),
+            };
+            (id, Some(task))
+        }
+        Start::Resume(id) => (id, None),
+    };
+    // The thread's own files live in the state dir beside its checkpoints; skills and memory are
+    // shared mounts; --workdir is the user's workspace at /workspace.
+    let mut builder = deep_agent(model)
+        .backend(ws.backend.clone())
+        .file_layout(ws.layout())
+        .permissions(ws.permissions(config.writable_skills)?)
+        .checkpointer(checkpointer);
+    for source in &ws.skills {
+        builder = builder.skills_source(source.clone());
+    }
+    for path in &ws.memory {
+        builder = builder.memory_source(path.clone());
+    }
+    if let Some(servers) = servers {
+        builder = builder.mcp_servers(servers);
+    }
+    if let Some(sandbox) = sandbox.sandbox {
+        builder = builder.sandbox(sandbox);
+    }
+    if config.sandbox_network {
+        builder = builder.sandbox_network(Network::Host);
+    }
+    if !config.allow_command.is_empty() {
+        builder = builder.commands(CommandPolicy::allow_only(config.allow_command.clone()));
+    }
+    if ws.user.is_some() {
+        builder = builder
+            .user_memory(workspace::USER_MEMORY)
+            .personal_skills(workspace::PERSONAL_SKILLS_DIR);
+    }
+    if let Some(gate) = approval_cli::gate(&config.ask)? {
+        builder = builder.interrupt_on(gate);
+    }
+    let agent = builder.build()?;
+    let first = match task {
+        Some(task) => {
+            save_config(state_dir, &thread_id, config)?;
+            eprintln!("thread {thread_id} (resume with --thread {thread_id})");
+            RunInput::human(task)
+        }
+        None => {
+            let Some(interrupt) = agent.pending_interrupt(&thread_id).await? else {
+                bail!(
+                    "thread {thread_id} waits for no decisions; continue it with `trellis run --thread {thread_id}`"
+                );
+            };
+            match decide(&interrupt, approvals)? {
+                Outcome::Decided(decisions) => RunInput::resume(decisions),
+                Outcome::Waiting(waiting) => {
+                    eprint!(
+                        "{}",
+                        approval_cli::waiting_message(&interrupt, &waiting, state_dir)
+                    );
+                    return Ok(ExitCode::from(EXIT_WAITING));
+                }
+            }
+        }
+    };
+    let prepare = |input: RunInput| -> RunInput {
+        let mut input = input.thread(thread_id.clone());
+        if let Some(files) = &ws.user_files {
+            input = input
+                .extension(UserIdentity::new(ws.user.clone().unwrap_or_else(local_user)))
+                .extension(UserFiles(files.clone()));
+        }
+        input
+    };
+    drive(&agent, first, prepare, approvals, json, state_dir).await
+}
+
+/// Run, and while the run stops for decisions, decide and resume.
+async fn drive(
+    agent: &Agent,
+    first: RunInput,
+    prepare: impl Fn(RunInput) -> RunInput,
+    approvals: &Approvals,
+    json: bool,
+    state_dir: &Path,
+) -> Result<ExitCode> {
+    let mode = if json {
+        OutputMode::Json
+    } else if std::io::stdout().is_terminal() {
+        OutputMode::Terminal
+    } else {
+        OutputMode::Plain
+    };
+    let (events, printed) = run_output::sink(mode);
+    let mut input = prepare(first).events(events.clone());
+    loop {
+        let out = agent.run(input).await?;
+        let Some(interrupt) = &out.interrupt else {
+            run_output::finish(&out, mode, &printed);
+            return Ok(ExitCode::SUCCESS);
+        };
+        match decide(interrupt, approvals)? {
+            Outcome::Decided(decisions) => {
+                input = prepare(RunInput::resume(decisions)).events(events.clone());
+            }
+            Outcome::Waiting(waiting) => {
+                eprint!(
+                    "{}",
+                    approval_cli::waiting_message(interrupt, &waiting, state_dir)
+                );
+                return Ok(ExitCode::from(EXIT_WAITING));
+            }
+        }
+    }
+}
+
+/// Decide with the flags, and on a terminal (stdin and stderr) by asking.
+fn decide(interrupt: &trellis_middleware::Interrupt, approvals: &Approvals) -> Result<Outcome> {
+    let terminal = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let mut prompter = LinePrompter::new(std::io::stdin().lock(), std::io::stderr());
+    let prompter = terminal.then_some(&mut prompter as &mut dyn Prompter);
+    approval_cli::decide(interrupt, &approvals.rule, approvals.given.as_ref(), prompter)
+}
+
+/// Read `--decisions`: a JSON object of request id → decision, from a file or `-` (stdin).
+pub fn read_decisions(path: &Path) -> Result<Decisions> {
+    let text = if path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?
+    };
+    serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a decisions file: a JSON object like {{\"CALL_ID\": {{\"decision\": \"approve\"}}}}",
+            path.display()
+        )
+    })
+}
+
+/// The local user a `--workdir` belongs to: `$USER`, else `local`.
+fn local_user() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "local".to_owned())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn config() -> RunConfig {
+        RunConfig {
+            model: "anthropic:claude-sonnet-4-5".into(),
+            skills: vec!["skills".into(), "s3://bucket/skills".into(), "/abs".into()],
+            memory: vec!["AGENTS.md".into()],
+            user: None,
+            workdir: Some("work".into()),
+            mcp: Vec::new(),
+            mcp_timeout_secs: 60,
+            writable_skills: false,
+            sandbox: Some(SandboxChoice::None),
+            sandbox_network: false,
+            allow_command: Vec::new(),
+            ask: vec![approval_cli::DEFAULT_ASK.into()],
+        }
+    }
+
+    #[test]
+    fn relative_local_paths_become_absolute_and_urls_stay() {
+        let c = config().absolute(Path::new("/home/me/project"));
+        assert_eq!(
+            c.skills,
+            ["/home/me/project/skills", "s3://bucket/skills", "/abs"]
+        );
+        assert_eq!(c.memory, ["/home/me/project/AGENTS.md"]);
+        assert_eq!(c.workdir, Some(PathBuf::from("/home/me/project/work")));
+    }
+
+    #[test]
+    fn a_saved_config_reads_back_and_is_deleted_with_the_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let thread = ThreadId::new("t-1").unwrap();
+        assert!(load_config(dir.path(), &thread).is_err());
+        save_config(dir.path(), &thread, &config()).unwrap();
+        assert_eq!(load_config(dir.path(), &thread).unwrap(), config());
+        delete_config(dir.path(), &thread).unwrap();
+        delete_config(dir.path(), &thread).unwrap();
+        let err = load_config(dir.path(), &thread).unwrap_err().to_string();
+        assert!(err.contains("no run of thread t-1"), "{err}");
+    }
+}
