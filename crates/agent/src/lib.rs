@@ -26,8 +26,11 @@ pub mod mcp;
 pub mod providers;
 pub mod run_cli;
 pub mod run_output;
+pub mod run_summary;
 pub mod sandbox_cli;
 pub mod skills_cli;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 pub mod threads_cli;
 pub mod workspace;
 

@@ -10,9 +10,33 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 use trellis_agent::approval_cli::{self, ApproveRule};
 use trellis_agent::run_cli::{self, Approvals, RunConfig, Start};
+use trellis_agent::run_summary::Prices;
 use trellis_agent::sandbox_cli::{self, SandboxChoice};
+#[cfg(feature = "otel")]
+use trellis_agent::telemetry::{OtlpConfig, Telemetry};
 use trellis_agent::{inspect, skills_cli, threads_cli, workspace};
 use trellis_middleware::ThreadId;
+
+/// Without the `otel` feature there is nothing to shut down.
+#[cfg(not(feature = "otel"))]
+#[derive(Debug)]
+struct Telemetry;
+
+#[cfg(not(feature = "otel"))]
+impl Telemetry {
+    fn shutdown(self, _timeout: std::time::Duration) -> Shutdown {
+        Shutdown {
+            dropped_spans: 0,
+            flushed: true,
+        }
+    }
+}
+
+#[cfg(not(feature = "otel"))]
+struct Shutdown {
+    dropped_spans: u64,
+    flushed: bool,
+}
 
 /// Shown after the options of every command.
 const LOGGING_HELP: &str = "\
@@ -39,6 +63,8 @@ struct Cli {
     command: Command,
 }
 
+// One parsed command per process: the size of its largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Print the exact first request the model would receive (no API key needed).
@@ -137,6 +163,8 @@ enum Command {
         ask: Vec<String>,
         #[command(flatten)]
         approvals: ApprovalArgs,
+        #[command(flatten)]
+        otlp: Otlp,
         /// Write every run event to stdout as one JSON object per line (text deltas included)
         /// instead of the answer.
         #[arg(long)]
@@ -155,6 +183,8 @@ enum Command {
         state_dir: PathBuf,
         #[command(flatten)]
         approvals: ApprovalArgs,
+        #[command(flatten)]
+        otlp: Otlp,
         /// Write every run event to stdout as one JSON object per line.
         #[arg(long)]
         json: bool,
@@ -187,11 +217,21 @@ struct ApprovalArgs {
     /// | "edit" | "respond", ...}}.
     #[arg(long, value_name = "FILE")]
     decisions: Option<PathBuf>,
+    /// Model prices for the cost in the closing summary, over the built-in list prices: a JSON
+    /// file {"MODEL_PREFIX": {"input": USD, "output": USD, "cache_read": USD, "cache_write": USD}}
+    /// per million tokens.
+    #[arg(long, value_name = "FILE")]
+    prices: Option<PathBuf>,
 }
 
 impl ApprovalArgs {
     fn read(self) -> Result<Approvals> {
+        let overrides = match &self.prices {
+            Some(path) => Prices::read_overrides(path)?,
+            None => Default::default(),
+        };
         Ok(Approvals {
+            prices: Prices::default().with(overrides),
             rule: self.approve,
             given: self
                 .decisions
@@ -249,7 +289,6 @@ enum SkillsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose, cli.quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -257,17 +296,66 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatch(cli.command)) {
+    let telemetry = {
+        // The exporters start their tasks on this runtime.
+        let _inside = runtime.enter();
+        init_logging(cli.verbose, cli.quiet, cli.command.otlp())
+    };
+    let code = match runtime.block_on(dispatch(cli.command)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("trellis: {e:#}");
             ExitCode::FAILURE
         }
+    };
+    if let Some(telemetry) = telemetry {
+        // The runtime's workers keep exporting while this thread waits.
+        let report = telemetry.shutdown(TELEMETRY_SHUTDOWN);
+        if report.dropped_spans > 0 {
+            eprintln!(
+                "trellis: telemetry: {} spans were dropped because the collector did not keep up",
+                report.dropped_spans
+            );
+        }
+        if !report.flushed {
+            eprintln!(
+                "trellis: telemetry: the collector did not take the last spans within {}s",
+                TELEMETRY_SHUTDOWN.as_secs()
+            );
+        }
+    }
+    code
+}
+
+/// How long the process waits for the collector when it ends.
+const TELEMETRY_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `--otlp` and `--otlp-content`.
+#[derive(clap::Args, Debug, Clone)]
+struct Otlp {
+    /// Send traces and metrics to this OpenTelemetry collector (OTLP over HTTP, e.g.
+    /// http://localhost:4318); the OTEL_EXPORTER_OTLP_* variables work too.
+    #[arg(long = "otlp", value_name = "URL")]
+    url: Option<String>,
+    /// Put prompts, completions and tool arguments and results into the exported spans (off:
+    /// only names, ids, token counts and timings are sent).
+    #[arg(long = "otlp-content")]
+    content: bool,
+}
+
+impl Command {
+    /// The telemetry options of the commands that run agents.
+    fn otlp(&self) -> Option<&Otlp> {
+        match self {
+            Command::Run { otlp, .. } | Command::Resume { otlp, .. } => Some(otlp),
+            _ => None,
+        }
     }
 }
 
 /// Log to stderr at the level `-v`/`-q` ask for, unless `RUST_LOG` says otherwise.
-fn init_logging(verbose: u8, quiet: bool) {
+fn init_logging(verbose: u8, quiet: bool, otlp: Option<&Otlp>) -> Option<Telemetry> {
+    use tracing_subscriber::prelude::*;
     let default = default_level(verbose, quiet);
     let rust_log = std::env::var("RUST_LOG").unwrap_or_default();
     let builder = EnvFilter::builder().with_default_directive(default.into());
@@ -275,15 +363,34 @@ fn init_logging(verbose: u8, quiet: bool) {
         eprintln!("trellis: ignoring RUST_LOG ({e}); logging at {default}");
         builder.parse_lossy("")
     });
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
-        .with_env_filter(filter)
         .with_ansi(use_color(
             std::io::stderr().is_terminal(),
             std::env::var_os("NO_COLOR").as_deref(),
         ))
         .with_target(false)
-        .init();
+        .with_filter(filter);
+    let registry = tracing_subscriber::registry().with(fmt);
+    #[cfg(feature = "otel")]
+    if let Some(config) = otlp.and_then(|o| OtlpConfig::from_env(o.url.as_deref())) {
+        if otlp.is_some_and(|o| o.content) {
+            trellis_middleware::telemetry::set_capture_content(true);
+        }
+        match Telemetry::install(&config) {
+            Ok((telemetry, layer)) => {
+                registry.with(layer).init();
+                return Some(telemetry);
+            }
+            Err(e) => eprintln!("trellis: {e}; running without it"),
+        }
+    }
+    #[cfg(not(feature = "otel"))]
+    if otlp.is_some_and(|o| o.url.is_some()) {
+        eprintln!("trellis: this build has no telemetry export (the otel feature is off)");
+    }
+    registry.init();
+    None
 }
 
 /// The level when `RUST_LOG` is unset or empty: WARN, raised by each `-v`, or ERROR with `-q`.
@@ -347,6 +454,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             approvals,
             json,
             task,
+            ..
         } => {
             let config = RunConfig {
                 model,
@@ -371,6 +479,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             state_dir,
             approvals,
             json,
+            ..
         } => {
             let thread = ThreadId::new(id)?;
             let config = run_cli::load_config(&state_dir, &thread)?;

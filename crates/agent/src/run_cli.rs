@@ -24,6 +24,7 @@ use crate::approval_cli::{self, ApproveRule, EXIT_WAITING, LinePrompter, Outcome
 use crate::builder::deep_agent;
 use crate::mcp::{McpServerConfig, McpServers};
 use crate::run_output::{self, OutputMode};
+use crate::run_summary::Prices;
 use crate::sandbox_cli::{self, SandboxChoice};
 use crate::{providers, threads_cli, workspace};
 
@@ -76,9 +77,11 @@ impl RunConfig {
     }
 }
 
-/// How decisions are made in this process.
+/// How decisions are made in this process (and the prices the summary uses).
 #[derive(Debug, Clone, Default)]
 pub struct Approvals {
+    /// Prices for the summary's cost.
+    pub prices: Prices,
     /// `--approve`.
     pub rule: ApproveRule,
     /// `--decisions FILE`.
@@ -281,12 +284,14 @@ async fn drive(
     } else {
         OutputMode::Plain
     };
-    let (events, printed) = run_output::sink(mode);
+    let started = std::time::Instant::now();
+    let (events, printed) = run_output::sink(mode, approvals.prices.clone());
     let mut input = prepare(first).events(events.clone());
     loop {
         let out = agent.run(input).await?;
         let Some(interrupt) = &out.interrupt else {
             run_output::finish(&out, mode, &printed);
+            run_output::summary(&printed, mode, started.elapsed());
             return Ok(ExitCode::SUCCESS);
         };
         match decide(interrupt, approvals)? {
@@ -294,6 +299,7 @@ async fn drive(
                 input = prepare(RunInput::resume(decisions)).events(events.clone());
             }
             Outcome::Waiting(waiting) => {
+                run_output::summary(&printed, mode, started.elapsed());
                 eprint!(
                     "{}",
                     approval_cli::waiting_message(interrupt, &waiting, state_dir)

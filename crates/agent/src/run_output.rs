@@ -4,7 +4,9 @@
 //! |---|---|---|
 //! | [`OutputMode::Terminal`] (stdout is a terminal) | the model's text as it is written | progress: steps, token counts, tools |
 //! | [`OutputMode::Plain`] (stdout is a pipe or a file) | the final answer, once | the same progress |
-//! | [`OutputMode::Json`] (`--json`) | one JSON [`RunEvent`] per line, as they happen | nothing but errors |
+//! | [`OutputMode::Json`] (`--json`) | one JSON [`RunEvent`] per line, as they happen, then a `summary` event | nothing but errors |
+//!
+//! In the other modes the run ends with a summary line on stderr ([`crate::run_summary`]).
 //!
 //! On a terminal, a retried model call starts again: the text of the failed attempt stays on the
 //! screen, followed by a `[retrying]` line, so what was shown is never mistaken for the answer.
@@ -14,7 +16,11 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use std::time::Duration;
+
 use trellis_middleware::{EventSink, ModelDelta, RunEvent, RunOutput};
+
+use crate::run_summary::{Prices, Summary};
 
 /// Where `trellis run` writes what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,9 +33,11 @@ pub enum OutputMode {
     Json,
 }
 
-/// What was printed so far.
+/// What was printed so far, and what the events add up to.
 #[derive(Debug, Default)]
 pub struct Printed {
+    summary: Mutex<Summary>,
+    prices: Prices,
     /// Text was streamed to stdout (so the final answer is already there).
     streamed: AtomicBool,
     /// Text was streamed in the current model attempt.
@@ -37,11 +45,24 @@ pub struct Printed {
     lock: Mutex<()>,
 }
 
-/// The event sink for `mode`, and the record of what it printed.
-pub fn sink(mode: OutputMode) -> (EventSink, Arc<Printed>) {
-    let printed = Arc::new(Printed::default());
+/// The event sink for `mode`, and the record of what it printed; costs use `prices`.
+pub fn sink(mode: OutputMode, prices: Prices) -> (EventSink, Arc<Printed>) {
+    let printed = Arc::new(Printed {
+        prices,
+        ..Printed::default()
+    });
     let seen = Arc::clone(&printed);
-    let sink = EventSink::from_fn(move |event| match mode {
+    let sink = EventSink::from_fn(move |event| {
+        if let Ok(mut summary) = seen.summary.lock() {
+            summary.add(&event, &seen.prices);
+        }
+        show(&event, mode, &seen)
+    });
+    (sink, printed)
+}
+
+fn show(event: &RunEvent, mode: OutputMode, seen: &Printed) {
+    match mode {
         OutputMode::Json => {
             if let Ok(line) = serde_json::to_string(&event) {
                 let _guard = seen.lock.lock();
@@ -50,9 +71,22 @@ pub fn sink(mode: OutputMode) -> (EventSink, Arc<Printed>) {
                 let _ = out.flush();
             }
         }
-        OutputMode::Terminal | OutputMode::Plain => progress(&event, mode, &seen),
-    });
-    (sink, printed)
+        OutputMode::Terminal | OutputMode::Plain => progress(event, mode, seen),
+    }
+}
+
+/// Print the summary of everything the sink saw: a line on stderr, or a JSON event with `--json`.
+pub fn summary(printed: &Printed, mode: OutputMode, wall: Duration) {
+    let Ok(summary) = printed.summary.lock() else {
+        return;
+    };
+    match mode {
+        OutputMode::Json => {
+            let _guard = printed.lock.lock();
+            println!("{}", summary.json(wall));
+        }
+        OutputMode::Terminal | OutputMode::Plain => eprintln!("{}", summary.line(wall)),
+    }
 }
 
 fn progress(event: &RunEvent, mode: OutputMode, printed: &Printed) {

@@ -120,6 +120,7 @@ pub use runtime::run::{RunInput, RunOutput};
 pub use runtime::scripted_model::ScriptedModel;
 pub use runtime::state::{PublicState, Slot, SlotValue, Slots, State, StateError, StateUpdates};
 pub use runtime::stream::{DeltaSink, ModelDelta, deltas_of, stream_by_invoking};
+pub use runtime::telemetry;
 pub use runtime::tools::ToolContextExt;
 pub use skills::{BoundTools, SkillSource, SkillsMiddleware, ToolResolver};
 pub use subagents::{SubAgent, SubAgentMiddleware};

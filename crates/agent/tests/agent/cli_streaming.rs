@@ -62,7 +62,17 @@ async fn json_writes_one_event_per_line_with_the_deltas() {
     let events: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
     assert_eq!(kinds.first(), Some(&"run_started"));
-    assert_eq!(kinds.last(), Some(&"run_finished"));
+    // The run's events end with run_finished; the summary comes after them.
+    assert_eq!(kinds[kinds.len() - 2..], ["run_finished", "summary"]);
+    let summary = events.last().unwrap();
+    assert_eq!(summary["model_calls"], 1);
+    assert_eq!(summary["usage"]["input_tokens"], 12);
+    assert_eq!(summary["usage"]["output_tokens"], 4);
+    // claude-sonnet-4-5 at $3 / $15 per million: 12 × 3 + 4 × 15 = 96 millionths of a dollar.
+    assert!(
+        (summary["cost_usd"].as_f64().unwrap() - 0.000096).abs() < 1e-12,
+        "{summary}"
+    );
     let text: String = events
         .iter()
         .filter(|e| e["event"] == "model_delta" && e["delta"]["type"] == "text")
@@ -76,4 +86,11 @@ async fn json_writes_one_event_per_line_with_the_deltas() {
 async fn without_a_terminal_stdout_is_the_answer_alone() {
     let out = run(&[]).await;
     assert_eq!(String::from_utf8(out.stdout).unwrap(), "Streamed answer.\n");
+    // The summary line is on stderr, with tokens by kind and the cost.
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("done: "))
+        .expect("a summary line");
+    assert!(line.starts_with("done: 1 model calls, 0 tool calls; tokens: 12 input (12 full rate, 0 cache read, 0 cache write), 4 output; cache hit 0%; $0.0001 at list prices of "), "{line}");
 }

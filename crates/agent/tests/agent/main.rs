@@ -29,3 +29,4 @@ mod providers_openai_schemas;
 mod providers_parsers_never_panic;
 mod providers_registry;
 mod providers_streaming;
+mod telemetry;

@@ -37,7 +37,7 @@ use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, Usage};
 use crate::runtime::run::{RunInput, RunOutput};
 use crate::runtime::state::{PublicState, State, StateUpdates};
 use crate::runtime::tool_step::{PENDING_STEP, StepOutcome};
-use crate::runtime::{call_ids, util};
+use crate::runtime::{call_ids, telemetry, util};
 use crate::tools::{ParentFiles, ThreadFiles, Tool, ToolOutput};
 
 /// Model calls one run may make by default.
@@ -339,14 +339,15 @@ impl Agent {
             events: std::mem::take(&mut input.events),
             extensions: std::mem::take(&mut input.extensions),
         };
-        let span = tracing::info_span!(
-            "agent.run",
-            agent = self.inner.name.as_deref().unwrap_or(""),
-            thread_id = %cx.thread_id,
-            run_id = %cx.run_id,
-        );
+        let span = telemetry::agent_span(self.inner.name.as_deref(), cx.thread_id.as_str(), &cx.run_id);
         let mut cx = cx;
-        let result = self.run_loop(input, &mut cx).instrument(span).await;
+        let result = self.run_loop(input, &mut cx).instrument(span.clone()).await;
+        telemetry::record_run(
+            &span,
+            &result,
+            result.as_ref().ok().map(|o| o.model_calls),
+            result.as_ref().is_ok_and(RunOutput::is_interrupted),
+        );
         if let Err(error) = &result {
             cx.events.emit_with(|| RunEvent::RunFailed {
                 error: error.to_string(),
@@ -604,15 +605,16 @@ impl Agent {
         let started = Instant::now();
         let tool_cx = cx.tool_context(state, &call_id);
         let next = ToolNext::new(&self.inner.middleware, tools);
-        let span = tracing::debug_span!("tool", name = %name, call_id = %call_id);
+        let span = telemetry::tool_span(&call);
         // Tools are caught at the innermost link; this catches panics in wrap_tool_call hooks.
-        let output = match AssertUnwindSafe(next.run(call, &tool_cx).instrument(span))
+        let output = match AssertUnwindSafe(next.run(call, &tool_cx).instrument(span.clone()))
             .catch_unwind()
             .await
         {
             Ok(result) => result?,
             Err(panic) => ToolOutput::error(panicked(&name, panic.as_ref())),
         };
+        telemetry::record_tool(&span, &output);
         cx.events.emit_with(|| RunEvent::ToolFinished {
             step: cx.step,
             call_id: call_id.clone(),

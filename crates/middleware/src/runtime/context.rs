@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::backend::ScopeId;
 use crate::runtime::events::{EventSink, RunEvent};
 use crate::runtime::model::ChatModel;
-use crate::runtime::util;
+use crate::runtime::{telemetry, util};
 pub use crate::tools::Extensions;
 
 /// A thread's id: 1 to 128 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`. Safe to
@@ -147,10 +147,16 @@ impl RunContext {
 
     /// Send a [`RunEvent::Middleware`] event; `data` is only built when someone listens.
     pub fn emit_middleware(&self, middleware: &str, kind: &str, data: impl FnOnce() -> Value) {
+        let traced = tracing::enabled!(target: telemetry::EVENT_TARGET, tracing::Level::INFO);
+        if !traced && !self.events.is_enabled() {
+            return;
+        }
+        let data = data();
+        telemetry::event(middleware, kind, || data.clone());
         self.events.emit_with(|| RunEvent::Middleware {
             middleware: middleware.to_owned(),
             kind: kind.to_owned(),
-            data: data(),
+            data,
         });
     }
 

@@ -25,6 +25,7 @@ use crate::runtime::events::RunEvent;
 use crate::runtime::message::{Message, ToolCall};
 use crate::runtime::model::{ChatModel, ModelRequest, ModelResponse, ToolSpec};
 use crate::runtime::state::State;
+use crate::runtime::telemetry;
 use crate::tools::{Tool, ToolContext, ToolOutput};
 
 /// What happens when the model stops calling tools.
@@ -170,12 +171,18 @@ impl<'a> Next<'a> {
                         );
                     }
                 }
-                let span = tracing::debug_span!("model.stream", model = self.model.id());
+                let span = telemetry::chat_span(self.model.id(), &request);
                 let events = cx.events();
                 let step = cx.step();
                 events.emit_with(|| RunEvent::ModelStreamStarted { step });
                 let on_delta = |delta| events.emit_with(|| RunEvent::ModelDelta { step, delta });
-                Ok(self.model.stream(request, &on_delta).instrument(span).await?)
+                let result = self
+                    .model
+                    .stream(request, &on_delta)
+                    .instrument(span.clone())
+                    .await;
+                telemetry::record_chat(&span, &result);
+                Ok(result?)
             }
         }
     }

@@ -17,6 +17,7 @@ pub(crate) mod run;
 pub(crate) mod scripted_model;
 pub(crate) mod state;
 pub(crate) mod stream;
+pub mod telemetry;
 pub(crate) mod tool_step;
 pub(crate) mod tools;
 pub(crate) mod util;

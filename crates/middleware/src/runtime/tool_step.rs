@@ -25,6 +25,7 @@ use crate::runtime::interrupt::{
 use crate::runtime::message::{ContentBlock, Message, ToolCall, ToolMessage};
 use crate::runtime::middleware::ToolSet;
 use crate::runtime::state::{Slot, State, StateUpdates};
+use crate::runtime::telemetry;
 
 /// The step waiting for decisions, in the thread's private state.
 pub(crate) static PENDING_STEP: Slot<PendingStep> = Slot::private("_pending_tool_step");
@@ -194,6 +195,11 @@ impl Agent {
                 PendingCall::Asking { request } => {
                     // `check` made sure there is one.
                     let decision = decisions.get(&request.id).cloned().unwrap_or(Decision::Approve);
+                    telemetry::event(
+                        "approvals",
+                        "decided",
+                        || serde_json::json!({ "id": request.id, "tool": request.tool, "decision": decision.kind() }),
+                    );
                     cx.events.emit_with(|| RunEvent::Decided {
                         step: cx.step,
                         id: request.id.clone(),
@@ -294,6 +300,11 @@ impl Agent {
 fn stop(pending: PendingStep, state: &mut State, cx: &RunContext) -> StepOutcome {
     let interrupt = pending.interrupt(&cx.thread_id);
     state.set(&PENDING_STEP, pending);
+    telemetry::event(
+        "approvals",
+        "interrupted",
+        || serde_json::json!({ "step": interrupt.step, "requests": interrupt.requests }),
+    );
     cx.events.emit_with(|| RunEvent::Interrupted {
         step: interrupt.step,
         requests: interrupt.requests.clone(),

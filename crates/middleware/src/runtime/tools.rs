@@ -29,6 +29,7 @@ impl ToolRun for RunContext {
     }
 
     fn emit(&self, source: &str, kind: &str, data: &mut dyn FnMut() -> Value) {
+        crate::runtime::telemetry::event(source, kind, &mut *data);
         self.events.emit_with(|| RunEvent::Middleware {
             middleware: source.to_owned(),
             kind: kind.to_owned(),
