@@ -115,6 +115,7 @@ pub use runtime::scripted_model::ScriptedModel;
 pub use runtime::state::{PublicState, Slot, SlotValue, Slots, State, StateError, StateUpdates};
 pub use runtime::stream::{DeltaSink, ModelDelta, deltas_of, stream_by_invoking};
 pub use runtime::tools::ToolContextExt;
+pub use runtime::truncation::{DEFAULT_TRUNCATED_CALL_RETRIES, TRUNCATION_SOURCE};
 pub use skills::{BoundTools, SkillSource, SkillsMiddleware, ToolResolver};
 pub use subagents::{SubAgent, SubAgentMiddleware};
 pub use summarization::{SummarizationConfig, SummarizationMiddleware, Threshold};

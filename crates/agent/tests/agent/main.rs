@@ -27,4 +27,5 @@ mod providers_openai;
 mod providers_openai_schemas;
 mod providers_parsers_never_panic;
 mod providers_registry;
+mod providers_stop_reasons;
 mod providers_streaming;

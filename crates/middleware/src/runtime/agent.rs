@@ -12,6 +12,10 @@
 //! 5. otherwise the `after_agent` hooks may send the run back to 3 with new messages; else checkpoint
 //!    and finish.
 //!
+//! A reply cut off at the output token limit in the middle of a tool call runs none of its calls:
+//! the model is told and asked again, a bounded number of times (`truncation.rs`,
+//! [`AgentError::TruncatedToolCall`]).
+//!
 //! Steps are bounded ([`AgentError::StepLimit`]). Tool failures, unknown tools and tool panics become
 //! error results for the model. Dropping the run's future cancels it at its current await point:
 //! running tools are dropped with it, and the thread keeps its last checkpoint (a reply whose tool
@@ -35,6 +39,7 @@ use crate::runtime::middleware::{AfterAgent, Middleware, Next, ToolNext, ToolSet
 use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, Usage};
 use crate::runtime::run::{RunInput, RunOutput};
 use crate::runtime::state::{PublicState, State, StateUpdates};
+use crate::runtime::truncation::{self, DEFAULT_TRUNCATED_CALL_RETRIES};
 use crate::runtime::{call_ids, util};
 use crate::tools::{ParentFiles, ThreadFiles, Tool, ToolOutput};
 
@@ -53,6 +58,7 @@ pub struct AgentBuilder {
     max_steps: u32,
     response_format: Option<ResponseFormat>,
     max_output_tokens: Option<u32>,
+    truncated_call_retries: u32,
 }
 
 impl AgentBuilder {
@@ -68,6 +74,7 @@ impl AgentBuilder {
             max_steps: DEFAULT_MAX_STEPS,
             response_format: None,
             max_output_tokens: None,
+            truncated_call_retries: DEFAULT_TRUNCATED_CALL_RETRIES,
         }
     }
 
@@ -142,6 +149,14 @@ impl AgentBuilder {
         self
     }
 
+    /// How many replies in a row may stop at the output token limit in the middle of a tool call
+    /// before the run fails with [`AgentError::TruncatedToolCall`] (default
+    /// [`DEFAULT_TRUNCATED_CALL_RETRIES`]; 0 fails on the first). Such calls are never run.
+    pub fn truncated_call_retries(mut self, retries: u32) -> Self {
+        self.truncated_call_retries = retries;
+        self
+    }
+
     /// Check the configuration and build. Errors: two tools (the agent's and middlewares' static ones)
     /// or two middlewares with the same name.
     pub fn build(self) -> Result<Agent, AgentError> {
@@ -174,6 +189,7 @@ impl AgentBuilder {
                 max_steps: self.max_steps,
                 response_format: self.response_format,
                 max_output_tokens: self.max_output_tokens,
+                truncated_call_retries: self.truncated_call_retries,
             }),
         })
     }
@@ -190,6 +206,7 @@ struct Inner {
     max_steps: u32,
     response_format: Option<ResponseFormat>,
     max_output_tokens: Option<u32>,
+    truncated_call_retries: u32,
 }
 
 /// An agent: a model, a system prompt, tools and a middleware stack, running threads.
@@ -318,6 +335,7 @@ impl Agent {
         let mut usage = Usage::default();
         let mut model_calls: u32 = 0;
         let mut structured_output = None;
+        let mut truncated_in_a_row: u32 = 0;
         loop {
             if model_calls >= max_steps {
                 return Err(AgentError::StepLimit {
@@ -368,6 +386,9 @@ impl Agent {
                     .await?;
             }
             usage += response.usage;
+            // A call cut off at the output token limit is never run (see `truncation.rs`).
+            let truncated = truncation::is_truncated_call(&response)
+                .then(|| truncation::strip_calls(&mut response.message));
             let calls: Vec<ToolCall> = response.message.calls().cloned().collect();
             cx.events.emit_with(|| RunEvent::ModelFinished {
                 step: cx.step,
@@ -385,6 +406,21 @@ impl Agent {
             }
             state.messages.push(Message::Ai(response.message));
             saver.save(&state, cx).await?;
+
+            if let Some(tools) = truncated {
+                truncated_in_a_row += 1;
+                if truncated_in_a_row > inner.truncated_call_retries {
+                    return Err(AgentError::TruncatedToolCall {
+                        tools,
+                        attempts: truncated_in_a_row,
+                        thread_id: cx.thread_id.clone(),
+                    });
+                }
+                state.messages.push(truncation::notice(&tools));
+                saver.save(&state, cx).await?;
+                continue;
+            }
+            truncated_in_a_row = 0;
 
             if !calls.is_empty() {
                 let results = self.run_tools(calls, &tools, &state, cx).await?;

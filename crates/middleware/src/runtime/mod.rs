@@ -17,4 +17,5 @@ pub(crate) mod scripted_model;
 pub(crate) mod state;
 pub(crate) mod stream;
 pub(crate) mod tools;
+pub(crate) mod truncation;
 pub(crate) mod util;

@@ -21,8 +21,9 @@ use crate::providers::snippet;
 /// (some local servers) gets `call_<index>`.
 ///
 /// `finish_reason`: `stop` → `EndTurn`, `length` → `MaxTokens`, `tool_calls`/`function_call` →
-/// `ToolUse`, `content_filter` → `Refusal`, others → `Other`; a message with tool calls is always
-/// `ToolUse` (ollama answers `stop`). Usage: `input_tokens` = `prompt_tokens` − cached,
+/// `ToolUse`, `content_filter` → `Refusal`, others → `Other`; a message with tool calls is
+/// `ToolUse` (ollama answers `stop`) unless the reason is `length`: a reply cut at the token limit
+/// stays `MaxTokens`, so its possibly half-written calls are not run. Usage: `input_tokens` = `prompt_tokens` − cached,
 /// `cache_read_tokens` = `prompt_tokens_details.cached_tokens`.
 pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
     let response: wire::Response = match serde_json::from_slice(body) {
@@ -78,7 +79,11 @@ pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
         meta: MessageMeta::default(),
     };
 
-    let stop_reason = if message.has_tool_calls() {
+    let stop_reason = if choice.finish_reason.as_deref() == Some("length") {
+        // Cut at the output token limit: tool calls in such a reply may be half-written, and the
+        // agent loop must not run them (issue 21, item 3).
+        StopReason::MaxTokens
+    } else if message.has_tool_calls() {
         StopReason::ToolUse
     } else if refused {
         StopReason::Refusal
