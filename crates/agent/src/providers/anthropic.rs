@@ -39,6 +39,7 @@
 //! arrives anyway is still sent as described above. [`AnthropicConfig::tools_mid_conversation`]
 //! overrides the declaration.
 
+mod pause;
 mod request;
 mod response;
 mod stream;
@@ -196,6 +197,74 @@ impl AnthropicModel {
         merge_extra(&mut body, &request.extra);
         Ok(body)
     }
+
+    /// One call, continued while the API answers `pause_turn` (see [`pause`]); streamed when
+    /// `on_delta` is given.
+    async fn call(
+        &self,
+        request: &ModelRequest,
+        on_delta: Option<DeltaSink<'_>>,
+    ) -> Result<ModelResponse, ModelError> {
+        let mut body = self.request_body(request)?;
+        let mut paused = pause::Paused::default();
+        let response = loop {
+            let offset = paused.blocks();
+            let shifted = |delta: trellis_middleware::ModelDelta| {
+                if let (Some(on_delta), Some(delta)) = (on_delta, pause::shift(delta, offset)) {
+                    on_delta(delta);
+                }
+            };
+            let (raw, response) = self
+                .send(&body, on_delta.map(|_| &shifted as DeltaSink<'_>))
+                .await?;
+            let response = paused.merge(response);
+            if !pause::is_paused(&response) || paused.continuations() >= pause::MAX_CONTINUATIONS {
+                break response;
+            }
+            paused.continue_from(&raw, response, &mut body);
+        };
+        let mut response = response;
+        if let Some(format) = &request.response_format {
+            response::take_structured_output(&mut response, &format.name);
+        }
+        if let Some(on_delta) = on_delta {
+            on_delta(trellis_middleware::ModelDelta::Finished {
+                stop_reason: response.stop_reason.clone(),
+                usage: response.usage,
+            });
+        }
+        Ok(response)
+    }
+
+    /// Send `body` once: the reply's raw JSON and its parse. Streams (without the final
+    /// `Finished` delta, which [`call`](Self::call) sends) when `on_delta` is given.
+    async fn send(
+        &self,
+        body: &Value,
+        on_delta: Option<DeltaSink<'_>>,
+    ) -> Result<(Vec<u8>, ModelResponse), ModelError> {
+        let Some(on_delta) = on_delta else {
+            let reply = self.client.exchange(&self.endpoint, body, parse_error).await?;
+            let response = parse_response(&reply)?;
+            return Ok((reply.to_vec(), response));
+        };
+        let mut body = body.clone();
+        if let Value::Object(map) = &mut body {
+            map.insert("stream".into(), Value::Bool(true));
+        }
+        let streamed = stream_reply::<stream::Assembler>(
+            &self.client,
+            &self.endpoint,
+            &body,
+            parse_error,
+            "Anthropic",
+            on_delta,
+        )
+        .await?;
+        let response = parse_response(streamed.body())?;
+        streamed.deliver(&response, on_delta);
+        Ok((streamed.body().to_vec(), response))
+    }
 }
 
 #[async_trait]
@@ -216,13 +285,7 @@ impl ChatModel for AnthropicModel {
     }
 
     async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
-        let body = self.request_body(&request)?;
-        let reply = self.client.exchange(&self.endpoint, &body, parse_error).await?;
-        let mut response = parse_response(&reply)?;
-        if let Some(format) = &request.response_format {
-            response::take_structured_output(&mut response, &format.name);
-        }
-        Ok(response)
+        self.call(&request, None).await
     }
 
     async fn stream(
@@ -233,24 +296,6 @@ impl ChatModel for AnthropicModel {
         if !self.config.stream {
             return stream_by_invoking(self, request, on_delta).await;
         }
-        let mut body = self.request_body(&request)?;
-        if let Value::Object(map) = &mut body {
-            map.insert("stream".into(), Value::Bool(true));
-        }
-        let streamed = stream_reply::<stream::Assembler>(
-            &self.client,
-            &self.endpoint,
-            &body,
-            parse_error,
-            "Anthropic",
-            on_delta,
-        )
-        .await?;
-        let mut response = parse_response(streamed.body())?;
-        if let Some(format) = &request.response_format {
-            response::take_structured_output(&mut response, &format.name);
-        }
-        streamed.deliver(&response, on_delta);
-        Ok(response)
+        self.call(&request, Some(on_delta)).await
     }
 }

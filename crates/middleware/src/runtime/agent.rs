@@ -36,7 +36,7 @@ use crate::runtime::error::AgentError;
 use crate::runtime::events::RunEvent;
 use crate::runtime::message::{Message, SystemBlock, ToolCall, ToolMessage};
 use crate::runtime::middleware::{AfterAgent, Middleware, Next, ToolNext, ToolSet, panicked};
-use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, Usage};
+use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, StopReason, Usage};
 use crate::runtime::run::{RunInput, RunOutput};
 use crate::runtime::state::{PublicState, State, StateUpdates};
 use crate::runtime::truncation::{self, DEFAULT_TRUNCATED_CALL_RETRIES};
@@ -336,6 +336,7 @@ impl Agent {
         let mut model_calls: u32 = 0;
         let mut structured_output = None;
         let mut truncated_in_a_row: u32 = 0;
+        let mut stop_reason: StopReason;
         loop {
             if model_calls >= max_steps {
                 return Err(AgentError::StepLimit {
@@ -401,6 +402,7 @@ impl Agent {
                 tool_calls: calls.len(),
                 elapsed: started.elapsed(),
             });
+            stop_reason = response.stop_reason.clone();
             if response.structured_output.is_some() {
                 structured_output = response.structured_output.take();
             }
@@ -452,6 +454,7 @@ impl Agent {
             model_calls,
             usage,
             structured_output,
+            stop_reason,
             checkpoint: saver.version,
         })
     }
