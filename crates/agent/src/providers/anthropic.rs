@@ -89,6 +89,10 @@ pub struct AnthropicConfig {
     pub http: HttpConfig,
     /// Stream replies (`"stream": true`, the default); `false` makes one plain request per call.
     pub stream: bool,
+    /// Send `cache_control` markers (the default). `false` sends none and declares no prompt
+    /// caching, for proxies that reject the field (LiteLLM, Databricks); model string option
+    /// `cache=off`.
+    pub prompt_caching: bool,
 }
 
 impl AnthropicConfig {
@@ -104,6 +108,7 @@ impl AnthropicConfig {
             beta: Vec::new(),
             http: HttpConfig::default(),
             stream: true,
+            prompt_caching: true,
         }
     }
 
@@ -175,6 +180,15 @@ impl AnthropicModel {
 
     /// The exact JSON body [`invoke`](ChatModel::invoke) would send for `request`.
     pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
+        let uncached;
+        let request = if self.config.prompt_caching || request.cache_breakpoints() == 0 {
+            request
+        } else {
+            let mut copy = request.clone();
+            copy.limit_cache_breakpoints(0);
+            uncached = copy;
+            &uncached
+        };
         let (body, notes) = request::build(request, &self.config.model, self.config.default_max_tokens)?;
         if notes.dropped_breakpoints > 0 {
             tracing::warn!(
@@ -275,8 +289,12 @@ impl ChatModel for AnthropicModel {
 
     fn capabilities(&self) -> ModelCapabilities {
         ModelCapabilities {
-            prompt_caching: true,
-            max_cache_breakpoints: MAX_CACHE_BREAKPOINTS as u32,
+            prompt_caching: self.config.prompt_caching,
+            max_cache_breakpoints: if self.config.prompt_caching {
+                MAX_CACHE_BREAKPOINTS as u32
+            } else {
+                0
+            },
             tools_mid_conversation: self.config.tools_mid_conversation,
             structured_output: true,
             images: true,

@@ -21,6 +21,7 @@ pub mod anthropic;
 mod error;
 pub(crate) mod http;
 pub mod openai;
+mod options;
 mod registry;
 mod sse;
 
@@ -32,6 +33,7 @@ pub use anthropic::{AnthropicConfig, AnthropicModel};
 pub use error::ProviderError;
 pub use http::{ApiKey, HttpConfig};
 pub use openai::{OpenAiConfig, OpenAiModel};
+pub use options::ModelOptions;
 pub use registry::{KNOWN_PROVIDERS, ModelSpec, from_model_string, from_model_string_with_env};
 
 /// Opens the marker around the text of a mid-conversation system message sent as user content.

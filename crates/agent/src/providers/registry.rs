@@ -7,6 +7,8 @@
 //! | `openai-compatible:<model>@<base_url>` | [`OpenAiModel`] ([`OpenAiConfig::compatible`]) | `OPENAI_API_KEY` (optional) | the URL after `@` (which must start with `http://` or `https://`); without `@<base_url>`, `OPENAI_BASE_URL` |
 //! | `ollama:<model>` | [`OpenAiModel`] ([`OpenAiConfig::compatible`], `max_tokens`) | none | `OLLAMA_HOST` (read as ollama reads it: no scheme means port 11434) + `/v1`, else `http://127.0.0.1:11434/v1` |
 //!
+//! Options may follow after `?` (`anthropic:claude-sonnet-4-5?cache=off`, see [`ModelOptions`]).
+//!
 //! The model part may itself contain `:` (`ollama:qwen3:8b`): only the first `:` separates the
 //! provider. Empty environment variables count as unset.
 
@@ -16,9 +18,9 @@ use std::sync::Arc;
 
 use trellis_middleware::ChatModel;
 
-use super::ProviderError;
 use super::anthropic::{AnthropicConfig, AnthropicModel};
 use super::openai::{MaxTokensField, OpenAiConfig, OpenAiModel};
+use super::{ModelOptions, ProviderError};
 
 /// The provider prefixes [`from_model_string`] knows.
 pub const KNOWN_PROVIDERS: &[&str] = &["anthropic", "openai", "openai-compatible", "ollama"];
@@ -51,8 +53,14 @@ pub enum ModelSpec {
 }
 
 impl ModelSpec {
-    /// Parse `<provider>:<model>`.
+    /// Parse `<provider>:<model>`; options after `?` are checked and left out (read them with
+    /// [`ModelOptions::split`]).
     pub fn parse(input: &str) -> Result<Self, ProviderError> {
+        let (spec, _) = ModelOptions::split(input)?;
+        Self::parse_without_options(spec)
+    }
+
+    fn parse_without_options(input: &str) -> Result<Self, ProviderError> {
         let invalid = |reason: &str| ProviderError::InvalidModelString {
             input: input.to_owned(),
             reason: reason.to_owned(),
@@ -123,6 +131,15 @@ impl ModelSpec {
         &self,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Arc<dyn ChatModel>, ProviderError> {
+        self.build_with_options(env, ModelOptions::default())
+    }
+
+    /// [`build_with_env`](Self::build_with_env) with the string's [`ModelOptions`] applied.
+    pub fn build_with_options(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+        options: ModelOptions,
+    ) -> Result<Arc<dyn ChatModel>, ProviderError> {
         let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
         let missing = |provider: &'static str, var: &'static str| ProviderError::MissingApiKey {
             provider,
@@ -137,6 +154,10 @@ impl ModelSpec {
                 if let Some(url) = var("ANTHROPIC_BASE_URL") {
                     config.base_url = url;
                 }
+                config.prompt_caching = options.cache;
+                if let Some(tokens) = options.context_window {
+                    config.context_window = tokens;
+                }
                 Arc::new(AnthropicModel::new(config)?)
             }
             Self::OpenAi { model } => {
@@ -145,6 +166,7 @@ impl ModelSpec {
                 if let Some(url) = var("OPENAI_BASE_URL") {
                     config.base_url = url;
                 }
+                config.context_window = options.context_window.or(config.context_window);
                 Arc::new(OpenAiModel::new(config)?)
             }
             Self::OpenAiCompatible { model, base_url } => {
@@ -158,6 +180,7 @@ impl ModelSpec {
                 };
                 let mut config = OpenAiConfig::compatible(model.clone(), url);
                 config.api_key = var("OPENAI_API_KEY").map(Into::into);
+                config.context_window = options.context_window;
                 Arc::new(OpenAiModel::new(config)?)
             }
             Self::Ollama { model } => {
@@ -166,6 +189,7 @@ impl ModelSpec {
                 // ollama's OpenAI endpoint reads `max_tokens` and ignores `max_completion_tokens`
                 // (docs.ollama.com/api/openai-compatibility lists only `max_tokens`).
                 config.max_tokens_field = MaxTokensField::MaxTokens;
+                config.context_window = options.context_window;
                 Arc::new(OpenAiModel::new(config)?)
             }
         })
@@ -207,7 +231,8 @@ pub fn from_model_string_with_env(
     input: &str,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Arc<dyn ChatModel>, ProviderError> {
-    ModelSpec::parse(input)?.build_with_env(env)
+    let (spec, options) = ModelOptions::split(input)?;
+    ModelSpec::parse_without_options(spec)?.build_with_options(env, options)
 }
 
 /// The ollama server `OLLAMA_HOST` names, as ollama's own client reads it (`envconfig.Host` in
