@@ -207,6 +207,7 @@ impl AnthropicModel {
         }
         let mut body = serde_json::to_value(body).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the Anthropic request: {e}"),
+            http: None,
         })?;
         merge_extra(&mut body, &request.extra);
         Ok(body)

@@ -231,6 +231,7 @@ impl OpenAiModel {
         );
         let mut body = serde_json::to_value(body).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the Chat Completions request: {e}"),
+            http: None,
         })?;
         merge_extra(&mut body, &request.extra);
         Ok(body)

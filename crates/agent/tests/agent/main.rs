@@ -22,6 +22,7 @@ mod providers_anthropic_errors;
 mod providers_anthropic_messages;
 mod providers_anthropic_options;
 mod providers_common;
+mod providers_error_details;
 mod providers_limits;
 mod providers_openai;
 mod providers_openai_schemas;

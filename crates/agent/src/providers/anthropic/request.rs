@@ -146,6 +146,7 @@ pub(crate) fn build<'a>(
                      tool of that name, so pick another name",
                     format.name
                 ),
+                http: None,
             });
         }
         tools.push(wire::Tool {

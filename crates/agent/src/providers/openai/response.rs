@@ -37,12 +37,14 @@ pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
             }
             return Err(ModelError::Other {
                 message: format!("malformed Chat Completions response ({error}): {}", snippet(body)),
+                http: None,
             });
         }
     };
     let Some(choice) = response.choices.into_iter().next() else {
         return Err(ModelError::Other {
             message: format!("Chat Completions response without choices: {}", snippet(body)),
+            http: None,
         });
     };
 
@@ -181,18 +183,26 @@ pub fn parse_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> M
         || kind == "exceed_context_size_error"
         || (client_error && says_context_full(&text))
     {
-        return ModelError::ContextTooLong { message };
+        return ModelError::ContextTooLong { message, http: None };
     }
     if code == "insufficient_quota" {
-        return ModelError::Auth { message };
+        return ModelError::Auth { message, http: None };
     }
     match status {
-        429 => ModelError::RateLimited { message, retry_after },
-        401 | 403 => ModelError::Auth { message },
-        503 | 529 => ModelError::Overloaded { message, retry_after },
-        408 | 409 | 500..=599 => ModelError::Transport { message },
-        400..=499 => ModelError::BadRequest { message },
-        _ => ModelError::Other { message },
+        429 => ModelError::RateLimited {
+            message,
+            retry_after,
+            http: None,
+        },
+        401 | 403 => ModelError::Auth { message, http: None },
+        503 | 529 => ModelError::Overloaded {
+            message,
+            retry_after,
+            http: None,
+        },
+        408 | 409 | 500..=599 => ModelError::Transport { message, http: None },
+        400..=499 => ModelError::BadRequest { message, http: None },
+        _ => ModelError::Other { message, http: None },
     }
 }
 
