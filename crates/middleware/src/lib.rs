@@ -107,8 +107,8 @@ pub use runtime::message::{
 pub use runtime::message_list::Messages;
 pub use runtime::middleware::{AfterAgent, Middleware, Next, ToolNext};
 pub use runtime::model::{
-    ChatModel, HttpDetails, ModelCapabilities, ModelError, ModelRequest, ModelResponse, ResponseFormat,
-    StopReason, ToolChoice, ToolSpec, Usage,
+    ChatModel, HttpDetails, ModelCapabilities, ModelError, ModelRequest, ModelResponse, ReasoningEffort,
+    ResponseFormat, StopReason, ToolChoice, ToolSpec, Usage,
 };
 pub use runtime::run::{RunInput, RunOutput};
 pub use runtime::scripted_model::ScriptedModel;

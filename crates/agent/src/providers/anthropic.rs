@@ -27,7 +27,10 @@
 //!   `{"type": "any"}` so the model can still use them before answering. The answer call's input is
 //!   returned as [`ModelResponse::structured_output`] and replaced in the message by its JSON text.
 //!   Forced tool choice is incompatible with extended thinking; do not combine the two.
-//! * `temperature` as given; [`ModelRequest::extra`] keys are added at the top level of the body
+//! * `temperature`, `top_p` and `stop_sequences` as given; `thinking_budget` as `thinking:
+//!   {"type": "enabled", "budget_tokens": n}` (at least 1,024 and below `max_tokens`, checked
+//!   before sending); `reasoning_effort` (OpenAI's) is refused with `ModelError::BadRequest`.
+//!   [`ModelRequest::extra`] keys are added at the top level of the body
 //!   unless the provider already set that key (e.g. `thinking`, `metadata`, `stop_sequences`).
 //!
 //! # Capabilities

@@ -223,6 +223,16 @@ impl OpenAiModel {
 
     /// The exact JSON body [`invoke`](ChatModel::invoke) would send for `request`.
     pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
+        if let Some(budget) = request.thinking_budget {
+            // Refused, not dropped: a caller asking for a budget must learn it had none.
+            return Err(ModelError::BadRequest {
+                message: format!(
+                    "thinking_budget ({budget} tokens) is an Anthropic setting; Chat Completions \
+                     models take reasoning_effort"
+                ),
+                http: None,
+            });
+        }
         let body = request::build(
             request,
             &self.config.model,

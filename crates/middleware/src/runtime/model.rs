@@ -33,6 +33,32 @@ pub enum ToolChoice {
     },
 }
 
+/// How much a reasoning model should think before it answers (OpenAI `reasoning_effort`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningEffort {
+    /// As little as the model allows.
+    Minimal,
+    /// Little.
+    Low,
+    /// The models' default.
+    Medium,
+    /// Much.
+    High,
+}
+
+impl ReasoningEffort {
+    /// The wire value (`minimal`, `low`, `medium`, `high`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Minimal => "minimal",
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+        }
+    }
+}
+
 /// Structured output: the model's final answer must be JSON matching a schema.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResponseFormat {
@@ -80,6 +106,22 @@ pub struct ModelRequest {
     /// Sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// Nucleus sampling: only the most likely tokens whose probabilities add up to this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    /// Texts that end the reply when the model writes them (Anthropic `stop_sequences`, OpenAI
+    /// `stop`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_sequences: Vec<String>,
+    /// Extended thinking with this many tokens of budget (Anthropic `thinking.budget_tokens`; at
+    /// least 1,024 and below the output cap). Providers without it refuse the request with
+    /// [`ModelError::BadRequest`] rather than ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_budget: Option<u32>,
+    /// Reasoning effort (OpenAI `reasoning_effort`). Providers without it refuse the request with
+    /// [`ModelError::BadRequest`] rather than ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
     /// Provider-specific parameters, passed through by providers that understand them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra: BTreeMap<String, Value>,

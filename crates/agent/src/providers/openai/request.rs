@@ -18,7 +18,9 @@
 //!   in the system-reminder marker, per [`InlineSystem`]; its tools are appended to `tools` after the
 //!   request's own (names already listed are skipped).
 //! * `tool_choice` only when there are tools; `response_format` as `json_schema`; the output cap as
-//!   `max_completion_tokens` or `max_tokens` per [`MaxTokensField`].
+//!   `max_completion_tokens` or `max_tokens` per [`MaxTokensField`]; `temperature` and `top_p` as
+//!   given, `stop_sequences` as `stop`, `reasoning_effort` as given (`thinking_budget`, Anthropic's,
+//!   is refused by [`OpenAiModel::request_body`](super::OpenAiModel::request_body)).
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -153,6 +155,9 @@ pub(crate) fn build<'a>(
         max_completion_tokens,
         max_tokens,
         temperature: request.temperature.map(f32_to_f64),
+        top_p: request.top_p.map(f32_to_f64),
+        stop: &request.stop_sequences,
+        reasoning_effort: request.reasoning_effort.map(|e| e.as_str()),
     }
 }
 
