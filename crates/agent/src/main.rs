@@ -395,7 +395,7 @@ async fn run_agent(
         json,
         ..
     } = options;
-    let model = providers::from_model_string(model)?;
+    let model = providers::connect_model_string(model).await?;
     let sandbox = sandbox_cli::select(sandbox)?;
     if let Some(note) = &sandbox.status.note {
         tracing::warn!("{note}");

@@ -20,6 +20,7 @@
 pub mod anthropic;
 mod error;
 pub(crate) mod http;
+pub mod ollama;
 pub mod openai;
 mod options;
 mod registry;
@@ -34,7 +35,10 @@ pub use error::ProviderError;
 pub use http::{ApiKey, HttpConfig};
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use options::ModelOptions;
-pub use registry::{KNOWN_PROVIDERS, ModelSpec, from_model_string, from_model_string_with_env};
+pub use registry::{
+    KNOWN_PROVIDERS, ModelSpec, connect_model_string, connect_model_string_with_env, from_model_string,
+    from_model_string_with_env,
+};
 
 /// Opens the marker around the text of a mid-conversation system message sent as user content.
 pub const SYSTEM_REMINDER_OPEN: &str = "<system-reminder>";

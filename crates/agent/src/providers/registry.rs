@@ -235,6 +235,37 @@ pub fn from_model_string_with_env(
     ModelSpec::parse_without_options(spec)?.build_with_options(env, options)
 }
 
+/// [`from_model_string`], and for `ollama:` models without a `context_window` option, the window
+/// the server reports (`/api/show`, see [`ollama`](super::ollama)); a server that cannot say is
+/// logged and the window stays unknown (the first call reports the real failure).
+pub async fn connect_model_string(input: &str) -> Result<Arc<dyn ChatModel>, ProviderError> {
+    connect_model_string_with_env(input, |name| std::env::var(name).ok()).await
+}
+
+/// [`connect_model_string`] with the environment read through `env`.
+pub async fn connect_model_string_with_env(
+    input: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn ChatModel>, ProviderError> {
+    let (spec_text, mut options) = ModelOptions::split(input)?;
+    let spec = ModelSpec::parse_without_options(spec_text)?;
+    if let ModelSpec::Ollama { model } = &spec
+        && options.context_window.is_none()
+    {
+        let host = ollama_base_url(env("OLLAMA_HOST").filter(|v| !v.trim().is_empty()).as_deref());
+        // A short timeout: this runs before the agent starts.
+        let http = super::HttpConfig {
+            request_timeout: std::time::Duration::from_secs(10),
+            ..super::HttpConfig::default()
+        };
+        match super::ollama::context_window(&host, model, &http).await {
+            Ok(window) => options.context_window = window,
+            Err(error) => tracing::warn!(%error, "cannot read the context window of `{model}` from ollama"),
+        }
+    }
+    spec.build_with_options(env, options)
+}
+
 /// The ollama server `OLLAMA_HOST` names, as ollama's own client reads it (`envconfig.Host` in
 /// github.com/ollama/ollama): no scheme means `http` and port 11434; an explicit `http://` or
 /// `https://` without a port means that scheme's port; unset or empty means `127.0.0.1:11434`.

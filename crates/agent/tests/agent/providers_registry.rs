@@ -240,3 +240,57 @@ fn context_window_option_declares_the_window_and_bad_options_are_typed() {
         }
     );
 }
+
+/// `ollama:` asks the server for the model's window (`POST /api/show`, docs.ollama.com/api "Show
+/// model information": `parameters` holds `num_ctx`, `model_info` the `<arch>.context_length`), so
+/// summarization runs before ollama truncates the prompt silently. Before, the window was unknown.
+#[tokio::test]
+async fn ollama_models_declare_the_window_the_server_reports() {
+    use trellis_agent::providers::connect_model_string_with_env;
+    use wiremock::matchers::{body_json, method, path};
+    let server = wiremock::MockServer::start().await;
+    for (model, show) in [
+        (
+            "qwen3:8b",
+            serde_json::json!({"parameters": "num_ctx 8192\nstop \"<|im_end|>\"",
+                               "model_info": {"general.architecture": "qwen3", "qwen3.context_length": 40960}}),
+        ),
+        (
+            "llama3.2",
+            serde_json::json!({"parameters": "stop \"<|eot_id|>\"", "model_info": {"llama.context_length": 131072}}),
+        ),
+    ] {
+        wiremock::Mock::given(method("POST"))
+            .and(path("/api/show"))
+            .and(body_json(serde_json::json!({"model": model})))
+            .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(show))
+            .mount(&server)
+            .await;
+    }
+    let host = server.uri();
+    let vars = [("OLLAMA_HOST", host.as_str())];
+    let window = |s: &'static str| {
+        async move {
+            connect_model_string_with_env(s, env(&vars))
+                .await
+                .unwrap()
+                .capabilities()
+                .context_window
+        }
+    };
+    assert_eq!(
+        window("ollama:qwen3:8b").await,
+        Some(8192),
+        "num_ctx is what the server loads"
+    );
+    assert_eq!(window("ollama:llama3.2").await, Some(131072));
+    let asked = server.received_requests().await.unwrap().len();
+    assert_eq!(window("ollama:qwen3:8b?context_window=4096").await, Some(4096));
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        asked,
+        "the option wins; no request"
+    );
+    // A model the server does not know (wiremock answers 404): the window stays unknown.
+    assert_eq!(window("ollama:missing").await, None);
+}
