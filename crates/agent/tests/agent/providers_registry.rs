@@ -269,14 +269,12 @@ async fn ollama_models_declare_the_window_the_server_reports() {
     }
     let host = server.uri();
     let vars = [("OLLAMA_HOST", host.as_str())];
-    let window = |s: &'static str| {
-        async move {
-            connect_model_string_with_env(s, env(&vars))
-                .await
-                .unwrap()
-                .capabilities()
-                .context_window
-        }
+    let window = |s: &'static str| async move {
+        connect_model_string_with_env(s, env(&vars))
+            .await
+            .unwrap()
+            .capabilities()
+            .context_window
     };
     assert_eq!(
         window("ollama:qwen3:8b").await,
