@@ -4,6 +4,7 @@
 //! |---|---|---|---|
 //! | `anthropic:<model>` | [`AnthropicModel`] | `ANTHROPIC_API_KEY` (required) | `ANTHROPIC_BASE_URL`, else `https://api.anthropic.com` |
 //! | `openai:<model>` | [`OpenAiModel`] ([`OpenAiConfig::openai`]) | `OPENAI_API_KEY` (required) | `OPENAI_BASE_URL`, else `https://api.openai.com/v1` |
+//! | `openai-responses:<model>` | [`ResponsesModel`] (the Responses API) | `OPENAI_API_KEY` (required) | `OPENAI_BASE_URL`, else `https://api.openai.com/v1` |
 //! | `openai-compatible:<model>@<base_url>` | [`OpenAiModel`] ([`OpenAiConfig::compatible`]) | `OPENAI_API_KEY` (optional) | the URL after `@` (which must start with `http://` or `https://`); without `@<base_url>`, `OPENAI_BASE_URL` |
 //! | `ollama:<model>` | [`OpenAiModel`] ([`OpenAiConfig::compatible`], `max_tokens`) | none | `OLLAMA_HOST` (read as ollama reads it: no scheme means port 11434) + `/v1`, else `http://127.0.0.1:11434/v1` |
 //!
@@ -20,10 +21,17 @@ use trellis_middleware::ChatModel;
 
 use super::anthropic::{AnthropicConfig, AnthropicModel};
 use super::openai::{MaxTokensField, OpenAiConfig, OpenAiModel};
+use super::responses::ResponsesModel;
 use super::{ModelOptions, ProviderError};
 
 /// The provider prefixes [`from_model_string`] knows.
-pub const KNOWN_PROVIDERS: &[&str] = &["anthropic", "openai", "openai-compatible", "ollama"];
+pub const KNOWN_PROVIDERS: &[&str] = &[
+    "anthropic",
+    "openai",
+    "openai-responses",
+    "openai-compatible",
+    "ollama",
+];
 
 /// A parsed model string (no environment read yet).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +43,11 @@ pub enum ModelSpec {
     },
     /// `openai:<model>`.
     OpenAi {
+        /// The model id.
+        model: String,
+    },
+    /// `openai-responses:<model>`: the OpenAI Responses API.
+    OpenAiResponses {
         /// The model id.
         model: String,
     },
@@ -78,6 +91,7 @@ impl ModelSpec {
         Ok(match prefix {
             "anthropic" => Self::Anthropic { model },
             "openai" => Self::OpenAi { model },
+            "openai-responses" => Self::OpenAiResponses { model },
             "ollama" => Self::Ollama { model },
             "openai-compatible" => {
                 let at = ["@http://", "@https://"]
@@ -111,6 +125,7 @@ impl ModelSpec {
         match self {
             Self::Anthropic { .. } => "anthropic",
             Self::OpenAi { .. } => "openai",
+            Self::OpenAiResponses { .. } => "openai-responses",
             Self::OpenAiCompatible { .. } => "openai-compatible",
             Self::Ollama { .. } => "ollama",
         }
@@ -121,6 +136,7 @@ impl ModelSpec {
         match self {
             Self::Anthropic { model }
             | Self::OpenAi { model }
+            | Self::OpenAiResponses { model }
             | Self::OpenAiCompatible { model, .. }
             | Self::Ollama { model } => model,
         }
@@ -146,6 +162,16 @@ impl ModelSpec {
             var,
             model: self.to_string(),
         };
+        // OpenAI itself, for Chat Completions and the Responses API alike.
+        let openai = |model: &str| -> Result<OpenAiConfig, ProviderError> {
+            let key = var("OPENAI_API_KEY").ok_or_else(|| missing("OpenAI", "OPENAI_API_KEY"))?;
+            let mut config = OpenAiConfig::openai(model, key);
+            if let Some(url) = var("OPENAI_BASE_URL") {
+                config.base_url = url;
+            }
+            config.context_window = options.context_window.or(config.context_window);
+            Ok(config)
+        };
         Ok(match self {
             Self::Anthropic { model } => {
                 let key =
@@ -160,15 +186,8 @@ impl ModelSpec {
                 }
                 Arc::new(AnthropicModel::new(config)?)
             }
-            Self::OpenAi { model } => {
-                let key = var("OPENAI_API_KEY").ok_or_else(|| missing("OpenAI", "OPENAI_API_KEY"))?;
-                let mut config = OpenAiConfig::openai(model.clone(), key);
-                if let Some(url) = var("OPENAI_BASE_URL") {
-                    config.base_url = url;
-                }
-                config.context_window = options.context_window.or(config.context_window);
-                Arc::new(OpenAiModel::new(config)?)
-            }
+            Self::OpenAi { model } => Arc::new(OpenAiModel::new(openai(model)?)?),
+            Self::OpenAiResponses { model } => Arc::new(ResponsesModel::new(openai(model)?)?),
             Self::OpenAiCompatible { model, base_url } => {
                 let Some(url) = base_url.clone().or_else(|| var("OPENAI_BASE_URL")) else {
                     return Err(ProviderError::InvalidModelString {

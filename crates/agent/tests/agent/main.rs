@@ -29,5 +29,6 @@ mod providers_openai_schemas;
 mod providers_parsers_never_panic;
 mod providers_registry;
 mod providers_request_settings;
+mod providers_responses;
 mod providers_stop_reasons;
 mod providers_streaming;

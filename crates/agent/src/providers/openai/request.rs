@@ -217,7 +217,7 @@ fn assistant(content: &[ContentBlock]) -> wire::Message<'_> {
 }
 
 /// The text of a tool result, images replaced by [`IMAGE_OMITTED`].
-fn tool_text(content: &[ContentBlock]) -> Cow<'_, str> {
+pub(crate) fn tool_text(content: &[ContentBlock]) -> Cow<'_, str> {
     if let [ContentBlock::Text { text }] = content {
         return Cow::Borrowed(text);
     }
@@ -238,7 +238,7 @@ fn tool_text(content: &[ContentBlock]) -> Cow<'_, str> {
 }
 
 /// A call's arguments as the JSON object text Chat Completions expects back.
-fn replayed_arguments(args: &Value) -> String {
+pub(crate) fn replayed_arguments(args: &Value) -> String {
     match args {
         Value::Object(_) => args.to_string(),
         Value::String(raw) if serde_json::from_str::<Value>(raw).is_ok_and(|v| v.is_object()) => raw.clone(),

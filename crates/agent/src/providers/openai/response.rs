@@ -228,3 +228,12 @@ pub(crate) fn structured_output(response: &ModelResponse) -> Option<Value> {
     }
     serde_json::from_str(text).ok()
 }
+
+/// Set `response.structured_output` from its text ([`structured_output`]), warning when an answer
+/// without calls is not JSON.
+pub(crate) fn take_structured_output(response: &mut ModelResponse, model: &str) {
+    response.structured_output = structured_output(response);
+    if response.structured_output.is_none() && !response.message.has_tool_calls() {
+        tracing::warn!(model, "structured output requested but the answer is not JSON");
+    }
+}
