@@ -9,6 +9,7 @@
 //! cargo xtask trellis ARGS      build `trellis` as the test build does (no second compile), run it
 //! cargo xtask snapshot [--accept]  prompt snapshot tests (diff on change; --accept takes them)
 //! cargo xtask fuzz [--seconds N] [TARGET...]  run the cargo-fuzz targets in fuzz/
+//! cargo xtask live              opt-in: a short real conversation per provider whose key is set
 //! ```
 //!
 //! Only `std` and `anyhow`: argument parsing, HTTP readiness checks and process
@@ -21,6 +22,7 @@ mod http;
 mod install;
 mod layers;
 mod layout;
+mod live;
 mod manifest;
 mod procs;
 mod snapshot;
@@ -48,6 +50,10 @@ commands:
                     install cargo-fuzz if missing, run each fuzz target in fuzz/ for N seconds
                     (default 60), seeded from fuzz/seeds/; one JSON line per target with
                     executions and crashes (artifacts in fuzz/artifacts/); see docs/fuzzing.md
+  live              opt-in, never part of `test`: for each provider whose credentials are set
+                    (ANTHROPIC_API_KEY, OPENAI_API_KEY, OLLAMA_HOST), two real `trellis run`s
+                    checking a skill read, a tool call and a prompt-cache hit; prints what it
+                    could not run (models: TRELLIS_LIVE_<PROVIDER>_MODEL)
   layers            fail when a crate under crates/ names a trellis crate other than the one
                     directly below it (agent → middleware → fs-tools → backend), in any
                     dependency section
@@ -89,6 +95,7 @@ fn run() -> Result<ExitCode> {
         Some("bench") => bench::run(&layout, &args[1..]),
         Some("fuzz") => fuzz::run(&layout, &args[1..]),
         Some("layers") => layers::run(&layout, &args[1..]),
+        Some("live") => live::run(&layout, &args[1..]),
         Some("trellis") => {
             let rest = &args[1..];
             trellis::run(&layout, rest.strip_prefix(&["--".to_owned()][..]).unwrap_or(rest))

@@ -23,6 +23,18 @@ use crate::test::cargo;
 pub const BUILD_ARGS: &[&str] = &["build", "--workspace", "--bin", "trellis", "--examples"];
 
 pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {
+    let exe = build(layout)?;
+    // Run from the caller's directory, as `cargo run` would, so relative paths mean what they say.
+    let status = Command::new(&exe)
+        .args(args)
+        .status()
+        .with_context(|| format!("running {exe}"))?;
+    let code = status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1);
+    Ok(ExitCode::from(code))
+}
+
+/// Build the binary as the test build does; its path.
+pub fn build(layout: &Layout) -> Result<String> {
     let out = cargo()
         .args(BUILD_ARGS)
         .arg("--message-format=json-render-diagnostics")
@@ -40,13 +52,7 @@ pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {
             BUILD_ARGS.join(" ")
         );
     };
-    // Run from the caller's directory, as `cargo run` would, so relative paths mean what they say.
-    let status = Command::new(&exe)
-        .args(args)
-        .status()
-        .with_context(|| format!("running {exe}"))?;
-    let code = status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(1);
-    Ok(ExitCode::from(code))
+    Ok(exe)
 }
 
 /// The path of the `trellis` executable in cargo's JSON messages.

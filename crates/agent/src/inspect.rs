@@ -17,7 +17,7 @@ use trellis_middleware::{
 };
 
 use crate::builder::deep_agent;
-use crate::providers::{self, ModelSpec};
+use crate::providers::{self, ModelOptions, ModelSpec};
 use crate::sandbox_cli::{SandboxStatus, Selected};
 use crate::workspace::{PERSONAL_SKILLS_DIR, USER_MEMORY, Workspace};
 
@@ -76,20 +76,25 @@ impl Middleware for SkillsSeen {
 }
 
 /// Capabilities and request-body rendering for a model string, with no key needed.
-fn stand_in(model: &str) -> Result<(Arc<dyn ChatModel>, Option<ModelSpec>)> {
+/// A model string, parsed: the provider and model, and the options after `?`.
+type ParsedModel = (ModelSpec, ModelOptions);
+
+fn stand_in(model: &str) -> Result<(Arc<dyn ChatModel>, Option<ParsedModel>)> {
     let spec = ModelSpec::parse(model)?;
+    let (_, options) = ModelOptions::split(model)?;
     let real = providers::from_model_string_with_env(model, |var| {
         std::env::var(var)
             .ok()
             .or_else(|| var.ends_with("_API_KEY").then(|| "inspect-no-key".to_owned()))
     })?;
-    Ok((real, Some(spec)))
+    Ok((real, Some((spec, options))))
 }
 
-fn provider_body(spec: &ModelSpec, request: &ModelRequest) -> Option<Value> {
+fn provider_body((spec, options): &ParsedModel, request: &ModelRequest) -> Option<Value> {
     match spec {
         ModelSpec::Anthropic { model } => {
-            let config = providers::anthropic::AnthropicConfig::new(model.clone(), "inspect-no-key");
+            let mut config = providers::anthropic::AnthropicConfig::new(model.clone(), "inspect-no-key");
+            config.prompt_caching = options.cache;
             providers::anthropic::AnthropicModel::new(config)
                 .ok()?
                 .request_body(request)

@@ -176,7 +176,7 @@ async fn run_agent(
     approvals: &Approvals,
     json: bool,
 ) -> Result<ExitCode> {
-    let model = providers::from_model_string(&config.model)?;
+    let model = providers::connect_model_string(&config.model).await?;
     let sandbox = sandbox_cli::select(config.sandbox)?;
     if let Some(note) = &sandbox.status.note {
         tracing::warn!("{note}");

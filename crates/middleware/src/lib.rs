@@ -113,8 +113,8 @@ pub use runtime::message::{
 pub use runtime::message_list::Messages;
 pub use runtime::middleware::{AfterAgent, Middleware, Next, ToolNext};
 pub use runtime::model::{
-    ChatModel, ModelCapabilities, ModelError, ModelRequest, ModelResponse, ResponseFormat, StopReason,
-    ToolChoice, ToolSpec, Usage,
+    ChatModel, HttpDetails, ModelCapabilities, ModelError, ModelRequest, ModelResponse, ReasoningEffort,
+    ResponseFormat, StopReason, ToolChoice, ToolSpec, Usage,
 };
 pub use runtime::run::{RunInput, RunOutput};
 pub use runtime::scripted_model::ScriptedModel;
@@ -122,6 +122,7 @@ pub use runtime::state::{PublicState, Slot, SlotValue, Slots, State, StateError,
 pub use runtime::stream::{DeltaSink, ModelDelta, deltas_of, stream_by_invoking};
 pub use runtime::telemetry;
 pub use runtime::tools::ToolContextExt;
+pub use runtime::truncation::{DEFAULT_TRUNCATED_CALL_RETRIES, TRUNCATION_SOURCE};
 pub use skills::{BoundTools, SkillSource, SkillsMiddleware, ToolResolver};
 pub use subagents::{SubAgent, SubAgentMiddleware};
 pub use summarization::{SummarizationConfig, SummarizationMiddleware, Threshold};

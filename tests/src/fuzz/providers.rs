@@ -45,7 +45,7 @@ fn check(provider: Provider, data: &[u8]) {
         Err(error) => {
             check_error_text(&error);
             assert_eq!(error.retry_after(), None, "no hint was given: {error:?}");
-            if let ModelError::Other { message } = &error
+            if let ModelError::Other { message, .. } = &error
                 && (message.starts_with("malformed ") || message.contains(" without choices: "))
             {
                 assert!(
@@ -147,16 +147,7 @@ fn kind(error: &ModelError) -> &'static str {
 }
 
 fn message(error: &ModelError) -> &str {
-    match error {
-        ModelError::RateLimited { message, .. }
-        | ModelError::Overloaded { message, .. }
-        | ModelError::ContextTooLong { message }
-        | ModelError::Auth { message }
-        | ModelError::BadRequest { message }
-        | ModelError::Transport { message }
-        | ModelError::Other { message } => message,
-        _ => "",
-    }
+    error.message()
 }
 
 /// A status from [`STATUSES`] and maybe a hint, from an FNV-1a hash of the body.

@@ -289,7 +289,7 @@ async fn a_reply_cut_mid_body_is_a_transport_error_and_is_retried() {
             provider.proxy.add(Rule::new(fault.clone()).method("POST"));
             let (result, retries) = provider.run(HttpConfig::default(), 2).await;
             let error = model_error(result);
-            let ModelError::Transport { message } = &error else {
+            let ModelError::Transport { message, .. } = &error else {
                 panic!("{api:?} {fault:?}: {error:?}");
             };
             // The head arrived: the failure is in reading the body, not in sending the request.
@@ -327,7 +327,7 @@ async fn a_stalled_provider_times_out_per_the_request_timeout() {
             provider.proxy.add(Rule::new(fault.clone()).method("POST"));
             let (result, retries) = provider.run(http, 1).await;
             let error = model_error(result);
-            let ModelError::Transport { message } = &error else {
+            let ModelError::Transport { message, .. } = &error else {
                 panic!("{api:?} {fault:?}: {error:?}");
             };
             assert!(

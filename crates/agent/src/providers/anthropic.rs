@@ -27,7 +27,10 @@
 //!   `{"type": "any"}` so the model can still use them before answering. The answer call's input is
 //!   returned as [`ModelResponse::structured_output`] and replaced in the message by its JSON text.
 //!   Forced tool choice is incompatible with extended thinking; do not combine the two.
-//! * `temperature` as given; [`ModelRequest::extra`] keys are added at the top level of the body
+//! * `temperature`, `top_p` and `stop_sequences` as given; `thinking_budget` as `thinking:
+//!   {"type": "enabled", "budget_tokens": n}` (at least 1,024 and below `max_tokens`, checked
+//!   before sending); `reasoning_effort` (OpenAI's) is refused with `ModelError::BadRequest`.
+//!   [`ModelRequest::extra`] keys are added at the top level of the body
 //!   unless the provider already set that key (e.g. `thinking`, `metadata`, `stop_sequences`).
 //!
 //! # Capabilities
@@ -39,6 +42,7 @@
 //! arrives anyway is still sent as described above. [`AnthropicConfig::tools_mid_conversation`]
 //! overrides the declaration.
 
+mod pause;
 mod request;
 mod response;
 mod stream;
@@ -88,6 +92,10 @@ pub struct AnthropicConfig {
     pub http: HttpConfig,
     /// Stream replies (`"stream": true`, the default); `false` makes one plain request per call.
     pub stream: bool,
+    /// Send `cache_control` markers (the default). `false` sends none and declares no prompt
+    /// caching, for proxies that reject the field (LiteLLM, Databricks); model string option
+    /// `cache=off`.
+    pub prompt_caching: bool,
 }
 
 impl AnthropicConfig {
@@ -103,6 +111,7 @@ impl AnthropicConfig {
             beta: Vec::new(),
             http: HttpConfig::default(),
             stream: true,
+            prompt_caching: true,
         }
     }
 
@@ -174,6 +183,15 @@ impl AnthropicModel {
 
     /// The exact JSON body [`invoke`](ChatModel::invoke) would send for `request`.
     pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
+        let uncached;
+        let request = if self.config.prompt_caching || request.cache_breakpoints() == 0 {
+            request
+        } else {
+            let mut copy = request.clone();
+            copy.limit_cache_breakpoints(0);
+            uncached = copy;
+            &uncached
+        };
         let (body, notes) = request::build(request, &self.config.model, self.config.default_max_tokens)?;
         if notes.dropped_breakpoints > 0 {
             tracing::warn!(
@@ -192,48 +210,63 @@ impl AnthropicModel {
         }
         let mut body = serde_json::to_value(body).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the Anthropic request: {e}"),
+            http: None,
         })?;
         merge_extra(&mut body, &request.extra);
         Ok(body)
     }
-}
 
-#[async_trait]
-impl ChatModel for AnthropicModel {
-    fn id(&self) -> &str {
-        &self.config.model
-    }
-
-    fn capabilities(&self) -> ModelCapabilities {
-        ModelCapabilities {
-            prompt_caching: true,
-            max_cache_breakpoints: MAX_CACHE_BREAKPOINTS as u32,
-            tools_mid_conversation: self.config.tools_mid_conversation,
-            structured_output: true,
-            images: true,
-            context_window: Some(self.config.context_window),
-        }
-    }
-
-    async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
-        let body = self.request_body(&request)?;
-        let reply = self.client.exchange(&self.endpoint, &body, parse_error).await?;
-        let mut response = parse_response(&reply)?;
+    /// One call, continued while the API answers `pause_turn` (see [`pause`]); streamed when
+    /// `on_delta` is given.
+    async fn call(
+        &self,
+        request: &ModelRequest,
+        on_delta: Option<DeltaSink<'_>>,
+    ) -> Result<ModelResponse, ModelError> {
+        let mut body = self.request_body(request)?;
+        let mut paused = pause::Paused::default();
+        let response = loop {
+            let offset = paused.blocks();
+            let shifted = |delta: trellis_middleware::ModelDelta| {
+                if let (Some(on_delta), Some(delta)) = (on_delta, pause::shift(delta, offset)) {
+                    on_delta(delta);
+                }
+            };
+            let (raw, response) = self
+                .send(&body, on_delta.map(|_| &shifted as DeltaSink<'_>))
+                .await?;
+            let response = paused.merge(response);
+            if !pause::is_paused(&response) || paused.continuations() >= pause::MAX_CONTINUATIONS {
+                break response;
+            }
+            paused.continue_from(&raw, response, &mut body);
+        };
+        let mut response = response;
         if let Some(format) = &request.response_format {
             response::take_structured_output(&mut response, &format.name);
+        }
+        if let Some(on_delta) = on_delta {
+            on_delta(trellis_middleware::ModelDelta::Finished {
+                stop_reason: response.stop_reason.clone(),
+                usage: response.usage,
+            });
         }
         Ok(response)
     }
 
-    async fn stream(
+    /// Send `body` once: the reply's raw JSON and its parse. Streams (without the final
+    /// `Finished` delta, which [`call`](Self::call) sends) when `on_delta` is given.
+    async fn send(
         &self,
-        request: ModelRequest,
-        on_delta: DeltaSink<'_>,
-    ) -> Result<ModelResponse, ModelError> {
-        if !self.config.stream {
-            return stream_by_invoking(self, request, on_delta).await;
-        }
-        let mut body = self.request_body(&request)?;
+        body: &Value,
+        on_delta: Option<DeltaSink<'_>>,
+    ) -> Result<(Vec<u8>, ModelResponse), ModelError> {
+        let Some(on_delta) = on_delta else {
+            let reply = self.client.exchange(&self.endpoint, body, parse_error).await?;
+            let response = parse_response(&reply)?;
+            return Ok((reply.to_vec(), response));
+        };
+        let mut body = body.clone();
         if let Value::Object(map) = &mut body {
             map.insert("stream".into(), Value::Bool(true));
         }
@@ -246,11 +279,45 @@ impl ChatModel for AnthropicModel {
             on_delta,
         )
         .await?;
-        let mut response = parse_response(streamed.body())?;
-        if let Some(format) = &request.response_format {
-            response::take_structured_output(&mut response, &format.name);
-        }
+        let response = parse_response(streamed.body())?;
         streamed.deliver(&response, on_delta);
-        Ok(response)
+        Ok((streamed.body().to_vec(), response))
+    }
+}
+
+#[async_trait]
+impl ChatModel for AnthropicModel {
+    fn id(&self) -> &str {
+        &self.config.model
+    }
+
+    fn capabilities(&self) -> ModelCapabilities {
+        ModelCapabilities {
+            prompt_caching: self.config.prompt_caching,
+            max_cache_breakpoints: if self.config.prompt_caching {
+                MAX_CACHE_BREAKPOINTS as u32
+            } else {
+                0
+            },
+            tools_mid_conversation: self.config.tools_mid_conversation,
+            structured_output: true,
+            images: true,
+            context_window: Some(self.config.context_window),
+        }
+    }
+
+    async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        self.call(&request, None).await
+    }
+
+    async fn stream(
+        &self,
+        request: ModelRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        if !self.config.stream {
+            return stream_by_invoking(self, request, on_delta).await;
+        }
+        self.call(&request, Some(on_delta)).await
     }
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
-use trellis_middleware::ModelError;
+use std::sync::Arc;
+
+use trellis_middleware::{HttpDetails, ModelError};
 
 use super::ProviderError;
 
@@ -85,6 +87,7 @@ pub(crate) struct HttpReply {
     pub status: u16,
     pub retry_after: Option<Duration>,
     pub should_retry: Option<bool>,
+    pub request_id: Option<String>,
     pub body: Bytes,
 }
 
@@ -134,12 +137,14 @@ impl HttpClient {
     ) -> Result<Bytes, ModelError> {
         let bytes = serde_json::to_vec(body).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the request: {e}"),
+            http: None,
         })?;
         tracing::debug!(bytes = bytes.len(), "POST {url}");
         let reply = self.post_json(url, bytes).await?;
         if !reply.is_success() {
             let error = parse_error(reply.status, reply.retry_after, &reply.body);
-            return Err(obey_should_retry(error, reply.should_retry));
+            return Err(obey_should_retry(error, reply.should_retry)
+                .with_http(answered(reply.status, reply.request_id)));
         }
         Ok(reply.body)
     }
@@ -155,15 +160,17 @@ impl HttpClient {
             .body(body)
             .send()
             .await
-            .map_err(|e| transport(&e))?;
+            .map_err(transport)?;
         let status = response.status().as_u16();
         let retry_after = retry_after(response.headers());
         let should_retry = should_retry(response.headers());
+        let request_id = request_id(response.headers());
         let body = self.read_body(&mut response).await?;
         Ok(HttpReply {
             status,
             retry_after,
             should_retry,
+            request_id,
             body,
         })
     }
@@ -192,6 +199,7 @@ impl HttpClient {
         let limit = self.max_response_bytes;
         let too_large = |size: String| ModelError::Other {
             message: format!("the response body is larger than the {limit}-byte limit ({size})"),
+            http: None,
         };
         if let Some(declared) = response.content_length()
             && declared > limit as u64
@@ -199,7 +207,7 @@ impl HttpClient {
             return Err(too_large(format!("content-length {declared}")));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| transport(&e))? {
+        while let Some(chunk) = response.chunk().await.map_err(transport)? {
             if body.len() + chunk.len() > limit {
                 return Err(too_large(format!("at least {} bytes", body.len() + chunk.len())));
             }
@@ -294,15 +302,18 @@ pub(crate) fn obey_should_retry(error: ModelError, should_retry: Option<bool>) -
     match should_retry {
         Some(true) if !error.is_transient() => ModelError::Transport {
             message: format!("{error} (the server asked for a retry)"),
+            http: None,
         },
         Some(false) if error.is_transient() => ModelError::Other {
             message: format!("{error} (the server asked not to retry)"),
+            http: None,
         },
         _ => error,
     }
 }
 
-pub(crate) fn transport(error: &reqwest::Error) -> ModelError {
+/// A failure to get an answer, as [`ModelError::Transport`] keeping `error` as its source.
+pub(crate) fn transport(error: reqwest::Error) -> ModelError {
     let what = if error.is_timeout() {
         "timed out: "
     } else if error.is_connect() {
@@ -310,8 +321,34 @@ pub(crate) fn transport(error: &reqwest::Error) -> ModelError {
     } else {
         ""
     };
+    let message = format!("{what}{}", error_chain(&error));
     ModelError::Transport {
-        message: format!("{what}{}", error_chain(error)),
+        message,
+        http: Some(Box::new(HttpDetails {
+            status: error.status().map(|s| s.as_u16()),
+            request_id: None,
+            source: Some(Arc::new(error)),
+        })),
+    }
+}
+
+/// The provider's id of the request: `request-id` (Anthropic) or `x-request-id` (OpenAI, and
+/// most OpenAI-compatible servers and proxies).
+pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
+    ["request-id", "x-request-id"]
+        .iter()
+        .find_map(|name| headers.get(*name)?.to_str().ok())
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(str::to_owned)
+}
+
+/// The [`HttpDetails`] of an answer with `status`.
+pub(crate) fn answered(status: u16, request_id: Option<String>) -> HttpDetails {
+    HttpDetails {
+        status: Some(status),
+        request_id,
+        source: None,
     }
 }
 
@@ -393,11 +430,20 @@ mod tests {
         assert_eq!(should_retry(&h), None);
         h.insert("x-should-retry", HeaderValue::from_static("true"));
         assert_eq!(should_retry(&h), Some(true));
-        let bad = ModelError::BadRequest { message: "x".into() };
+        let bad = ModelError::BadRequest {
+            message: "x".into(),
+            http: None,
+        };
         assert!(obey_should_retry(bad, Some(true)).is_transient());
-        let flaky = ModelError::Transport { message: "x".into() };
+        let flaky = ModelError::Transport {
+            message: "x".into(),
+            http: None,
+        };
         assert!(!obey_should_retry(flaky, Some(false)).is_transient());
-        let flaky = ModelError::Transport { message: "x".into() };
+        let flaky = ModelError::Transport {
+            message: "x".into(),
+            http: None,
+        };
         assert!(obey_should_retry(flaky, None).is_transient());
     }
 

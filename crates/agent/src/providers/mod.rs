@@ -5,7 +5,9 @@
 //!   tools, tool results, thinking blocks, images and usage including cache reads and writes.
 //! * [`openai`]: OpenAI Chat Completions, which also serves ollama, vLLM and llama.cpp servers through
 //!   a configurable base URL.
-//! * [`from_model_string`]: `anthropic:claude-sonnet-4-5`, `openai:gpt-4.1`,
+//! * [`responses`]: the OpenAI Responses API, stateless (`store: false`, reasoning items passed
+//!   back).
+//! * [`from_model_string`]: `anthropic:claude-sonnet-4-5`, `openai:gpt-4.1`, `openai-responses:gpt-5`,
 //!   `openai-compatible:<model>@<base_url>`, `ollama:<model>` → a provider, with keys from the usual
 //!   environment variables.
 //!
@@ -20,8 +22,11 @@
 pub mod anthropic;
 mod error;
 pub(crate) mod http;
+pub mod ollama;
 pub mod openai;
+mod options;
 mod registry;
+pub mod responses;
 mod sse;
 
 use std::collections::BTreeMap;
@@ -32,7 +37,12 @@ pub use anthropic::{AnthropicConfig, AnthropicModel};
 pub use error::ProviderError;
 pub use http::{ApiKey, HttpConfig};
 pub use openai::{OpenAiConfig, OpenAiModel};
-pub use registry::{KNOWN_PROVIDERS, ModelSpec, from_model_string, from_model_string_with_env};
+pub use options::ModelOptions;
+pub use registry::{
+    KNOWN_PROVIDERS, ModelSpec, connect_model_string, connect_model_string_with_env, from_model_string,
+    from_model_string_with_env,
+};
+pub use responses::ResponsesModel;
 
 /// Opens the marker around the text of a mid-conversation system message sent as user content.
 pub const SYSTEM_REMINDER_OPEN: &str = "<system-reminder>";

@@ -36,9 +36,9 @@
 //! every prefix cache, so a disclosed tool changes the start of the prompt. A `Message::System` that
 //! arrives anyway is still sent as described above.
 
-mod request;
-mod response;
-mod schema;
+pub(crate) mod request;
+pub(crate) mod response;
+pub(crate) mod schema;
 mod stream;
 mod wire;
 
@@ -196,13 +196,7 @@ impl OpenAiModel {
     /// Build the provider (and its HTTP client). Fails on a base URL that is not http(s) or a key that
     /// cannot be sent as a header.
     pub fn new(mut config: OpenAiConfig) -> Result<Self, ProviderError> {
-        config.base_url = normalize_base_url(&config.base_url)?;
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &config.api_key {
-            let bearer = format!("Bearer {}", key.expose());
-            headers.insert(AUTHORIZATION, secret_header(&bearer, "the OpenAI API key")?);
-        }
-        let client = HttpClient::new(&config.http, headers)?;
+        let client = bearer_client(&mut config)?;
         let endpoint = format!("{}/chat/completions", config.base_url);
         Ok(Self {
             config,
@@ -223,6 +217,16 @@ impl OpenAiModel {
 
     /// The exact JSON body [`invoke`](ChatModel::invoke) would send for `request`.
     pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
+        if let Some(budget) = request.thinking_budget {
+            // Refused, not dropped: a caller asking for a budget must learn it had none.
+            return Err(ModelError::BadRequest {
+                message: format!(
+                    "thinking_budget ({budget} tokens) is an Anthropic setting; Chat Completions \
+                     models take reasoning_effort"
+                ),
+                http: None,
+            });
+        }
         let body = request::build(
             request,
             &self.config.model,
@@ -231,6 +235,7 @@ impl OpenAiModel {
         );
         let mut body = serde_json::to_value(body).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the Chat Completions request: {e}"),
+            http: None,
         })?;
         merge_extra(&mut body, &request.extra);
         Ok(body)
@@ -239,6 +244,33 @@ impl OpenAiModel {
 
 impl OpenAiModel {}
 
+impl OpenAiConfig {
+    /// What an OpenAI model declares: no caching markers (OpenAI caches by itself), no tools
+    /// mid-conversation, structured output, images and context window as configured.
+    pub(crate) fn capabilities(&self) -> ModelCapabilities {
+        ModelCapabilities {
+            prompt_caching: false,
+            max_cache_breakpoints: 0,
+            tools_mid_conversation: false,
+            structured_output: self.structured_output,
+            images: self.images,
+            context_window: self.context_window,
+        }
+    }
+}
+
+/// The HTTP client of an OpenAI API: `Authorization: Bearer <key>` when there is a key. Checks and
+/// normalizes `config.base_url` first.
+pub(crate) fn bearer_client(config: &mut OpenAiConfig) -> Result<HttpClient, ProviderError> {
+    config.base_url = normalize_base_url(&config.base_url)?;
+    let mut headers = HeaderMap::new();
+    if let Some(key) = &config.api_key {
+        let bearer = format!("Bearer {}", key.expose());
+        headers.insert(AUTHORIZATION, secret_header(&bearer, "the OpenAI API key")?);
+    }
+    HttpClient::new(&config.http, headers)
+}
+
 #[async_trait]
 impl ChatModel for OpenAiModel {
     fn id(&self) -> &str {
@@ -246,14 +278,7 @@ impl ChatModel for OpenAiModel {
     }
 
     fn capabilities(&self) -> ModelCapabilities {
-        ModelCapabilities {
-            prompt_caching: false,
-            max_cache_breakpoints: 0,
-            tools_mid_conversation: false,
-            structured_output: self.config.structured_output,
-            images: self.config.images,
-            context_window: self.config.context_window,
-        }
+        self.config.capabilities()
     }
 
     async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
@@ -261,10 +286,7 @@ impl ChatModel for OpenAiModel {
         let reply = self.client.exchange(&self.endpoint, &body, parse_error).await?;
         let mut response = parse_response(&reply)?;
         if request.response_format.is_some() {
-            response.structured_output = response::structured_output(&response);
-            if response.structured_output.is_none() && !response.message.has_tool_calls() {
-                tracing::warn!(model = %self.config.model, "structured output requested but the answer is not JSON");
-            }
+            response::take_structured_output(&mut response, &self.config.model);
         }
         Ok(response)
     }
@@ -296,7 +318,7 @@ impl ChatModel for OpenAiModel {
         .await?;
         let mut response = parse_response(streamed.body())?;
         if request.response_format.is_some() {
-            response.structured_output = response::structured_output(&response);
+            response::take_structured_output(&mut response, &self.config.model);
         }
         streamed.deliver(&response, on_delta);
         Ok(response)

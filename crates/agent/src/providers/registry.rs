@@ -4,8 +4,11 @@
 //! |---|---|---|---|
 //! | `anthropic:<model>` | [`AnthropicModel`] | `ANTHROPIC_API_KEY` (required) | `ANTHROPIC_BASE_URL`, else `https://api.anthropic.com` |
 //! | `openai:<model>` | [`OpenAiModel`] ([`OpenAiConfig::openai`]) | `OPENAI_API_KEY` (required) | `OPENAI_BASE_URL`, else `https://api.openai.com/v1` |
+//! | `openai-responses:<model>` | [`ResponsesModel`] (the Responses API) | `OPENAI_API_KEY` (required) | `OPENAI_BASE_URL`, else `https://api.openai.com/v1` |
 //! | `openai-compatible:<model>@<base_url>` | [`OpenAiModel`] ([`OpenAiConfig::compatible`]) | `OPENAI_API_KEY` (optional) | the URL after `@` (which must start with `http://` or `https://`); without `@<base_url>`, `OPENAI_BASE_URL` |
 //! | `ollama:<model>` | [`OpenAiModel`] ([`OpenAiConfig::compatible`], `max_tokens`) | none | `OLLAMA_HOST` (read as ollama reads it: no scheme means port 11434) + `/v1`, else `http://127.0.0.1:11434/v1` |
+//!
+//! Options may follow after `?` (`anthropic:claude-sonnet-4-5?cache=off`, see [`ModelOptions`]).
 //!
 //! The model part may itself contain `:` (`ollama:qwen3:8b`): only the first `:` separates the
 //! provider. Empty environment variables count as unset.
@@ -16,12 +19,19 @@ use std::sync::Arc;
 
 use trellis_middleware::ChatModel;
 
-use super::ProviderError;
 use super::anthropic::{AnthropicConfig, AnthropicModel};
 use super::openai::{MaxTokensField, OpenAiConfig, OpenAiModel};
+use super::responses::ResponsesModel;
+use super::{ModelOptions, ProviderError};
 
 /// The provider prefixes [`from_model_string`] knows.
-pub const KNOWN_PROVIDERS: &[&str] = &["anthropic", "openai", "openai-compatible", "ollama"];
+pub const KNOWN_PROVIDERS: &[&str] = &[
+    "anthropic",
+    "openai",
+    "openai-responses",
+    "openai-compatible",
+    "ollama",
+];
 
 /// A parsed model string (no environment read yet).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +43,11 @@ pub enum ModelSpec {
     },
     /// `openai:<model>`.
     OpenAi {
+        /// The model id.
+        model: String,
+    },
+    /// `openai-responses:<model>`: the OpenAI Responses API.
+    OpenAiResponses {
         /// The model id.
         model: String,
     },
@@ -51,8 +66,14 @@ pub enum ModelSpec {
 }
 
 impl ModelSpec {
-    /// Parse `<provider>:<model>`.
+    /// Parse `<provider>:<model>`; options after `?` are checked and left out (read them with
+    /// [`ModelOptions::split`]).
     pub fn parse(input: &str) -> Result<Self, ProviderError> {
+        let (spec, _) = ModelOptions::split(input)?;
+        Self::parse_without_options(spec)
+    }
+
+    fn parse_without_options(input: &str) -> Result<Self, ProviderError> {
         let invalid = |reason: &str| ProviderError::InvalidModelString {
             input: input.to_owned(),
             reason: reason.to_owned(),
@@ -70,6 +91,7 @@ impl ModelSpec {
         Ok(match prefix {
             "anthropic" => Self::Anthropic { model },
             "openai" => Self::OpenAi { model },
+            "openai-responses" => Self::OpenAiResponses { model },
             "ollama" => Self::Ollama { model },
             "openai-compatible" => {
                 let at = ["@http://", "@https://"]
@@ -103,6 +125,7 @@ impl ModelSpec {
         match self {
             Self::Anthropic { .. } => "anthropic",
             Self::OpenAi { .. } => "openai",
+            Self::OpenAiResponses { .. } => "openai-responses",
             Self::OpenAiCompatible { .. } => "openai-compatible",
             Self::Ollama { .. } => "ollama",
         }
@@ -113,6 +136,7 @@ impl ModelSpec {
         match self {
             Self::Anthropic { model }
             | Self::OpenAi { model }
+            | Self::OpenAiResponses { model }
             | Self::OpenAiCompatible { model, .. }
             | Self::Ollama { model } => model,
         }
@@ -123,11 +147,30 @@ impl ModelSpec {
         &self,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Arc<dyn ChatModel>, ProviderError> {
+        self.build_with_options(env, ModelOptions::default())
+    }
+
+    /// [`build_with_env`](Self::build_with_env) with the string's [`ModelOptions`] applied.
+    pub fn build_with_options(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+        options: ModelOptions,
+    ) -> Result<Arc<dyn ChatModel>, ProviderError> {
         let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
         let missing = |provider: &'static str, var: &'static str| ProviderError::MissingApiKey {
             provider,
             var,
             model: self.to_string(),
+        };
+        // OpenAI itself, for Chat Completions and the Responses API alike.
+        let openai = |model: &str| -> Result<OpenAiConfig, ProviderError> {
+            let key = var("OPENAI_API_KEY").ok_or_else(|| missing("OpenAI", "OPENAI_API_KEY"))?;
+            let mut config = OpenAiConfig::openai(model, key);
+            if let Some(url) = var("OPENAI_BASE_URL") {
+                config.base_url = url;
+            }
+            config.context_window = options.context_window.or(config.context_window);
+            Ok(config)
         };
         Ok(match self {
             Self::Anthropic { model } => {
@@ -137,16 +180,14 @@ impl ModelSpec {
                 if let Some(url) = var("ANTHROPIC_BASE_URL") {
                     config.base_url = url;
                 }
+                config.prompt_caching = options.cache;
+                if let Some(tokens) = options.context_window {
+                    config.context_window = tokens;
+                }
                 Arc::new(AnthropicModel::new(config)?)
             }
-            Self::OpenAi { model } => {
-                let key = var("OPENAI_API_KEY").ok_or_else(|| missing("OpenAI", "OPENAI_API_KEY"))?;
-                let mut config = OpenAiConfig::openai(model.clone(), key);
-                if let Some(url) = var("OPENAI_BASE_URL") {
-                    config.base_url = url;
-                }
-                Arc::new(OpenAiModel::new(config)?)
-            }
+            Self::OpenAi { model } => Arc::new(OpenAiModel::new(openai(model)?)?),
+            Self::OpenAiResponses { model } => Arc::new(ResponsesModel::new(openai(model)?)?),
             Self::OpenAiCompatible { model, base_url } => {
                 let Some(url) = base_url.clone().or_else(|| var("OPENAI_BASE_URL")) else {
                     return Err(ProviderError::InvalidModelString {
@@ -158,6 +199,7 @@ impl ModelSpec {
                 };
                 let mut config = OpenAiConfig::compatible(model.clone(), url);
                 config.api_key = var("OPENAI_API_KEY").map(Into::into);
+                config.context_window = options.context_window;
                 Arc::new(OpenAiModel::new(config)?)
             }
             Self::Ollama { model } => {
@@ -166,6 +208,7 @@ impl ModelSpec {
                 // ollama's OpenAI endpoint reads `max_tokens` and ignores `max_completion_tokens`
                 // (docs.ollama.com/api/openai-compatibility lists only `max_tokens`).
                 config.max_tokens_field = MaxTokensField::MaxTokens;
+                config.context_window = options.context_window;
                 Arc::new(OpenAiModel::new(config)?)
             }
         })
@@ -207,7 +250,39 @@ pub fn from_model_string_with_env(
     input: &str,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Arc<dyn ChatModel>, ProviderError> {
-    ModelSpec::parse(input)?.build_with_env(env)
+    let (spec, options) = ModelOptions::split(input)?;
+    ModelSpec::parse_without_options(spec)?.build_with_options(env, options)
+}
+
+/// [`from_model_string`], and for `ollama:` models without a `context_window` option, the window
+/// the server reports (`/api/show`, see [`ollama`](super::ollama)); a server that cannot say is
+/// logged and the window stays unknown (the first call reports the real failure).
+pub async fn connect_model_string(input: &str) -> Result<Arc<dyn ChatModel>, ProviderError> {
+    connect_model_string_with_env(input, |name| std::env::var(name).ok()).await
+}
+
+/// [`connect_model_string`] with the environment read through `env`.
+pub async fn connect_model_string_with_env(
+    input: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn ChatModel>, ProviderError> {
+    let (spec_text, mut options) = ModelOptions::split(input)?;
+    let spec = ModelSpec::parse_without_options(spec_text)?;
+    if let ModelSpec::Ollama { model } = &spec
+        && options.context_window.is_none()
+    {
+        let host = ollama_base_url(env("OLLAMA_HOST").filter(|v| !v.trim().is_empty()).as_deref());
+        // A short timeout: this runs before the agent starts.
+        let http = super::HttpConfig {
+            request_timeout: std::time::Duration::from_secs(10),
+            ..super::HttpConfig::default()
+        };
+        match super::ollama::context_window(&host, model, &http).await {
+            Ok(window) => options.context_window = window,
+            Err(error) => tracing::warn!(%error, "cannot read the context window of `{model}` from ollama"),
+        }
+    }
+    spec.build_with_options(env, options)
 }
 
 /// The ollama server `OLLAMA_HOST` names, as ollama's own client reads it (`envconfig.Host` in

@@ -19,7 +19,9 @@ use trellis_middleware::ModelError;
 
 use trellis_middleware::{DeltaSink, ModelDelta, ModelResponse, deltas_of};
 
-use super::http::{ErrorParser, HttpClient, obey_should_retry, retry_after, should_retry, transport};
+use super::http::{
+    ErrorParser, HttpClient, answered, obey_should_retry, request_id, retry_after, should_retry, transport,
+};
 
 type Events = Pin<Box<dyn Stream<Item = Result<Sse, sse_stream::Error>> + Send>>;
 
@@ -60,6 +62,7 @@ impl HttpClient {
     ) -> Result<Opened, ModelError> {
         let bytes = serde_json::to_vec(body).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the request: {e}"),
+            http: None,
         })?;
         tracing::debug!(bytes = bytes.len(), "POST {url} (stream)");
         let mut headers = self.headers().clone();
@@ -71,13 +74,16 @@ impl HttpClient {
             .body(bytes)
             .send()
             .await
-            .map_err(|e| transport(&e))?;
+            .map_err(transport)?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             let retry = retry_after(response.headers());
             let should = should_retry(response.headers());
+            let id = request_id(response.headers());
             let body = self.read_body(&mut response).await?;
-            return Err(obey_should_retry(parse_error(status, retry, &body), should));
+            return Err(
+                obey_should_retry(parse_error(status, retry, &body), should).with_http(answered(status, id))
+            );
         }
         // A JSON body is a whole reply; anything else (`text/event-stream`, or a proxy that drops
         // the type) is read as events.
@@ -109,6 +115,7 @@ impl EventStream {
                 Err(_) => {
                     return Err(ModelError::Transport {
                         message: format!("the reply stream stalled: nothing for {} s", self.idle.as_secs()),
+                        http: None,
                     });
                 }
             };
@@ -118,6 +125,7 @@ impl EventStream {
                 Some(Err(e)) => {
                     return Err(ModelError::Transport {
                         message: format!("the reply stream broke: {e}"),
+                        http: None,
                     });
                 }
             };
@@ -125,6 +133,7 @@ impl EventStream {
             if self.seen > self.limit {
                 return Err(ModelError::Other {
                     message: format!("the streamed reply is larger than the {}-byte limit", self.limit),
+                    http: None,
                 });
             }
             if event.data.is_some() {
@@ -138,6 +147,7 @@ impl EventStream {
 pub(crate) fn ended_early(provider: &str) -> ModelError {
     ModelError::Transport {
         message: format!("the {provider} reply stream ended before the reply was complete"),
+        http: None,
     }
 }
 
@@ -145,6 +155,7 @@ pub(crate) fn ended_early(provider: &str) -> ModelError {
 pub(crate) fn bad_event(provider: &str, event: &str, error: &serde_json::Error) -> ModelError {
     ModelError::Other {
         message: format!("the {provider} stream sent a `{event}` event that does not parse: {error}"),
+        http: None,
     }
 }
 

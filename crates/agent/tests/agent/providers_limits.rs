@@ -59,7 +59,7 @@ fn anthropic_answer(filler: usize) -> serde_json::Value {
 
 fn assert_over_limit(error: &ModelError) {
     match error {
-        ModelError::Other { message } => {
+        ModelError::Other { message, .. } => {
             assert!(message.contains("4096-byte limit"), "{message}");
         }
         other => panic!("expected a size-limit error, got {other:?}"),

@@ -471,7 +471,7 @@ async fn other_errors_by_status() {
     let error =
         error_for(ResponseTemplate::new(404).set_body_json(json!({"error": "model \"x\" not found"}))).await;
     assert!(
-        matches!(&error, ModelError::BadRequest { message } if message.contains("not found")),
+        matches!(&error, ModelError::BadRequest { message, .. } if message.contains("not found")),
         "{error:?}"
     );
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use trellis_agent::providers::{anthropic, openai};
+use trellis_agent::providers::{anthropic, openai, responses};
 
 /// Arbitrary JSON values, a few levels deep.
 fn json_value() -> impl Strategy<Value = Value> {
@@ -68,8 +68,17 @@ fn mutated_response() -> impl Strategy<Value = Value> {
         ]}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 5, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 9}}
     });
+    let responses = json!({
+        "model": "m", "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"},
+        "output": [
+            {"type": "reasoning", "id": "rs", "summary": [{"type": "summary_text", "text": "s"}], "encrypted_content": "e"},
+            {"type": "message", "content": [{"type": "output_text", "text": "hi"}]},
+            {"type": "function_call", "call_id": "c", "name": "ls", "arguments": "{}"}
+        ],
+        "usage": {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 9}, "output_tokens": 1}
+    });
     (
-        prop_oneof![Just(anthropic), Just(openai)],
+        prop_oneof![Just(anthropic), Just(openai), Just(responses)],
         prop_oneof![
             Just("/content"),
             Just("/content/0"),
@@ -81,6 +90,12 @@ fn mutated_response() -> impl Strategy<Value = Value> {
             Just("/choices/0/message/tool_calls/0/function/arguments"),
             Just("/usage/prompt_tokens_details/cached_tokens"),
             Just("/stop_reason"),
+            Just("/output"),
+            Just("/output/0/summary"),
+            Just("/output/1/content/0"),
+            Just("/output/2/arguments"),
+            Just("/incomplete_details"),
+            Just("/usage/input_tokens_details"),
         ],
         json_value(),
     )
@@ -99,6 +114,7 @@ proptest! {
     fn parsers_never_panic_on_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256), status in any::<u16>()) {
         let _ = anthropic::parse_response(&bytes);
         let _ = openai::parse_response(&bytes);
+        let _ = responses::parse_response(&bytes);
         let _ = anthropic::parse_error(status, Some(Duration::from_secs(1)), &bytes);
         let _ = openai::parse_error(status, None, &bytes);
     }
@@ -108,6 +124,7 @@ proptest! {
         let bytes = serde_json::to_vec(&value).unwrap();
         let _ = anthropic::parse_response(&bytes);
         let _ = openai::parse_response(&bytes);
+        let _ = responses::parse_response(&bytes);
         let _ = anthropic::parse_error(status, None, &bytes);
         let _ = openai::parse_error(status, None, &bytes);
     }
@@ -117,5 +134,6 @@ proptest! {
         let bytes = serde_json::to_vec(&value).unwrap();
         let _ = anthropic::parse_response(&bytes);
         let _ = openai::parse_response(&bytes);
+        let _ = responses::parse_response(&bytes);
     }
 }

@@ -148,7 +148,7 @@ async fn a_stalled_stream_is_a_transport_error() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, ModelError::Transport { message } if message.contains("stalled")),
+        matches!(&err, ModelError::Transport { message, .. } if message.contains("stalled")),
         "{err:?}"
     );
     assert!(err.is_transient());

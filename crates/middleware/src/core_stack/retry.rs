@@ -148,7 +148,10 @@ mod tests {
             jitter: 0.0,
             ..RetryConfig::default()
         });
-        let err = ModelError::Transport { message: "x".into() };
+        let err = ModelError::Transport {
+            message: "x".into(),
+            http: None,
+        };
         let secs: Vec<f64> = (0..8).map(|i| m.delay(i, &err).as_secs_f64()).collect();
         assert_eq!(secs, [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]);
 
@@ -165,6 +168,7 @@ mod tests {
         let limited = ModelError::RateLimited {
             message: "slow down".into(),
             retry_after: Some(Duration::from_secs(90)),
+            http: None,
         };
         assert_eq!(m.delay(0, &limited), Duration::from_secs(90));
     }

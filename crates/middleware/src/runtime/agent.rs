@@ -12,6 +12,10 @@
 //! 5. otherwise the `after_agent` hooks may send the run back to 3 with new messages; else checkpoint
 //!    and finish.
 //!
+//! A reply cut off at the output token limit in the middle of a tool call runs none of its calls:
+//! the model is told and asked again, a bounded number of times (`truncation.rs`,
+//! [`AgentError::TruncatedToolCall`]).
+//!
 //! Steps are bounded ([`AgentError::StepLimit`]). Tool failures, unknown tools and tool panics become
 //! error results for the model. Dropping the run's future cancels it at its current await point:
 //! running tools are dropped with it, and the thread keeps its last checkpoint (a reply whose tool
@@ -33,10 +37,11 @@ use crate::runtime::events::RunEvent;
 use crate::runtime::interrupt::{DecisionError, InheritedGate, Interrupt, NestedInterrupts, ToolGate};
 use crate::runtime::message::{Message, SystemBlock, ToolCall, ToolMessage};
 use crate::runtime::middleware::{AfterAgent, Middleware, Next, ToolNext, ToolSet, panicked};
-use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, Usage};
+use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, StopReason, Usage};
 use crate::runtime::run::{RunInput, RunOutput};
 use crate::runtime::state::{PublicState, State, StateUpdates};
 use crate::runtime::tool_step::{PENDING_STEP, StepOutcome};
+use crate::runtime::truncation::{self, DEFAULT_TRUNCATED_CALL_RETRIES};
 use crate::runtime::{call_ids, telemetry, util};
 use crate::tools::{ParentFiles, ThreadFiles, Tool, ToolOutput};
 
@@ -56,6 +61,7 @@ pub struct AgentBuilder {
     response_format: Option<ResponseFormat>,
     max_output_tokens: Option<u32>,
     gate: Option<Arc<dyn ToolGate>>,
+    truncated_call_retries: u32,
 }
 
 impl AgentBuilder {
@@ -72,6 +78,7 @@ impl AgentBuilder {
             response_format: None,
             max_output_tokens: None,
             gate: None,
+            truncated_call_retries: DEFAULT_TRUNCATED_CALL_RETRIES,
         }
     }
 
@@ -159,6 +166,14 @@ impl AgentBuilder {
         self
     }
 
+    /// How many replies in a row may stop at the output token limit in the middle of a tool call
+    /// before the run fails with [`AgentError::TruncatedToolCall`] (default
+    /// [`DEFAULT_TRUNCATED_CALL_RETRIES`]; 0 fails on the first). Such calls are never run.
+    pub fn truncated_call_retries(mut self, retries: u32) -> Self {
+        self.truncated_call_retries = retries;
+        self
+    }
+
     /// Check the configuration and build. Errors: two tools (the agent's and middlewares' static ones)
     /// or two middlewares with the same name.
     pub fn build(self) -> Result<Agent, AgentError> {
@@ -192,6 +207,7 @@ impl AgentBuilder {
                 response_format: self.response_format,
                 max_output_tokens: self.max_output_tokens,
                 gate: self.gate,
+                truncated_call_retries: self.truncated_call_retries,
             }),
         })
     }
@@ -209,6 +225,7 @@ struct Inner {
     response_format: Option<ResponseFormat>,
     max_output_tokens: Option<u32>,
     gate: Option<Arc<dyn ToolGate>>,
+    truncated_call_retries: u32,
 }
 
 /// An agent: a model, a system prompt, tools and a middleware stack, running threads.
@@ -226,6 +243,7 @@ struct Finish {
     model_calls: u32,
     usage: Usage,
     structured_output: Option<serde_json::Value>,
+    stop_reason: StopReason,
 }
 
 impl Finish {
@@ -244,6 +262,7 @@ impl Finish {
             model_calls: self.model_calls,
             usage: self.usage,
             structured_output: self.structured_output,
+            stop_reason: self.stop_reason,
             checkpoint,
             interrupt,
         })
@@ -385,6 +404,7 @@ impl Agent {
             model_calls: 0,
             usage: Usage::default(),
             structured_output: None,
+            stop_reason: StopReason::default(),
         };
         let resume = match (state.get(&PENDING_STEP)?.cloned(), input.decisions.take()) {
             (None, None) => None,
@@ -437,8 +457,10 @@ impl Agent {
             model_calls,
             usage,
             structured_output,
+            stop_reason,
             ..
         } = &mut done;
+        let mut truncated_in_a_row: u32 = 0;
         loop {
             if *model_calls >= max_steps {
                 return Err(AgentError::StepLimit {
@@ -489,6 +511,9 @@ impl Agent {
                     .await?;
             }
             *usage += response.usage;
+            // A call cut off at the output token limit is never run (see `truncation.rs`).
+            let truncated = truncation::is_truncated_call(&response)
+                .then(|| truncation::strip_calls(&mut response.message));
             let calls: Vec<ToolCall> = response.message.calls().cloned().collect();
             cx.events.emit_with(|| RunEvent::ModelFinished {
                 step: cx.step,
@@ -501,11 +526,27 @@ impl Agent {
                 tool_calls: calls.len(),
                 elapsed: started.elapsed(),
             });
+            *stop_reason = response.stop_reason.clone();
             if response.structured_output.is_some() {
                 *structured_output = response.structured_output.take();
             }
             state.messages.push(Message::Ai(response.message));
             saver.save(&state, cx).await?;
+
+            if let Some(tools) = truncated {
+                truncated_in_a_row += 1;
+                if truncated_in_a_row > inner.truncated_call_retries {
+                    return Err(AgentError::TruncatedToolCall {
+                        tools,
+                        attempts: truncated_in_a_row,
+                        thread_id: cx.thread_id.clone(),
+                    });
+                }
+                state.messages.push(truncation::notice(&tools));
+                saver.save(&state, cx).await?;
+                continue;
+            }
+            truncated_in_a_row = 0;
 
             if !calls.is_empty() {
                 let outcome = self

@@ -26,6 +26,21 @@ pub enum AgentError {
         /// The thread.
         thread_id: ThreadId,
     },
+    /// The model's replies kept stopping at the output token limit in the middle of a tool call
+    /// (the loop asked it again, a bounded number of times): none of those calls was run. The thread's
+    /// checkpoint holds the replies (calls replaced by notes) and the notices the model was sent.
+    #[error(
+        "the model's reply was cut off at the output token limit while calling {} ({attempts} times in a row in thread {thread_id}); no cut-off call was run: raise max_output_tokens or ask for smaller steps",
+        .tools.join(", ")
+    )]
+    TruncatedToolCall {
+        /// The tools the last truncated reply was calling.
+        tools: Vec<String>,
+        /// Truncated replies in a row.
+        attempts: u32,
+        /// The thread.
+        thread_id: ThreadId,
+    },
     /// Loading or saving the thread's checkpoint failed (including a conflict with another writer).
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),

@@ -20,4 +20,5 @@ pub(crate) mod stream;
 pub mod telemetry;
 pub(crate) mod tool_step;
 pub(crate) mod tools;
+pub(crate) mod truncation;
 pub(crate) mod util;

@@ -8,7 +8,7 @@ use crate::runtime::events::EventSink;
 use crate::runtime::interrupt::{Decisions, Interrupt};
 use crate::runtime::message::Message;
 use crate::runtime::message_list::Messages;
-use crate::runtime::model::Usage;
+use crate::runtime::model::{StopReason, Usage};
 use crate::runtime::state::{PublicState, Slot, SlotValue, State, StateUpdates};
 
 /// One run's input: which thread, new messages, slot values, run context and event sink.
@@ -112,6 +112,10 @@ pub struct RunOutput {
     pub usage: Usage,
     /// The last structured answer, when the agent asked for one.
     pub structured_output: Option<Value>,
+    /// Why the run's last model call stopped: [`StopReason::Refusal`] when the provider refused
+    /// (Anthropic `stop_reason: "refusal"`, OpenAI `refusal` / `content_filter`), so a caller can
+    /// tell a refusal from an answer.
+    pub stop_reason: StopReason,
     /// The version of the thread's latest checkpoint, when the agent has a checkpointer.
     pub checkpoint: Option<CheckpointVersion>,
     /// Set when the run stopped before tool calls ran, to wait for decisions on them: resume the

@@ -235,6 +235,7 @@ async fn a_middleware_error_stops_the_run_and_leaves_the_thread_unchanged() {
 async fn model_errors_surface_with_their_kind() {
     let model = Arc::new(ScriptedModel::new().then_error(ModelError::Auth {
         message: "bad key".into(),
+        http: None,
     }));
     let agent = Agent::builder(model).build().unwrap();
     let err = agent.run(RunInput::human("hi")).await.unwrap_err();

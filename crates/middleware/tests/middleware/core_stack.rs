@@ -36,6 +36,7 @@ fn overloaded() -> ModelError {
     ModelError::Overloaded {
         message: "busy".into(),
         retry_after: None,
+        http: None,
     }
 }
 
@@ -47,6 +48,7 @@ async fn retry_backs_off_exponentially_and_honours_retry_after() {
             .then_error(ModelError::RateLimited {
                 message: "slow down".into(),
                 retry_after: Some(Duration::from_secs(5)),
+                http: None,
             })
             .then_text("finally"),
     );
@@ -79,7 +81,10 @@ async fn retry_backs_off_exponentially_and_honours_retry_after() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_surfaces_permanent_errors_at_once_and_gives_up_after_the_limit() {
-    let model = Arc::new(ScriptedModel::new().then_error(ModelError::BadRequest { message: "no".into() }));
+    let model = Arc::new(ScriptedModel::new().then_error(ModelError::BadRequest {
+        message: "no".into(),
+        http: None,
+    }));
     let agent = Agent::builder(model.clone())
         .middleware(exact_retry())
         .build()
@@ -97,6 +102,7 @@ async fn retry_surfaces_permanent_errors_at_once_and_gives_up_after_the_limit() 
             .then_error(overloaded())
             .then_error(ModelError::Transport {
                 message: "reset".into(),
+                http: None,
             })
             .then_text("too late"),
     );

@@ -10,6 +10,7 @@ mod adversarial_skills_prompt;
 mod agent_loop_hooks;
 mod agent_loop_runs;
 mod agent_loop_tools;
+mod agent_loop_truncation;
 mod approvals;
 mod attachments;
 mod checkpoint_log;

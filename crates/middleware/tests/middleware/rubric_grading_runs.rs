@@ -66,6 +66,7 @@ async fn interrupted_thread(thread: &ThreadId) -> (Agent, Arc<ScriptedModel>, Ar
             .then_text("draft")
             .then_error(ModelError::Auth {
                 message: "key revoked".into(),
+                http: None,
             })
             .then_text("final"),
     );

@@ -288,6 +288,7 @@ async fn grader_failures_and_bad_verdicts_are_grader_errors_not_crashes() {
             ScriptedModel::new().then_error(ModelError::Overloaded {
                 message: "HTTP 529".into(),
                 retry_after: None,
+                http: None,
             }),
             "provider overloaded: HTTP 529",
         ),

@@ -380,6 +380,7 @@ fn chat_history() -> Vec<Message> {
 fn too_long() -> ModelError {
     ModelError::ContextTooLong {
         message: "prompt is too long: 250000 tokens > 200000 maximum".into(),
+        http: None,
     }
 }
 

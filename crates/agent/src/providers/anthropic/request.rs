@@ -146,6 +146,7 @@ pub(crate) fn build<'a>(
                      tool of that name, so pick another name",
                     format.name
                 ),
+                http: None,
             });
         }
         tools.push(wire::Tool {
@@ -174,16 +175,53 @@ pub(crate) fn build<'a>(
         (None, None) => None,
     };
 
+    let max_tokens = request.max_output_tokens.unwrap_or(default_max_tokens);
+    let thinking = thinking(request, max_tokens)?;
     let body = wire::Request {
         model,
-        max_tokens: request.max_output_tokens.unwrap_or(default_max_tokens),
+        max_tokens,
         system,
         messages,
         tools,
         tool_choice,
         temperature: request.temperature.map(f32_to_f64),
+        top_p: request.top_p.map(f32_to_f64),
+        stop_sequences: &request.stop_sequences,
+        thinking,
     };
     Ok((body, budget.notes))
+}
+
+/// Least `budget_tokens` the Messages API accepts for extended thinking.
+pub const MIN_THINKING_BUDGET: u32 = 1024;
+
+/// The `thinking` setting, checked as the API checks it (at least [`MIN_THINKING_BUDGET`], below
+/// `max_tokens`); `reasoning_effort` is OpenAI's and is refused, not dropped.
+fn thinking(request: &ModelRequest, max_tokens: u32) -> Result<Option<wire::Thinking>, ModelError> {
+    let refuse = |message: String| Err(ModelError::BadRequest { message, http: None });
+    if let Some(effort) = request.reasoning_effort {
+        return refuse(format!(
+            "reasoning_effort ({}) is an OpenAI setting; Anthropic models take thinking_budget",
+            effort.as_str()
+        ));
+    }
+    let Some(budget) = request.thinking_budget else {
+        return Ok(None);
+    };
+    if budget < MIN_THINKING_BUDGET {
+        return refuse(format!(
+            "thinking_budget {budget} is below Anthropic's minimum of {MIN_THINKING_BUDGET} tokens"
+        ));
+    }
+    if budget >= max_tokens {
+        return refuse(format!(
+            "thinking_budget {budget} must be below the output cap (max_tokens {max_tokens})"
+        ));
+    }
+    Ok(Some(wire::Thinking {
+        kind: "enabled",
+        budget_tokens: budget,
+    }))
 }
 
 fn map_choice(choice: &ToolChoice) -> wire::ToolChoice<'_> {

@@ -30,6 +30,7 @@ pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
             }
             return Err(ModelError::Other {
                 message: format!("malformed Anthropic response ({error}): {}", snippet(body)),
+                http: None,
             });
         }
     };
@@ -71,6 +72,7 @@ pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
             message:
                 "the reply stopped at the model's context window (stop_reason model_context_window_exceeded)"
                     .into(),
+            http: None,
         });
     }
     let stop_reason = match response.stop_reason.as_deref() {
@@ -136,14 +138,24 @@ pub fn parse_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> M
         },
     };
     match class {
-        Class::RateLimited => ModelError::RateLimited { message, retry_after },
-        Class::Overloaded => ModelError::Overloaded { message, retry_after },
-        Class::Auth => ModelError::Auth { message },
-        Class::TooLong => ModelError::ContextTooLong { message },
-        Class::BadRequest if says_prompt_too_long(&text) => ModelError::ContextTooLong { message },
-        Class::BadRequest => ModelError::BadRequest { message },
-        Class::Transient => ModelError::Transport { message },
-        Class::Other => ModelError::Other { message },
+        Class::RateLimited => ModelError::RateLimited {
+            message,
+            retry_after,
+            http: None,
+        },
+        Class::Overloaded => ModelError::Overloaded {
+            message,
+            retry_after,
+            http: None,
+        },
+        Class::Auth => ModelError::Auth { message, http: None },
+        Class::TooLong => ModelError::ContextTooLong { message, http: None },
+        Class::BadRequest if says_prompt_too_long(&text) => {
+            ModelError::ContextTooLong { message, http: None }
+        }
+        Class::BadRequest => ModelError::BadRequest { message, http: None },
+        Class::Transient => ModelError::Transport { message, http: None },
+        Class::Other => ModelError::Other { message, http: None },
     }
 }
 

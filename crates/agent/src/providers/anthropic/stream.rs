@@ -184,6 +184,7 @@ fn index_of(event: &Value) -> Result<usize, ModelError> {
         .filter(|i| *i < 10_000)
         .ok_or_else(|| ModelError::Other {
             message: format!("an Anthropic stream event has no usable block index: {event}"),
+            http: None,
         })
 }
 
@@ -275,6 +276,7 @@ data: {\"type\":\"message_stop\"}\n\n";
             while let Some(event) = events.next().await {
                 let event = event.map_err(|e| ModelError::Transport {
                     message: e.to_string(),
+                    http: None,
                 })?;
                 let Some(data) = event.data else { continue };
                 reply.take(event.event.as_deref(), &data, &on_delta)?;

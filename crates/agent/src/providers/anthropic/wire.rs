@@ -23,6 +23,20 @@ pub(crate) struct Request<'a> {
     pub tool_choice: Option<ToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<Thinking>,
+}
+
+/// `{"type": "enabled", "budget_tokens": n}`: extended thinking.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Thinking {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub budget_tokens: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

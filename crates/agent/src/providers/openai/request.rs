@@ -18,7 +18,9 @@
 //!   in the system-reminder marker, per [`InlineSystem`]; its tools are appended to `tools` after the
 //!   request's own (names already listed are skipped).
 //! * `tool_choice` only when there are tools; `response_format` as `json_schema`; the output cap as
-//!   `max_completion_tokens` or `max_tokens` per [`MaxTokensField`].
+//!   `max_completion_tokens` or `max_tokens` per [`MaxTokensField`]; `temperature` and `top_p` as
+//!   given, `stop_sequences` as `stop`, `reasoning_effort` as given (`thinking_budget`, Anthropic's,
+//!   is refused by [`OpenAiModel::request_body`](super::OpenAiModel::request_body)).
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -153,6 +155,9 @@ pub(crate) fn build<'a>(
         max_completion_tokens,
         max_tokens,
         temperature: request.temperature.map(f32_to_f64),
+        top_p: request.top_p.map(f32_to_f64),
+        stop: &request.stop_sequences,
+        reasoning_effort: request.reasoning_effort.map(|e| e.as_str()),
     }
 }
 
@@ -212,7 +217,7 @@ fn assistant(content: &[ContentBlock]) -> wire::Message<'_> {
 }
 
 /// The text of a tool result, images replaced by [`IMAGE_OMITTED`].
-fn tool_text(content: &[ContentBlock]) -> Cow<'_, str> {
+pub(crate) fn tool_text(content: &[ContentBlock]) -> Cow<'_, str> {
     if let [ContentBlock::Text { text }] = content {
         return Cow::Borrowed(text);
     }
@@ -233,7 +238,7 @@ fn tool_text(content: &[ContentBlock]) -> Cow<'_, str> {
 }
 
 /// A call's arguments as the JSON object text Chat Completions expects back.
-fn replayed_arguments(args: &Value) -> String {
+pub(crate) fn replayed_arguments(args: &Value) -> String {
     match args {
         Value::Object(_) => args.to_string(),
         Value::String(raw) if serde_json::from_str::<Value>(raw).is_ok_and(|v| v.is_object()) => raw.clone(),

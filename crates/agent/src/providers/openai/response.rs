@@ -21,8 +21,9 @@ use crate::providers::snippet;
 /// (some local servers) gets `call_<index>`.
 ///
 /// `finish_reason`: `stop` → `EndTurn`, `length` → `MaxTokens`, `tool_calls`/`function_call` →
-/// `ToolUse`, `content_filter` → `Refusal`, others → `Other`; a message with tool calls is always
-/// `ToolUse` (ollama answers `stop`). Usage: `input_tokens` = `prompt_tokens` − cached,
+/// `ToolUse`, `content_filter` → `Refusal`, others → `Other`; a message with tool calls is
+/// `ToolUse` (ollama answers `stop`) unless the reason is `length`: a reply cut at the token limit
+/// stays `MaxTokens`, so its possibly half-written calls are not run. Usage: `input_tokens` = `prompt_tokens` − cached,
 /// `cache_read_tokens` = `prompt_tokens_details.cached_tokens`.
 pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
     let response: wire::Response = match serde_json::from_slice(body) {
@@ -36,12 +37,14 @@ pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
             }
             return Err(ModelError::Other {
                 message: format!("malformed Chat Completions response ({error}): {}", snippet(body)),
+                http: None,
             });
         }
     };
     let Some(choice) = response.choices.into_iter().next() else {
         return Err(ModelError::Other {
             message: format!("Chat Completions response without choices: {}", snippet(body)),
+            http: None,
         });
     };
 
@@ -78,7 +81,11 @@ pub fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
         meta: MessageMeta::default(),
     };
 
-    let stop_reason = if message.has_tool_calls() {
+    let stop_reason = if choice.finish_reason.as_deref() == Some("length") {
+        // Cut at the output token limit: tool calls in such a reply may be half-written, and the
+        // agent loop must not run them (issue 21, item 3).
+        StopReason::MaxTokens
+    } else if message.has_tool_calls() {
         StopReason::ToolUse
     } else if refused {
         StopReason::Refusal
@@ -176,18 +183,26 @@ pub fn parse_error(status: u16, retry_after: Option<Duration>, body: &[u8]) -> M
         || kind == "exceed_context_size_error"
         || (client_error && says_context_full(&text))
     {
-        return ModelError::ContextTooLong { message };
+        return ModelError::ContextTooLong { message, http: None };
     }
     if code == "insufficient_quota" {
-        return ModelError::Auth { message };
+        return ModelError::Auth { message, http: None };
     }
     match status {
-        429 => ModelError::RateLimited { message, retry_after },
-        401 | 403 => ModelError::Auth { message },
-        503 | 529 => ModelError::Overloaded { message, retry_after },
-        408 | 409 | 500..=599 => ModelError::Transport { message },
-        400..=499 => ModelError::BadRequest { message },
-        _ => ModelError::Other { message },
+        429 => ModelError::RateLimited {
+            message,
+            retry_after,
+            http: None,
+        },
+        401 | 403 => ModelError::Auth { message, http: None },
+        503 | 529 => ModelError::Overloaded {
+            message,
+            retry_after,
+            http: None,
+        },
+        408 | 409 | 500..=599 => ModelError::Transport { message, http: None },
+        400..=499 => ModelError::BadRequest { message, http: None },
+        _ => ModelError::Other { message, http: None },
     }
 }
 
@@ -212,4 +227,13 @@ pub(crate) fn structured_output(response: &ModelResponse) -> Option<Value> {
         text = inner.strip_suffix("```").unwrap_or(inner).trim();
     }
     serde_json::from_str(text).ok()
+}
+
+/// Set `response.structured_output` from its text ([`structured_output`]), warning when an answer
+/// without calls is not JSON.
+pub(crate) fn take_structured_output(response: &mut ModelResponse, model: &str) {
+    response.structured_output = structured_output(response);
+    if response.structured_output.is_none() && !response.message.has_tool_calls() {
+        tracing::warn!(model, "structured output requested but the answer is not JSON");
+    }
 }

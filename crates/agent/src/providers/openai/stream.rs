@@ -296,6 +296,7 @@ mod tests {
             while let Some(event) = events.next().await {
                 let event = event.map_err(|e| ModelError::Transport {
                     message: e.to_string(),
+                    http: None,
                 })?;
                 let Some(data) = event.data else { continue };
                 reply.take(None, &data, &on_delta)?;
