@@ -7,6 +7,7 @@ mod call_ids;
 mod cli;
 mod cli_logging;
 mod cli_sandbox;
+mod cli_skills_cache;
 mod cli_streaming;
 mod cli_threads;
 mod cli_users;
