@@ -26,8 +26,8 @@ use crate::timings::Timings;
 
 mod sections;
 use sections::{
-    sandbox_section, streaming_section, telemetry_section, thread_log_section, thread_resume_section,
-    users_section,
+    persisted_catalog_section, sandbox_section, streaming_section, telemetry_section, thread_log_section,
+    thread_resume_section, users_section,
 };
 
 const BENCHES: &[(&str, &str)] = &[
@@ -215,7 +215,7 @@ command; raw results land in `target/bench/results.json`.\n\n",
     md.push_str("## Skill discovery\n\n`new thread ms` is an unchanged rescan: what a new thread pays once another thread of the same middleware has loaded the library (it re-reads only changed `SKILL.md` files). The Python package loads from scratch on every new thread. Its quoted numbers are for local disk only.\n\n| store | skills | discovery ms | floor ms | ratio to floor | new thread ms | peak RSS MB | section tokens | deepagents s (quoted) | deepagents RSS MB (quoted) | deepagents tokens (quoted) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     let mut local = Vec::new();
     let mut s3 = Vec::new();
-    for r in of("skills_discovery") {
+    for r in of("skills_discovery").filter(|r| r.get("case").is_none()) {
         let n = r.get("skills").and_then(Value::as_u64).unwrap_or(0);
         let store = r.get("store").and_then(Value::as_str).unwrap_or("?");
         // The quoted measurement is for local disk only.
@@ -263,6 +263,7 @@ command; raw results land in `target/bench/results.json`.\n\n",
         ),
     )?;
     let tokens: Vec<(f64, f64)> = of("skills_discovery")
+        .filter(|r| r.get("case").is_none())
         .filter(|r| r.get("store").and_then(Value::as_str) == Some("local"))
         .map(|r| (num(r, "skills"), num(r, "section_tokens")))
         .collect();
@@ -286,8 +287,10 @@ command; raw results land in `target/bench/results.json`.\n\n",
         ),
     )?;
     md.push_str(
-        "\n![discovery time](benchmarks/discovery.svg)\n\n![section tokens](benchmarks/tokens.svg)\n\n",
+        "\n![discovery time](benchmarks/discovery.svg)\n\n![section tokens](benchmarks/tokens.svg)\n",
     );
+    persisted_catalog_section(&mut md, of("skills_discovery"));
+    md.push('\n');
 
     let per_call: Vec<String> = REFERENCE
         .per_call_ms
@@ -471,6 +474,24 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| history | 1000 | 12.50 | 30.00 |"), "{md}");
+    }
+
+    #[test]
+    fn persisted_catalog_rows_are_reported() {
+        let rows = [
+            serde_json::json!({"bench": "skills_discovery", "case": "persisted_catalog", "store": "s3-emulator",
+                "skills": 5000, "cold_and_save_ms": 9000.0, "cache_bytes": 4_200_000, "unchanged_ms": 310.5,
+                "changed_files": 50, "one_percent_changed_ms": 420.4, "read_changed_ms": 95.0}),
+            serde_json::json!({"bench": "skills_discovery", "store": "local", "skills": 100}),
+        ];
+        let mut md = String::new();
+        persisted_catalog_section(&mut md, rows.iter());
+        assert!(md.contains("## Persisted skills catalog"), "{md}");
+        assert!(
+            md.contains("| s3-emulator | 5,000 | 9000.0 | 4,200,000 | 310.5 | 50 | 420.4 | 95.0 |"),
+            "{md}"
+        );
+        assert_eq!(md.matches("\n| local").count(), 0, "only persisted rows: {md}");
     }
 
     #[test]

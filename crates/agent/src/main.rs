@@ -271,6 +271,8 @@ enum SkillsCommand {
         /// Print JSON (each skill's fields and the load warnings) instead of one entry per skill.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        cache: CacheArgs,
         /// Skills directories or object-store URLs (later sources override earlier ones).
         #[arg(required = true, value_name = "SOURCE")]
         sources: Vec<String>,
@@ -281,10 +283,41 @@ enum SkillsCommand {
         /// Print JSON (findings per SKILL.md, source warnings, error and warning counts) instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        cache: CacheArgs,
         /// Skills directories or object-store URLs to check.
         #[arg(required = true, value_name = "SOURCE")]
         sources: Vec<String>,
     },
+    /// Publish an object-store source's catalog into the source itself (URL/.trellis-skills-index),
+    /// so every worker's `skills list` and agent start read only what changed since.
+    #[command(after_help = LOGGING_HELP)]
+    Index {
+        /// The object-store URL of the skills source (s3://bucket/org/skills).
+        #[arg(value_name = "URL")]
+        url: String,
+    },
+}
+
+/// Where persisted skill catalogs are kept.
+#[derive(clap::Args, Debug)]
+struct CacheArgs {
+    /// Scan every source from scratch and write no catalog cache.
+    #[arg(long)]
+    no_cache: bool,
+    /// The catalog cache directory (default: $TRELLIS_CACHE_DIR, else $XDG_CACHE_HOME/trellis/skills,
+    /// else ~/.cache/trellis/skills).
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+impl CacheArgs {
+    fn choice(self) -> skills_cli::CacheChoice {
+        skills_cli::CacheChoice {
+            disabled: self.no_cache,
+            dir: self.cache_dir,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -492,11 +525,14 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             ThreadsCommand::Delete { id } => threads_cli::delete(&state_dir, &id).await,
         },
         Command::Skills {
-            command: SkillsCommand::List { json, sources },
-        } => skills_cli::list(&sources, json).await,
+            command: SkillsCommand::List { json, cache, sources },
+        } => skills_cli::list(&sources, json, &cache.choice()).await,
         Command::Skills {
-            command: SkillsCommand::Validate { json, sources },
-        } => skills_cli::validate(&sources, json).await,
+            command: SkillsCommand::Validate { json, cache, sources },
+        } => skills_cli::validate(&sources, json, &cache.choice()).await,
+        Command::Skills {
+            command: SkillsCommand::Index { url },
+        } => skills_cli::index(&url).await,
     }
 }
 

@@ -1,4 +1,13 @@
-//! `trellis skills list` and `trellis skills validate`.
+//! `trellis skills list`, `trellis skills validate` and `trellis skills index`.
+//!
+//! `list` and `validate` seed discovery with each source's persisted catalog (see
+//! `trellis_middleware::skills::persist`): the local cache directory first, then the index object a
+//! `trellis skills index URL` published into an object-store source. Either way every source is
+//! listed and only new or changed `SKILL.md` files are read; the local cache is rewritten when the
+//! catalog changed. `--no-cache` scans from scratch and writes nothing.
+//!
+//! Per-skill warnings are summarised in the log (one WARN line per source and code, each skill at
+//! INFO with `-v`); `--json` output carries every warning.
 //!
 //! Text output prints what skill authors wrote (names, descriptions, issue messages quoting the
 //! file) and what storage services said (source warnings) through `escape_controls`: control and
@@ -6,22 +15,85 @@
 //! terminal escape sequences. `--json` output is escaped by the JSON encoder.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use trellis_middleware::skills::{DiscoveryOptions, SkillCatalog, discover, escape_controls as safe};
+use trellis_middleware::skills::{
+    BucketIndex, CatalogStore, DiscoveryOptions, LocalCatalogDir, Persisted, SkillCatalog, default_cache_dir,
+    discover_persisted, escape_controls as safe,
+};
 
 use crate::workspace;
 
-async fn scan(sources: &[String]) -> Result<(SkillCatalog, workspace::Workspace)> {
+/// Where `list` and `validate` keep persisted catalogs.
+#[derive(Debug, Clone, Default)]
+pub struct CacheChoice {
+    /// `--no-cache`: scan from scratch, write nothing.
+    pub disabled: bool,
+    /// `--cache-dir`, else [`default_cache_dir`].
+    pub dir: Option<PathBuf>,
+}
+
+/// What names a source's place, for its cache key: an object-store URL without trailing
+/// slashes, or the canonical absolute directory.
+fn origin(source: &str) -> String {
+    if source.contains("://") {
+        return source.trim_end_matches('/').to_owned();
+    }
+    std::fs::canonicalize(source).map_or_else(|_| source.to_owned(), |p| p.display().to_string())
+}
+
+/// How each source of `ws` is persisted under `cache`.
+fn persistence(ws: &workspace::Workspace, sources: &[String], cache: &CacheChoice) -> Vec<Option<Persisted>> {
+    if cache.disabled {
+        return Vec::new();
+    }
+    let local: Option<Arc<dyn CatalogStore>> = cache
+        .dir
+        .clone()
+        .or_else(default_cache_dir)
+        .map(|dir| Arc::new(LocalCatalogDir::new(dir)) as Arc<dyn CatalogStore>);
+    ws.skills
+        .iter()
+        .enumerate()
+        .map(|(i, skill_source)| {
+            let given = given(ws, sources, i);
+            let mut stores: Vec<(Arc<dyn CatalogStore>, bool)> = Vec::new();
+            if let Some(local) = &local {
+                stores.push((local.clone(), true));
+            }
+            if given.contains("://")
+                && let Ok(index) = BucketIndex::new(ws.backend.clone(), skill_source.path())
+            {
+                stores.push((Arc::new(index), false));
+            }
+            (!stores.is_empty()).then(|| Persisted {
+                origin: origin(&given),
+                stores,
+            })
+        })
+        .collect()
+}
+
+async fn scan(sources: &[String], cache: &CacheChoice) -> Result<(SkillCatalog, workspace::Workspace)> {
     let ws = workspace::assemble(sources, &[], None)?;
     let progress = std::io::stderr().is_terminal();
     if progress {
         eprint!("scanning {} source(s)…", sources.len());
     }
-    let found = discover(&ws.skills, &DiscoveryOptions::default()).await;
+    let persisted = persistence(&ws, sources, cache);
+    let found = discover_persisted(&ws.skills, &persisted, &DiscoveryOptions::default())
+        .await
+        .discovery;
+    tracing::info!(
+        "skills: {} SKILL.md file(s) read, {} reused from the catalog cache",
+        found.stats.read + found.stats.read_on,
+        found.stats.reused
+    );
     if progress {
         eprintln!(
             "\rscanned {} source(s): {} skills, {} files read in {:.1}s",
@@ -43,19 +115,68 @@ fn given(ws: &workspace::Workspace, sources: &[String], index: usize) -> String 
         .unwrap_or_default()
 }
 
+/// `skills index URL`: scan an object-store source (seeded by its current index) and publish its
+/// catalog as `<URL>/.trellis-skills-index`, create-only or version-checked against the index it
+/// read, so two publishers racing cannot interleave (the loser fails and can retry).
+pub async fn index(url: &str) -> Result<ExitCode> {
+    if !url.contains("://") {
+        bail!(
+            "`skills index` publishes into an object store: give a URL (s3://, gs://, az://, memory://), not {url:?}"
+        );
+    }
+    let sources = [url.to_owned()];
+    let ws = workspace::assemble(&sources, &[], None)?;
+    let source = ws.skills.first().context("no source")?;
+    let index = Arc::new(BucketIndex::new(ws.backend.clone(), source.path())?);
+    let persisted = [Some(Persisted {
+        origin: origin(url),
+        stores: vec![(index.clone() as Arc<dyn CatalogStore>, true)],
+    })];
+    let found = discover_persisted(&ws.skills, &persisted, &DiscoveryOptions::default()).await;
+    let report = found.reports.first().cloned().unwrap_or_default();
+    if found.discovery.stats.unlisted_sources > 0 {
+        bail!(
+            "cannot list {url}: {}",
+            found.discovery.catalog.warnings().join("; ")
+        );
+    }
+    if let Some(problem) = report.warnings.iter().find(|w| w.starts_with("cannot save")) {
+        bail!("{problem}");
+    }
+    let stats = &found.discovery.stats;
+    println!(
+        "{} {} skills ({} files read, {} reused) {} {}/{}",
+        if report.saved > 0 {
+            "published"
+        } else {
+            "unchanged:"
+        },
+        stats.loaded,
+        stats.read + stats.read_on,
+        stats.reused,
+        if report.saved > 0 { "to" } else { "in" },
+        url.trim_end_matches('/'),
+        trellis_middleware::skills::persist::INDEX_FILE
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `skills list`.
-pub async fn list(sources: &[String], as_json: bool) -> Result<ExitCode> {
-    let (catalog, ws) = scan(sources).await?;
-    let skills: Vec<Value> = catalog
-        .skills()
-        .iter()
-        .map(|s| {
+pub async fn list(sources: &[String], as_json: bool, cache: &CacheChoice) -> Result<ExitCode> {
+    let (catalog, ws) = scan(sources, cache).await?;
+    // Streamed through one buffer: no JSON tree or output string of the whole catalog is built
+    // (at 61,000 skills those were most of the peak memory), and no write per line.
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    if as_json {
+        out.write_all(b"{\n  \"skills\": [")?;
+        for (i, s) in catalog.skills().iter().enumerate() {
+            out.write_all(if i == 0 { b"\n    " } else { b",\n    " })?;
             let metadata: serde_json::Map<String, Value> = s
                 .metadata
                 .iter()
                 .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
                 .collect();
-            json!({
+            let entry = json!({
                 "name": s.name,
                 "description": s.description,
                 "path": s.path.as_str(),
@@ -64,35 +185,38 @@ pub async fn list(sources: &[String], as_json: bool) -> Result<ExitCode> {
                 "compatibility": s.compatibility,
                 "metadata": metadata,
                 "allowed_tools": s.allowed_tools,
-            })
-        })
-        .collect();
-    let mut warnings: Vec<String> = catalog.warnings().to_vec();
-    warnings.extend(catalog.issues().iter().map(ToString::to_string));
-    if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({ "skills": skills, "warnings": warnings }))?
-        );
+            });
+            serde_json::to_writer(&mut out, &entry)?;
+        }
+        out.write_all(b"\n  ],\n  \"warnings\": [")?;
+        let issues = catalog.issues().iter().map(ToString::to_string);
+        for (i, w) in catalog.warnings().iter().cloned().chain(issues).enumerate() {
+            out.write_all(if i == 0 { b"\n    " } else { b",\n    " })?;
+            serde_json::to_writer(&mut out, &w)?;
+        }
+        out.write_all(b"\n  ]\n}\n")?;
     } else {
         for s in catalog.skills() {
-            println!(
+            writeln!(
+                out,
                 "{}  {}\n    {}",
                 safe(&s.name),
                 safe(s.path.as_str()),
                 safe(&s.description)
-            );
+            )?;
         }
-        for w in &warnings {
+        // Per-skill issues are summarised in the log (one line per source and code).
+        for w in catalog.warnings() {
             eprintln!("warning: {}", safe(w));
         }
     }
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// `skills validate`: every skill against the Agent Skills rules.
-pub async fn validate(sources: &[String], as_json: bool) -> Result<ExitCode> {
-    let (catalog, _ws) = scan(sources).await?;
+pub async fn validate(sources: &[String], as_json: bool, cache: &CacheChoice) -> Result<ExitCode> {
+    let (catalog, _ws) = scan(sources, cache).await?;
     // Per SKILL.md: (errors, warnings).
     let mut report: BTreeMap<String, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
     for skill in catalog.skills().iter().chain(catalog.shadowed()) {

@@ -226,3 +226,31 @@ Target: at most 5 µs added per model call.\n\n| case | off | on | added | ratio
         );
     }
 }
+
+/// `## Persisted skills catalog`: a new process listing skills with a warm catalog cache (the
+/// `persisted_catalog` rows of the `skills_discovery` bench).
+pub(super) fn persisted_catalog_section<'a>(md: &mut String, rows: impl Iterator<Item = &'a Value>) {
+    md.push_str(
+        "\n## Persisted skills catalog\n\nEach run is what a new `trellis skills list` process does: a new backend, the \
+catalog loaded from a warm local cache directory, every source listed, only new or changed `SKILL.md` files read. \
+`unchanged` reads none (target at 5,000 skills on S3: at most 1,000 ms; a cold scan without the cache took 12.5 s); \
+`1% changed` rewrites every hundredth file first, and is compared with `read changed`, one `read_many` of just those \
+files (target: at most 1,000 ms more). Medians of 3.\n\n\
+| store | skills | cold + save ms | cache bytes | unchanged ms | changed files | 1% changed ms | read changed ms |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows.filter(|r| r.get("case").and_then(Value::as_str) == Some("persisted_catalog")) {
+        let int = |key: &str| r.get(key).and_then(Value::as_u64).unwrap_or(0);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.1} | {} | {:.1} | {} | {:.1} | {:.1} |",
+            r.get("store").and_then(Value::as_str).unwrap_or("?"),
+            thousands(int("skills")),
+            num(r, "cold_and_save_ms"),
+            thousands(int("cache_bytes")),
+            num(r, "unchanged_ms"),
+            int("changed_files"),
+            num(r, "one_percent_changed_ms"),
+            num(r, "read_changed_ms"),
+        );
+    }
+}

@@ -60,7 +60,7 @@ fn warnings_by_default_without_colour_codes() {
     let skills = skills_dir();
     let out = inspect(skills.path(), &[], &[]);
     let log = stderr(&out);
-    assert!(log.contains("WARN") && log.contains("skipping skill"), "{log}");
+    assert!(log.contains("WARN") && log.contains("skill(s) skipped"), "{log}");
     assert!(!log.contains("DEBUG"), "default level is WARN: {log}");
     assert_no_escape(&out);
     // An empty NO_COLOR is unset; a set one is honoured; neither brings colour to a pipe.
@@ -173,8 +173,8 @@ fn every_flag_named_in_the_issue_has_help_text() {
     );
 }
 
-/// A library where every skill has a problem logs one summary line per source and kind, with
-/// counts by code, not a line per skill; `-v` shows each skill's own line.
+/// A library where every skill has a problem logs one summary line per source and code, with the
+/// count, not a line per skill; `-v` shows each skill's own line, `skills list --json` every issue.
 #[test]
 fn skill_warnings_are_summarised_per_source() {
     let dir = tempfile::tempdir().unwrap();
@@ -190,18 +190,43 @@ fn skill_warnings_are_summarised_per_source() {
     }
     let out = inspect(dir.path(), &[], &[]);
     let log = stderr(&out);
-    let warn_lines: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
-    assert_eq!(warn_lines.len(), 1, "one summary line, not one per skill: {log}");
+    let mut warn_lines: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    warn_lines.sort_by_key(|l| l.contains("invalid-yaml"));
+    assert_eq!(
+        warn_lines.len(),
+        2,
+        "one line per source and code, not one per skill: {log}"
+    );
     assert!(
-        warn_lines[0].contains("skipping skills in /skills/") && warn_lines[0].contains(": 40 ("),
+        warn_lines[0].contains(": 10 skill(s) skipped [frontmatter-missing], first /skills/"),
         "{}",
         warn_lines[0]
     );
     assert!(
-        warn_lines[0].contains("frontmatter-missing 10") && warn_lines[0].contains("invalid-yaml 30"),
-        "counts by code: {}",
-        warn_lines[0]
+        warn_lines[1].contains(": 30 skill(s) skipped [invalid-yaml], first /skills/"),
+        "{}",
+        warn_lines[1]
     );
     let verbose = stderr(&inspect(dir.path(), &["-v"], &[]));
     assert_eq!(verbose.matches("skipping skill:").count(), 40, "{verbose}");
+
+    // `skills list`: the same two summary lines, no line per skill; `--json` holds every issue.
+    let cache = tempfile::tempdir().unwrap();
+    let list = |extra: &[&str]| {
+        trellis()
+            .args(["skills", "list", "--cache-dir"])
+            .arg(cache.path())
+            .args(extra)
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let text = list(&[]);
+    assert!(text.status.success());
+    let log = stderr(&text);
+    assert_eq!(log.lines().count(), 2, "{log}");
+    assert!(!log.contains("broken-02"), "no per-skill line: {log}");
+    let json = list(&["--json"]);
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(value["warnings"].as_array().map(Vec::len), Some(40), "{value}");
 }

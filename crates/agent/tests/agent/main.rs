@@ -8,6 +8,7 @@ mod cli;
 mod cli_approvals;
 mod cli_logging;
 mod cli_sandbox;
+mod cli_skills_cache;
 mod cli_streaming;
 mod cli_threads;
 mod cli_users;

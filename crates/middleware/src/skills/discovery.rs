@@ -68,6 +68,8 @@ pub struct DiscoveryStats {
     pub sources: usize,
     /// Sources that could not be listed.
     pub unlisted_sources: usize,
+    /// Their indexes, in order (a persisted catalog of such a source is kept, not replaced).
+    pub unlisted: Vec<usize>,
     /// Candidate `SKILL.md` paths (subdirectories of the sources).
     pub candidates: usize,
     /// `SKILL.md` files read in this scan (first pass).
@@ -144,11 +146,12 @@ async fn scan(
     .await;
     let mut warnings = Vec::new();
     let mut candidates = Vec::new();
-    for listing in listings {
+    for (index, listing) in listings.into_iter().enumerate() {
         match listing {
             Ok(found) => candidates.extend(found),
             Err(warning) => {
                 stats.unlisted_sources += 1;
+                stats.unlisted.push(index);
                 warnings.push(warning);
             }
         }

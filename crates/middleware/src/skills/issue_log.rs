@@ -1,9 +1,10 @@
 //! Logging what discovery found wrong, at a scale of tens of thousands of skills.
 //!
-//! One WARN line per source and kind (skipped, or loaded with a warning), with counts by issue
-//! code; each skill's own line is at INFO (`trellis -v`), and every issue is in the catalog (and in
-//! `trellis skills validate --json`). A registry with a warning per skill used to print one log line
-//! per skill; it now prints at most two per source.
+//! One WARN line per source and issue code, with the count, whether those skills were skipped or
+//! loaded, and the first path as an example; each skill's own line is at INFO (`trellis -v`), and
+//! every issue is in the catalog (and in `trellis skills list --json` / `skills validate --json`).
+//! A registry with a warning per skill used to print one log line per skill; it now prints one per
+//! source and code (a few dozen at most: there are that many codes).
 
 use std::collections::BTreeMap;
 
@@ -12,8 +13,8 @@ use super::source::SkillSource;
 
 /// Log `issues` (see the module docs).
 pub(crate) fn log_issues(sources: &[SkillSource], issues: &[SkillIssue]) {
-    // (source, skipped?) → code → count.
-    let mut summary: BTreeMap<(String, bool), BTreeMap<String, usize>> = BTreeMap::new();
+    // (source, code, skipped?) → (count, first path).
+    let mut summary: BTreeMap<(String, String, bool), (usize, String)> = BTreeMap::new();
     for issue in issues {
         let skipped = match issue.severity() {
             Severity::Skipped => {
@@ -39,24 +40,22 @@ pub(crate) fn log_issues(sources: &[SkillSource], issues: &[SkillIssue]) {
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_else(|| format!("{:?}", issue.code));
-        *summary
-            .entry((source, skipped))
-            .or_default()
-            .entry(code)
-            .or_default() += 1;
+        let entry = summary
+            .entry((source, code, skipped))
+            .or_insert_with(|| (0, issue.path.to_string()));
+        entry.0 += 1;
     }
-    for ((source, skipped), codes) in summary {
-        let total: usize = codes.values().sum();
-        let counts: Vec<String> = codes.iter().map(|(code, n)| format!("{code} {n}")).collect();
+    for ((source, code, skipped), (count, first)) in summary {
         let what = if skipped {
-            "skipping skills"
+            "skipped"
         } else {
-            "skills loaded with warnings"
+            "loaded with a warning"
         };
         tracing::warn!(
             source = %source,
-            "{what} in {source}: {total} ({}); -v shows each, `trellis skills validate` explains them",
-            counts.join(", ")
+            code = %code,
+            count,
+            "{source}: {count} skill(s) {what} [{code}], first {first}; -v shows each, `trellis skills validate` explains them"
         );
     }
 }

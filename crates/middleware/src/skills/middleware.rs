@@ -50,6 +50,7 @@ use super::activation::{activations, disclose_in_messages, pinned_message};
 use super::catalog::{SkillCatalog, SkillVisibility, Viewer};
 use super::discovery::{DiscoveryOptions, discover, rescan};
 use super::layers::{Layer, LayeredCatalog};
+use super::persist::{Persisted, discover_persisted};
 use super::personal::PersonalSkills;
 use super::render::{RenderOptions, render_layered};
 use super::source::SkillSource;
@@ -129,6 +130,7 @@ pub struct SkillsMiddleware {
     bound: BoundTools,
     visibility: Option<Arc<dyn SkillVisibility>>,
     personal: Option<Arc<PersonalSkills>>,
+    persisted: Arc<[Option<Persisted>]>,
     views: Arc<Views>,
     latest: Arc<Mutex<Option<Latest>>>,
 }
@@ -173,9 +175,19 @@ impl SkillsMiddleware {
             bound: BoundTools::new(),
             visibility: None,
             personal: None,
+            persisted: Arc::new([]),
             views: Arc::default(),
             latest: Arc::default(),
         }
+    }
+
+    /// Seed the first discovery of this middleware with each source's persisted catalog
+    /// (`persisted[i]` for source `i`; see [`persist`](super::persist)), so a new process reads
+    /// only the `SKILL.md` files that changed since; the caches are updated after it. Agent-scoped:
+    /// every thread and user of the middleware shares these sources' catalogs.
+    pub fn with_persisted(mut self, persisted: Vec<Option<Persisted>>) -> Self {
+        self.persisted = persisted.into();
+        self
     }
 
     /// Budget of the section in tokens (default: 2% of the model's context window).
@@ -438,6 +450,11 @@ impl Middleware for SkillsMiddleware {
                 let found = match (&previous, &latest) {
                     (Some(p), _) => rescan(&self.sources, &p.catalog, &self.discovery).await,
                     (None, Some(l)) => rescan(&self.sources, &l.catalog, &self.discovery).await,
+                    (None, None) if self.persisted.iter().any(Option::is_some) => {
+                        discover_persisted(&self.sources, &self.persisted, &self.discovery)
+                            .await
+                            .discovery
+                    }
                     (None, None) => discover(&self.sources, &self.discovery).await,
                 };
                 let stats = found.stats.clone();

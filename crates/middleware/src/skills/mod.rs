@@ -34,6 +34,7 @@ pub mod frontmatter;
 pub(crate) mod issue_log;
 pub mod layers;
 pub mod middleware;
+pub mod persist;
 pub mod personal;
 pub mod render;
 pub mod search;
@@ -69,6 +70,10 @@ pub use layers::{Layer, LayeredCatalog};
 pub use middleware::{
     DISCLOSURE_SOURCE, Disclosure, PIN_SKILLS, PINNED_SOURCE, RELOAD_SKILLS, SKILLS, SKILLS_ACTIVATED,
     SkillsMiddleware, SkillsState,
+};
+pub use persist::{
+    BucketIndex, CacheError, CacheReport, CatalogStore, LocalCatalogDir, Persisted, PersistedDiscovery,
+    default_cache_dir, discover_persisted,
 };
 pub use personal::{DEFAULT_PERSONAL_SKILLS_DIR, PERSONAL_LABEL, PersonalSkills};
 pub use render::{

@@ -24,6 +24,7 @@ mod rubric_common;
 mod rubric_grading_runs;
 mod rubric_payload;
 mod rubric_verdicts;
+mod skills_catalog_cache;
 mod skills_changing_bindings;
 mod skills_discovery_common;
 mod skills_discovery_library;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use trellis_middleware::backend::{FilesystemBackend, ObjectStoreBackend, StoreOptions, VirtualPath};
+use trellis_middleware::backend::{FilesystemBackend, VirtualPath};
 use trellis_middleware::skills::{DiscoveryOptions, IssueCode, Severity, SkillCatalog, discover, rescan};
 
 use crate::skills_discovery_common::*;
@@ -286,34 +286,6 @@ async fn rescan_rereads_only_changed_files_on_local_disk() {
 }
 
 // ---- the S3 emulator behaves like local disk ----
-
-fn s3_or_skip() -> Option<(String, String)> {
-    match (
-        std::env::var("TRELLIS_S3_ENDPOINT"),
-        std::env::var("TRELLIS_TEST_BUCKET"),
-    ) {
-        (Ok(endpoint), Ok(bucket)) if !endpoint.is_empty() && !bucket.is_empty() => Some((endpoint, bucket)),
-        _ if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") => {
-            panic!(
-                "skills S3 suite: TRELLIS_S3_ENDPOINT and TRELLIS_TEST_BUCKET must be set when TRELLIS_EMULATORS=required"
-            )
-        }
-        _ => {
-            println!("skipped: skills S3 suite (set TRELLIS_S3_ENDPOINT or run cargo xtask test)");
-            None
-        }
-    }
-}
-
-fn s3(endpoint: &str, bucket: &str, tag: &str) -> Shared {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let prefix = format!("skills-{tag}-{}-{nanos}", std::process::id());
-    let options = StoreOptions::s3_compatible(endpoint, "test", "test");
-    Arc::new(ObjectStoreBackend::from_url(&format!("s3://{bucket}/{prefix}"), &options).unwrap())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_library_behaves_like_local_disk() {

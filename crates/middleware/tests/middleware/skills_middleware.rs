@@ -436,3 +436,48 @@ async fn over_budget_catalog_offers_search_that_reaches_every_skill() {
     let found = &tool_texts(&out)[0];
     assert!(found.0.starts_with("- skill-287:"), "{found:?}");
 }
+
+/// A second middleware over the same sources (what a new process builds) with a persisted catalog
+/// reads no `SKILL.md` on its first thread, and still sees a change made in between.
+#[tokio::test]
+async fn a_persisted_catalog_seeds_a_new_middleware() {
+    use trellis_middleware::skills::{CatalogStore, LocalCatalogDir, Persisted};
+    let backend = library().await;
+    let cache = tempfile::tempdir().unwrap();
+    let store: Arc<dyn CatalogStore> = Arc::new(LocalCatalogDir::new(cache.path()));
+    let agent = |model: Arc<ScriptedModel>| {
+        Agent::builder(model)
+            .middleware(
+                skills_mw(backend.clone())
+                    .with_persisted(vec![Some(Persisted::new("state://skills", store.clone()))]),
+            )
+            .build()
+            .unwrap()
+    };
+    let first = loaded_on_a_new_thread(&agent(Arc::new(ScriptedModel::new().then_text("one")))).await;
+    assert_eq!(
+        (&first["read"], &first["reused"]),
+        (&json!(3), &json!(0)),
+        "{first}"
+    );
+    let second = loaded_on_a_new_thread(&agent(Arc::new(ScriptedModel::new().then_text("two")))).await;
+    assert_eq!(
+        (&second["read"], &second["reused"]),
+        (&json!(0), &json!(3)),
+        "{second}"
+    );
+    put(
+        backend.as_ref(),
+        "/skills/meeting-prep/SKILL.md",
+        "---\nname: meeting-prep\ndescription: Changed between processes.\n---\n",
+    )
+    .await;
+    let model = Arc::new(ScriptedModel::new().then_text("three"));
+    let third = loaded_on_a_new_thread(&agent(model.clone())).await;
+    assert_eq!(
+        (&third["read"], &third["reused"]),
+        (&json!(1), &json!(2)),
+        "{third}"
+    );
+    assert!(section(&model.requests()[0]).contains("Changed between processes."));
+}

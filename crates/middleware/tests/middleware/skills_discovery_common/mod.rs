@@ -1,10 +1,13 @@
-//! Helpers shared by the discovery tests (`skills_discovery_*.rs`): a store, a skill file, a scan.
+//! Helpers shared by the discovery tests (`skills_discovery_*.rs`, `skills_catalog_cache.rs`): a
+//! store, a skill file, a scan, the S3 emulator.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::backend::{
+    Backend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath, WriteMode,
+};
 use trellis_middleware::skills::{DiscoveryOptions, SkillCatalog, SkillSource, discover};
 
 pub type Shared = Arc<dyn Backend>;
@@ -39,4 +42,35 @@ pub fn names(catalog: &SkillCatalog) -> Vec<&str> {
 
 pub fn state() -> Shared {
     Arc::new(StateBackend::new())
+}
+
+/// The S3 emulator's endpoint and bucket, or `None` (skipped) when unset; a panic when
+/// `TRELLIS_EMULATORS=required`.
+pub fn s3_or_skip() -> Option<(String, String)> {
+    match (
+        std::env::var("TRELLIS_S3_ENDPOINT"),
+        std::env::var("TRELLIS_TEST_BUCKET"),
+    ) {
+        (Ok(endpoint), Ok(bucket)) if !endpoint.is_empty() && !bucket.is_empty() => Some((endpoint, bucket)),
+        _ if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") => {
+            panic!(
+                "skills S3 suite: TRELLIS_S3_ENDPOINT and TRELLIS_TEST_BUCKET must be set when TRELLIS_EMULATORS=required"
+            )
+        }
+        _ => {
+            println!("skipped: skills S3 suite (set TRELLIS_S3_ENDPOINT or run cargo xtask test)");
+            None
+        }
+    }
+}
+
+/// A fresh prefix of the test bucket on the emulator.
+pub fn s3(endpoint: &str, bucket: &str, tag: &str) -> Shared {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let prefix = format!("skills-{tag}-{}-{nanos}", std::process::id());
+    let options = StoreOptions::s3_compatible(endpoint, "test", "test");
+    Arc::new(ObjectStoreBackend::from_url(&format!("s3://{bucket}/{prefix}"), &options).unwrap())
 }

@@ -1,0 +1,199 @@
+//! `trellis skills list` with its persisted catalog, and `trellis skills index URL` publishing one
+//! into an S3 source (the emulator) that a worker with no local cache then reads.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use trellis_agent::backend::{Backend, ObjectStoreBackend, StoreOptions, VirtualPath, WriteMode};
+
+fn trellis() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_trellis"))
+}
+
+fn skill(dir: &Path, name: &str, description: &str) {
+    std::fs::create_dir_all(dir.join(name)).unwrap();
+    std::fs::write(
+        dir.join(name).join("SKILL.md"),
+        format!("---\nname: {name}\ndescription: {description}\n---\n\n# {name}\n"),
+    )
+    .unwrap();
+}
+
+fn list_json(cache: &Path, sources: &[&str], env: &[(String, String)]) -> (serde_json::Value, Output) {
+    let out = trellis()
+        .args(["skills", "list", "--json", "--cache-dir"])
+        .arg(cache)
+        .args(sources)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (serde_json::from_slice(&out.stdout).unwrap(), out)
+}
+
+fn descriptions(value: &serde_json::Value) -> Vec<(String, String)> {
+    value["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_owned(),
+                s["description"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn local_cache_is_written_once_and_follows_every_change() {
+    let lib = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    for i in 0..5 {
+        skill(lib.path(), &format!("s{i}"), &format!("Skill {i}"));
+    }
+    let src = lib.path().to_str().unwrap();
+    let (first, _) = list_json(cache.path(), &[src], &[]);
+    let files: Vec<_> = std::fs::read_dir(cache.path()).unwrap().collect();
+    assert_eq!(files.len(), 1, "one cache file per source");
+    let (second, _) = list_json(cache.path(), &[src], &[]);
+    assert_eq!(first, second, "a warm cache lists the same");
+
+    skill(lib.path(), "s1", "Skill one, changed");
+    skill(lib.path(), "added", "A new skill");
+    std::fs::remove_dir_all(lib.path().join("s4")).unwrap();
+    let (third, _) = list_json(cache.path(), &[src], &[]);
+    let got = descriptions(&third);
+    assert!(
+        got.contains(&("s1".into(), "Skill one, changed".into())),
+        "{got:?}"
+    );
+    assert!(got.iter().any(|(n, _)| n == "added"), "{got:?}");
+    assert!(!got.iter().any(|(n, _)| n == "s4"), "{got:?}");
+
+    // A corrupt cache file is ignored with a warning, and the listing is still right.
+    let file = std::fs::read_dir(cache.path())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::write(&file, b"garbage").unwrap();
+    let (fourth, out) = list_json(cache.path(), &[src], &[]);
+    assert_eq!(fourth, third);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("corrupt catalog cache"), "{log}");
+
+    // --no-cache writes nothing.
+    let empty = tempfile::tempdir().unwrap();
+    let out = trellis()
+        .args(["skills", "list", "--no-cache", "--cache-dir"])
+        .arg(empty.path())
+        .arg(src)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn skills_index_then_list_reads_the_index() {
+    let (Ok(endpoint), Ok(bucket)) = (
+        std::env::var("TRELLIS_S3_ENDPOINT"),
+        std::env::var("TRELLIS_TEST_BUCKET"),
+    ) else {
+        assert_ne!(
+            std::env::var("TRELLIS_EMULATORS").as_deref(),
+            Ok("required"),
+            "TRELLIS_S3_ENDPOINT and TRELLIS_TEST_BUCKET must be set"
+        );
+        println!("skipped: skills index CLI test (set TRELLIS_S3_ENDPOINT or run cargo xtask test)");
+        return;
+    };
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let prefix = format!("cli-skills-index-{}-{nanos}/skills", std::process::id());
+    let url = format!("s3://{bucket}/{prefix}");
+    let options = StoreOptions::s3_compatible(&endpoint, "test", "test");
+    let store: Arc<dyn Backend> = Arc::new(ObjectStoreBackend::from_url(&url, &options).unwrap());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let put = |name: &str, description: &str| {
+        let path = VirtualPath::parse(&format!("/{name}/SKILL.md")).unwrap();
+        let text = format!("---\nname: {name}\ndescription: {description}\n---\n");
+        rt.block_on(store.write(&path, text.into(), WriteMode::Overwrite))
+            .unwrap();
+    };
+    for i in 0..6 {
+        put(&format!("s{i}"), &format!("Skill {i}"));
+    }
+    let env: Vec<(String, String)> = [
+        ("AWS_ENDPOINT", endpoint.as_str()),
+        ("AWS_ALLOW_HTTP", "true"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_REGION", "us-east-1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let index = |env: &[(String, String)]| {
+        trellis()
+            .args(["skills", "index", &url])
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap()
+    };
+    let out = index(&env);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("published 6 skills (6 files read, 0 reused) to "),
+        "{text}"
+    );
+    assert!(
+        rt.block_on(store.stat(&VirtualPath::parse("/.trellis-skills-index").unwrap()))
+            .is_ok()
+    );
+    let again = index(&env);
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        text.starts_with("unchanged: 6 skills (0 files read, 6 reused)"),
+        "{text}"
+    );
+
+    // A worker with an empty local cache reads the index (only the file changed since is read),
+    // the list is the same as a scan from scratch, and the change after publishing is seen.
+    put("s2", "Skill two, changed after the index");
+    let cache = tempfile::tempdir().unwrap();
+    let mut verbose = env.clone();
+    verbose.push(("RUST_LOG".into(), "info".into()));
+    let (value, out) = list_json(cache.path(), &[&url], &verbose);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("1 SKILL.md file(s) read, 5 reused from the catalog cache"),
+        "{log}"
+    );
+    let got = descriptions(&value);
+    assert_eq!(got.len(), 6);
+    assert!(
+        got.contains(&("s2".into(), "Skill two, changed after the index".into())),
+        "{got:?}"
+    );
+    let fresh = trellis()
+        .args(["skills", "list", "--json", "--no-cache", &url])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let fresh: serde_json::Value = serde_json::from_slice(&fresh.stdout).unwrap();
+    assert_eq!(value, fresh, "index-seeded listing equals a scan from scratch");
+
+    // A local directory is not an object store.
+    let out = trellis().args(["skills", "index", "/tmp"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give a URL"));
+}
