@@ -12,6 +12,7 @@ mod agent_loop_runs;
 mod agent_loop_tools;
 mod attachments;
 mod checkpoint_log;
+mod checkpoint_snapshots;
 mod checkpoints;
 mod common;
 mod core_stack;
