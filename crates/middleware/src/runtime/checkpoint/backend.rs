@@ -27,21 +27,26 @@ use crate::runtime::util;
 /// Threads stored through any [`Backend`] as an append-only log, one object per step:
 ///
 /// ```text
-/// {root}/{thread}/head.json              the latest step's name; the only object ever overwritten
+/// {root}/{thread}/head.json              the latest step: its name and the steps since the last
+///                                        snapshot; on local disk a hard link to the step object
 /// {root}/{thread}/log/{seq}-{nonce}-{parent}.json   what each step changed (see `checkpoint/record.rs`)
-/// {root}/{thread}/blobs/{sha256}.json    large shared values, once each, by content
+/// {root}/{thread}/blobs/{sha256}.json    large shared values and message chunks, once each, by content
 /// {root}/{thread}/files/                 the thread's own files (Checkpointer::thread_files)
 /// ```
 ///
 /// A save writes the step's new messages and changed slots (found by identity against the state
 /// this process last saved or loaded, so nothing unchanged is serialized; a save that changes
 /// nothing writes nothing and returns the version it was given), then moves the head
-/// with a version-checked write ([`WriteMode::CreateNew`] for a new thread,
-/// [`WriteMode::IfVersion`] after). Of two workers racing on one step exactly one moves the head;
+/// with a version-checked write or link ([`WriteMode::CreateNew`] for a new thread,
+/// [`WriteMode::IfVersion`] after; [`Backend::link`] where the store links, so moving the head
+/// creates and frees no file). Of two workers racing on one step exactly one moves the head;
 /// the other gets [`CheckpointError::Conflict`], its step object is left unreferenced, and it can
 /// reload and re-apply. A process that dies between writing its step and moving the head leaves
-/// the thread at its previous step. Loading lists the log once and reads the committed chain in
-/// one batch.
+/// the thread at its previous step. Every 32nd step is a base step (a snapshot) whose messages
+/// are chunks by content, so loading reads the head, at most 32 steps (one batch) and the
+/// snapshot's chunks, and lists nothing; heads of older builds are loaded by listing the log once.
+/// Durability: see "Thread store" in docs/architecture.md (atomic writes everywhere; no `fsync`
+/// on local disk, so a killed process loses nothing but a power loss may lose the last seconds).
 ///
 /// Threads written by older builds (`{root}/{thread}/checkpoint.json`, formats 1 and 2) are still
 /// read; their next save starts the log with a base step and removes the old file.
