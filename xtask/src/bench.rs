@@ -464,7 +464,8 @@ mod tests {
     fn thread_log_rows_are_reported() {
         let run = serde_json::json!({
             "thread_bytes": {"checkpoints": 206, "bytes_written": 1000, "thread_bytes": 900,
-                "state_json_bytes": 500, "ratio_written_to_thread": 1.11, "ratio_written_to_state_json": 2.0},
+                "state_json_bytes": 500, "ratio_written_to_thread": 1.11, "ratio_written_to_state_json": 2.0,
+                "resume_ms": 0.75, "resume_objects_read": 12},
             "history_listing": {"checkpoints": 1000, "history_ms": 12.5, "load_ms": 30.0},
         });
         let mut md = String::new();
@@ -473,7 +474,8 @@ mod tests {
             md.contains("| 200 steps | 206 | 1,000 | 900 | 500 | 1.11 | 2.00 |"),
             "{md}"
         );
-        assert!(md.contains("| history | 1000 | 12.50 | 30.00 |"), "{md}");
+        assert!(md.contains("| history | 1000 | 12.50 | 30.00 | |"), "{md}");
+        assert!(md.contains("| resume 200 steps | 206 | | 0.75 | 12 |"), "{md}");
     }
 
     #[test]

@@ -261,6 +261,15 @@ enum ThreadsCommand {
         /// The thread id.
         id: String,
     },
+    /// Remove what no checkpoint refers to any more (steps of lost races or killed processes,
+    /// unreferenced blobs), in one thread or in all of them.
+    Gc {
+        /// The thread id (all threads without it).
+        id: Option<String>,
+        /// Leave objects younger than this many seconds (a save in flight elsewhere).
+        #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+        grace: u64,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -523,6 +532,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             ThreadsCommand::Show { id } => threads_cli::show(&state_dir, &id).await,
             ThreadsCommand::History { id } => threads_cli::history(&state_dir, &id).await,
             ThreadsCommand::Delete { id } => threads_cli::delete(&state_dir, &id).await,
+            ThreadsCommand::Gc { id, grace } => threads_cli::gc(&state_dir, id.as_deref(), grace).await,
         },
         Command::Skills {
             command: SkillsCommand::List { json, cache, sources },

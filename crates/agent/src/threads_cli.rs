@@ -1,4 +1,4 @@
-//! `trellis threads list | show ID | history ID | delete ID`: the threads `trellis run` kept in a
+//! `trellis threads list | show ID | history ID | delete ID | gc [ID]`: the threads `trellis run` kept in a
 //! state dir, and `trellis run --fork ID@STEP` ([`fork`]).
 //!
 //! A thread is its checkpoints and its own files, both under `<state-dir>/threads/<id>/`. `show`
@@ -70,6 +70,33 @@ pub async fn delete(state_dir: &Path, id: &str) -> Result<ExitCode> {
     checkpointer.delete(&thread).await?;
     crate::run_cli::delete_config(state_dir, &thread)?;
     println!("deleted thread {thread}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Collect the garbage of one thread (or of every thread): step objects no head reaches and blobs
+/// no committed step names, when last modified at least `grace_s` seconds ago. Prints one line per
+/// thread and a total.
+pub async fn gc(state_dir: &Path, id: Option<&str>, grace_s: u64) -> Result<ExitCode> {
+    let checkpointer = checkpointer(state_dir)?;
+    let threads = match id {
+        Some(id) => {
+            let thread = ThreadId::new(id)?;
+            if checkpointer.history(&thread).await?.is_empty() {
+                bail!("no thread {thread} in {}", state_dir.display());
+            }
+            vec![thread]
+        }
+        None => checkpointer.threads().await?,
+    };
+    let grace = std::time::Duration::from_secs(grace_s);
+    let (mut steps, mut blobs) = (0, 0);
+    for thread in &threads {
+        let report = checkpointer.collect_garbage(thread, grace).await?;
+        println!("{thread}: removed {} steps, {} blobs", report.steps, report.blobs);
+        steps += report.steps;
+        blobs += report.blobs;
+    }
+    println!("{} threads: removed {steps} steps, {blobs} blobs", threads.len());
     Ok(ExitCode::SUCCESS)
 }
 

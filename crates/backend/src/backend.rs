@@ -342,6 +342,23 @@ pub trait Backend: Send + Sync + Debug {
     /// Delete one file. Errors: `NotFound`, `IsADirectory` (directories are not deleted by this call).
     async fn delete(&self, path: &VirtualPath) -> Result<()>;
 
+    /// Give the file `from` a second name `to` under `mode`, as [`Backend::write`] of its bytes
+    /// would, without copying them: the two names are one file from then on, so writing through
+    /// either (a write replaces the file a name leads to, it never edits it) leaves the other as
+    /// it was. Local disk does this with hard links, which create and free no file; a store that
+    /// cannot returns `None` (the default), and the caller writes instead. Errors: those of
+    /// [`Backend::write`] for `to`, `NotFound` when `from` is missing, `IsADirectory` when it is
+    /// not a regular file.
+    async fn link(
+        &self,
+        from: &VirtualPath,
+        to: &VirtualPath,
+        mode: WriteMode,
+    ) -> Option<Result<WriteOutcome>> {
+        let _ = (from, to, mode);
+        None
+    }
+
     /// Every file below `base` (recursively, dot-directories included), sorted by path; at most
     /// `limit` files. `base` may be a file, which lists just that file. A missing `base` lists
     /// nothing. The default walks [`Backend::ls`] level by level; stores with a flat listing

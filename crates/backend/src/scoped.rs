@@ -308,6 +308,23 @@ impl Backend for ScopedBackend {
             .map_err(|e| self.outward_error(e, path))
     }
 
+    async fn link(
+        &self,
+        from: &VirtualPath,
+        to: &VirtualPath,
+        mode: WriteMode,
+    ) -> Option<Result<WriteOutcome>> {
+        let (inner_from, inner_to) = match (self.inward(from), self.inward(to)) {
+            (Ok(f), Ok(t)) => (f, t),
+            (Err(e), _) | (_, Err(e)) => return Some(Err(e)),
+        };
+        if from.is_root() || to.is_root() {
+            return Some(Err(is_a_directory(if from.is_root() { from } else { to })));
+        }
+        let linked = self.inner.link(&inner_from, &inner_to, mode).await?;
+        Some(linked.map_err(|e| self.outward_error(e, to)))
+    }
+
     async fn delete(&self, path: &VirtualPath) -> Result<()> {
         let inner = self.inward(path)?;
         if path.is_root() {

@@ -183,7 +183,9 @@ fn backend_checkpointer_scenario(
 }
 
 /// Bytes written over a thread of about 200 checkpoints (two runs of 51 model calls on one thread,
-/// 5,000 skills) on local disk, against what the thread occupies at the end.
+/// 5,000 skills) on local disk, against what the thread occupies at the end; and resuming it in a
+/// new process (median time, objects read: head, steps since the last snapshot, message chunks,
+/// the catalog blob; a listing counts as one).
 fn thread_bytes(rt: &tokio::runtime::Runtime) -> serde_json::Value {
     use trellis_middleware::backend::{Backend, FilesystemBackend, VirtualPath};
     let disk = tempfile::tempdir().unwrap();
@@ -227,8 +229,28 @@ fn thread_bytes(rt: &tokio::runtime::Runtime) -> serde_json::Value {
             .checkpoint
             .state;
         let state_json = serde_json::to_vec(&state).unwrap().len() as u64;
+        // Resuming the thread in a new process: a fresh store and checkpointer each time.
+        let mut samples = Vec::new();
+        let mut objects_read = 0;
+        for _ in 0..if smoke() { 2 } else { 21 } {
+            let fresh = common::Spy::new(Arc::new(FilesystemBackend::new(disk.path()).unwrap()));
+            let cold =
+                BackendCheckpointer::new(fresh.clone(), VirtualPath::parse("/threads").unwrap()).unwrap();
+            let start = Instant::now();
+            let loaded = cold.load(&thread).await.unwrap().unwrap();
+            samples.push(start.elapsed());
+            assert_eq!(loaded.checkpoint.state.messages.len(), state.messages.len());
+            objects_read = fresh
+                .ops()
+                .iter()
+                .filter(|o| o.op == "read" || o.op == "ls")
+                .count();
+        }
+        let resume = median(samples);
         json!({
             "store": "local",
+            "resume_ms": (resume.as_secs_f64() * 1e5).round() / 100.0,
+            "resume_objects_read": objects_read,
             "checkpoints": checkpoints,
             "bytes_written": written,
             "thread_bytes": stored,

@@ -134,10 +134,12 @@ async fn killed_between_step_and_head(make: &Make) {
     state.messages.push(Message::ai("two"));
     save(&cp, &state, 1, Some(&v)).await;
 
-    // A step 2 written by a process that died before moving the head.
+    // A step 2 written by a process that died before moving the head. The head names its step
+    // in its first line (on local disk the head is the step object itself, whose header does).
     let backend = make();
+    let head_bytes = backend.read_bytes(&cp.path(&thread).unwrap()).await.unwrap();
     let head: serde_json::Value =
-        serde_json::from_slice(&backend.read_bytes(&cp.path(&thread).unwrap()).await.unwrap()).unwrap();
+        serde_json::from_slice(head_bytes.split(|b| *b == b'\n').next().unwrap()).unwrap();
     let parent = head["step"]
         .as_str()
         .unwrap()

@@ -15,7 +15,9 @@ pub(super) fn thread_log_section<'a>(md: &mut String, runs: impl Iterator<Item =
 (each model call is saved after the model's reply and after the tools), every byte the store was asked to write against \
 what the thread occupies at the end (head, steps and blobs) and against its final state serialized as one JSON document \
 (what one snapshot holds); target: written at most 2× the thread. `history`: `Checkpointer::history` of a thread of \
-1,000 checkpoints through a fresh checkpointer each time (median of 21; target 50 ms), and loading that thread, for scale.\n\n\
+1,000 checkpoints through a fresh checkpointer each time (median of 21; target 50 ms), and loading that thread, for scale. \
+`resume`: loading the 200-step thread through a fresh store and checkpointer (a new process), median of 21, and the objects \
+that reads (head, the steps since the last snapshot, message chunks, blobs; a listing counts as one).\n\n\
 | case | checkpoints | bytes written | thread bytes | final state JSON bytes | written / thread | written / state JSON |\n|---|---:|---:|---:|---:|---:|---:|\n",
     );
     let int = |r: &Value, key: &str| r.get(key).and_then(Value::as_u64).unwrap_or(0);
@@ -32,14 +34,25 @@ what the thread occupies at the end (head, steps and blobs) and against its fina
             num(r, "ratio_written_to_state_json"),
         );
     }
-    md.push_str("\n| case | checkpoints | history ms | load ms |\n|---|---:|---:|---:|\n");
+    md.push_str(
+        "\n| case | checkpoints | history ms | load ms | objects read to load |\n|---|---:|---:|---:|---:|\n",
+    );
     for r in runs.iter().filter_map(|r| r.get("history_listing")) {
         let _ = writeln!(
             md,
-            "| history | {} | {:.2} | {:.2} |",
+            "| history | {} | {:.2} | {:.2} | |",
             int(r, "checkpoints"),
             num(r, "history_ms"),
             num(r, "load_ms"),
+        );
+    }
+    for r in runs.iter().filter_map(|r| r.get("thread_bytes")) {
+        let _ = writeln!(
+            md,
+            "| resume 200 steps | {} | | {:.2} | {} |",
+            int(r, "checkpoints"),
+            num(r, "resume_ms"),
+            int(r, "resume_objects_read"),
         );
     }
 }

@@ -215,23 +215,80 @@ fn write_inner(
         path: path.to_string(),
     })?;
     let dir = parent_dir(beneath, path, true)?;
-    // A version-checked write is a check, then a rename: the per-path lock makes that atomic in
-    // one backend, and an exclusive advisory lock on the directory makes it atomic between
-    // backends and processes (released when its descriptor is closed, at return).
-    let _dir_lock = if matches!(mode, WriteMode::IfVersion(_) | WriteMode::CreateNew) {
+    let _dir_lock = lock_dir(&dir, path, mode)?;
+    let existing = check_target(beneath, &dir, path, name, mode)?;
+    let previous = existing.as_ref().and_then(modified);
+    let temp = temp_for(name);
+    let result = (|| -> std::io::Result<Stat> {
         let fd = rustix::fs::openat(
             &dir,
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| io(path, e))?;
-        rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive).map_err(|e| io(path, e))?;
-        Some(fd)
-    } else {
-        None
-    };
-    let existing = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            temp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )?;
+        let mut file = File::from(fd);
+        file.write_all(data)?;
+        // Move the modification time strictly forward so the version tag always changes.
+        let mut mtime = SystemTime::now();
+        if let Some(prev) = previous
+            && mtime <= prev
+        {
+            mtime = prev + Duration::from_micros(1);
+        }
+        file.set_modified(mtime)?;
+        let st = rustix::fs::fstat(&file)?;
+        drop(file);
+        if *mode == WriteMode::CreateNew {
+            rustix::fs::linkat(&dir, temp.as_str(), &dir, name, AtFlags::empty())?;
+            rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty())?;
+        } else {
+            rustix::fs::renameat(&dir, temp.as_str(), &dir, name)?;
+        }
+        Ok(st)
+    })();
+    match result {
+        Ok(st) => Ok(version(&st)),
+        Err(e) => {
+            let _ = rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty());
+            Err(io(path, e))
+        }
+    }
+}
+
+/// For a version-checked or create-only write: an exclusive advisory lock on the directory `dir`
+/// (released when the descriptor is dropped). A version-checked write is a check, then a rename:
+/// the per-path lock makes that atomic in one backend, this lock makes it atomic between backends
+/// and processes.
+fn lock_dir(
+    dir: &OwnedFd,
+    path: &VirtualPath,
+    mode: &WriteMode,
+) -> std::result::Result<Option<OwnedFd>, Stop> {
+    if !matches!(mode, WriteMode::IfVersion(_) | WriteMode::CreateNew) {
+        return Ok(None);
+    }
+    let fd = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io(path, e))?;
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive).map_err(|e| io(path, e))?;
+    Ok(Some(fd))
+}
+
+/// What stands at `name` in `dir` (the file `path` names), checked against `mode`: a directory
+/// is refused, a link must lead inside the root, `CreateNew` needs nothing there and `IfVersion`
+/// the version asked for.
+fn check_target(
+    beneath: &Beneath,
+    dir: &OwnedFd,
+    path: &VirtualPath,
+    name: &str,
+    mode: &WriteMode,
+) -> std::result::Result<Option<Stat>, Stop> {
+    let existing = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => Some(st),
         Err(e) if e == Errno::NOENT => None,
         Err(e) => return Err(io(path, e)),
@@ -270,31 +327,70 @@ fn write_inner(
         }
         _ => {}
     }
-    let previous = existing.as_ref().and_then(modified);
+    Ok(existing)
+}
+
+/// Make `to` a second name of the regular file `from` under `mode`; the caller holds the
+/// per-path lock of `to`. No data is copied and no file is created or freed: `CreateNew` links
+/// the name directly, the other modes link a temporary name and rename it over `to` (the file
+/// that stood there keeps its other names). The linked file's modification time moves strictly
+/// forward past the replaced file's, so the version of `to` always changes.
+pub(super) fn link(
+    beneath: &Beneath,
+    from: &VirtualPath,
+    to: &VirtualPath,
+    mode: &WriteMode,
+) -> Option<Result<Version>> {
+    finish(link_inner(beneath, from, to, mode))
+}
+
+fn link_inner(
+    beneath: &Beneath,
+    from: &VirtualPath,
+    to: &VirtualPath,
+    mode: &WriteMode,
+) -> std::result::Result<Version, Stop> {
+    let not_a_file = |path: &VirtualPath| {
+        Stop::Failed(BackendError::IsADirectory {
+            path: path.to_string(),
+        })
+    };
+    let from_name = from.file_name().ok_or_else(|| not_a_file(from))?;
+    let name = to.file_name().ok_or_else(|| not_a_file(to))?;
+    let from_dir = parent_dir(beneath, from, false)?;
+    let source =
+        rustix::fs::statat(&from_dir, from_name, AtFlags::SYMLINK_NOFOLLOW).map_err(|e| io(from, e))?;
+    if kind(&source) != FileType::RegularFile {
+        return Err(not_a_file(from));
+    }
+    let dir = parent_dir(beneath, to, true)?;
+    let _dir_lock = lock_dir(&dir, to, mode)?;
+    let existing = check_target(beneath, &dir, to, name, mode)?;
     let temp = temp_for(name);
     let result = (|| -> std::io::Result<Stat> {
-        let fd = rustix::fs::openat(
-            &dir,
-            temp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_bits_truncate(0o644),
-        )?;
-        let mut file = File::from(fd);
-        file.write_all(data)?;
-        // Move the modification time strictly forward so the version tag always changes.
-        let mut mtime = SystemTime::now();
-        if let Some(prev) = previous
-            && mtime <= prev
-        {
-            mtime = prev + Duration::from_micros(1);
-        }
-        file.set_modified(mtime)?;
-        let st = rustix::fs::fstat(&file)?;
-        drop(file);
-        if *mode == WriteMode::CreateNew {
-            rustix::fs::linkat(&dir, temp.as_str(), &dir, name, AtFlags::empty())?;
-            rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty())?;
+        let staged = if *mode == WriteMode::CreateNew {
+            name
         } else {
+            temp.as_str()
+        };
+        rustix::fs::linkat(&from_dir, from_name, &dir, staged, AtFlags::empty())?;
+        if let Some(prev) = existing.as_ref().and_then(modified)
+            && modified(&source).is_none_or(|m| m <= prev)
+        {
+            let mtime = prev + Duration::from_micros(1);
+            let since = mtime.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            let stamp = rustix::fs::Timespec {
+                tv_sec: since.as_secs() as i64,
+                tv_nsec: i64::from(since.subsec_nanos()) as _,
+            };
+            let times = rustix::fs::Timestamps {
+                last_access: stamp,
+                last_modification: stamp,
+            };
+            rustix::fs::utimensat(&dir, staged, &times, AtFlags::SYMLINK_NOFOLLOW)?;
+        }
+        let st = rustix::fs::statat(&dir, staged, AtFlags::SYMLINK_NOFOLLOW)?;
+        if *mode != WriteMode::CreateNew {
             rustix::fs::renameat(&dir, temp.as_str(), &dir, name)?;
         }
         Ok(st)
@@ -302,8 +398,10 @@ fn write_inner(
     match result {
         Ok(st) => Ok(version(&st)),
         Err(e) => {
-            let _ = rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty());
-            Err(io(path, e))
+            if *mode != WriteMode::CreateNew {
+                let _ = rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty());
+            }
+            Err(io(to, e))
         }
     }
 }

@@ -360,6 +360,35 @@ impl Backend for FilesystemBackend {
         out
     }
 
+    async fn link(
+        &self,
+        from: &VirtualPath,
+        to: &VirtualPath,
+        mode: WriteMode,
+    ) -> Option<Result<WriteOutcome>> {
+        if from.is_root() || to.is_root() {
+            let path = if from.is_root() { from } else { to };
+            return Some(Err(BackendError::IsADirectory {
+                path: path.to_string(),
+            }));
+        }
+        let beneath = self.beneath.clone().filter(|b| b.supported())?;
+        let lock = self.lock_for(to);
+        let _guard = lock.lock().await;
+        let (from, shown) = (from.clone(), to.clone());
+        let linked = tokio::task::spawn_blocking(move || at::link(&beneath, &from, &shown, &mode))
+            .await
+            .map_err(|e| BackendError::other(to, e));
+        match linked {
+            Ok(linked) => linked.map(|r| {
+                r.map(|version| WriteOutcome {
+                    version: Some(version),
+                })
+            }),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     async fn write(&self, path: &VirtualPath, data: Bytes, mode: WriteMode) -> Result<WriteOutcome> {
         if path.is_root() {
             return Err(BackendError::IsADirectory {

@@ -7,6 +7,7 @@ mod conformance;
 mod escapes;
 mod fuzz_regressions;
 mod grep_path_filter;
+mod local_links;
 mod local_races;
 mod sandbox;
 mod scoped;

@@ -14,6 +14,7 @@ mod agent_loop_truncation;
 mod approvals;
 mod attachments;
 mod checkpoint_log;
+mod checkpoint_snapshots;
 mod checkpoints;
 mod common;
 mod core_stack;

@@ -2,6 +2,7 @@
 //! [`Backend`].
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -10,36 +11,42 @@ use bytes::Bytes;
 use super::blobs::{KnownBlobs, ensure_blob};
 use super::delta::{Previous, message_delta, slot_delta, slots_unchanged};
 use super::record::{
-    BodyOut, EncodedSlot, ForkOrigin, Head, LOG_FORMAT, Replayed, StepHeader, StepName, encode_step,
-    summarize,
+    BodyOut, CHUNK_MESSAGES, EncodedSlot, ForkOrigin, Head, LOG_FORMAT, Replayed, SNAPSHOT_STEPS, SinceBase,
+    StepHeader, StepName, encode_step, summarize,
 };
-use super::shared::ContentMemo;
+use super::shared::{ContentBlob, ContentMemo, blob_of};
 use super::{
     CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion, Checkpointer,
     StoredCheckpoint,
 };
 use crate::backend::{Backend, BackendError, ConflictKind, ScopedBackend, Version, VirtualPath, WriteMode};
 use crate::runtime::context::ThreadId;
+use crate::runtime::message::Message;
 use crate::runtime::util;
 
 /// Threads stored through any [`Backend`] as an append-only log, one object per step:
 ///
 /// ```text
-/// {root}/{thread}/head.json              the latest step's name; the only object ever overwritten
+/// {root}/{thread}/head.json              the latest step: its name and the steps since the last
+///                                        snapshot; on local disk a hard link to the step object
 /// {root}/{thread}/log/{seq}-{nonce}-{parent}.json   what each step changed (see `checkpoint/record.rs`)
-/// {root}/{thread}/blobs/{sha256}.json    large shared values, once each, by content
+/// {root}/{thread}/blobs/{sha256}.json    large shared values and message chunks, once each, by content
 /// {root}/{thread}/files/                 the thread's own files (Checkpointer::thread_files)
 /// ```
 ///
 /// A save writes the step's new messages and changed slots (found by identity against the state
 /// this process last saved or loaded, so nothing unchanged is serialized; a save that changes
 /// nothing writes nothing and returns the version it was given), then moves the head
-/// with a version-checked write ([`WriteMode::CreateNew`] for a new thread,
-/// [`WriteMode::IfVersion`] after). Of two workers racing on one step exactly one moves the head;
+/// with a version-checked write or link ([`WriteMode::CreateNew`] for a new thread,
+/// [`WriteMode::IfVersion`] after; [`Backend::link`] where the store links, so moving the head
+/// creates and frees no file). Of two workers racing on one step exactly one moves the head;
 /// the other gets [`CheckpointError::Conflict`], its step object is left unreferenced, and it can
 /// reload and re-apply. A process that dies between writing its step and moving the head leaves
-/// the thread at its previous step. Loading lists the log once and reads the committed chain in
-/// one batch.
+/// the thread at its previous step. Every 32nd step is a base step (a snapshot) whose messages
+/// are chunks by content, so loading reads the head, at most 32 steps (one batch) and the
+/// snapshot's chunks, and lists nothing; heads of older builds are loaded by listing the log once.
+/// Durability: see "Thread store" in docs/architecture.md (atomic writes everywhere; no `fsync`
+/// on local disk, so a killed process loses nothing but a power loss may lose the last seconds).
 ///
 /// Threads written by older builds (`{root}/{thread}/checkpoint.json`, formats 1 and 2) are still
 /// read; their next save starts the log with a base step and removes the old file.
@@ -50,6 +57,8 @@ pub struct BackendCheckpointer {
     pub(super) known_blobs: Arc<KnownBlobs>,
     pub(super) memo: Arc<ContentMemo>,
     cache: Arc<ThreadCache>,
+    /// The store may link (see [`Backend::link`]); cleared the first time it says it cannot.
+    links: Arc<AtomicBool>,
 }
 
 const HEAD: &str = "head.json";
@@ -69,6 +78,10 @@ const CACHED_THREADS: usize = 1024;
 struct Known {
     version: CheckpointVersion,
     step: StepName,
+    /// The committed steps from the latest base step to `step` (what the head names).
+    since_base: Vec<StepName>,
+    /// Message chunks that hold the first messages of `previous` (see [`Replayed::chunks`]).
+    chunks: Vec<String>,
     previous: Previous,
     /// Saved (not just loaded) by this process: shared values are in the memo.
     saved: bool,
@@ -120,6 +133,7 @@ impl BackendCheckpointer {
             known_blobs: Arc::default(),
             memo: Arc::default(),
             cache: Arc::default(),
+            links: Arc::new(AtomicBool::new(true)),
         })
     }
 
@@ -224,11 +238,15 @@ impl BackendCheckpointer {
         Ok(ids)
     }
 
-    /// Write one step object and move the head to it. `parent` decides the write mode of the head.
+    /// Write one step object (`since`: the steps before it from the latest base step) and move
+    /// the head to it. `expected` decides the write mode of the head. Where the store links
+    /// (local disk), the head becomes a second name of the step object: no file is created for
+    /// it and none freed; elsewhere it is a small object naming the step.
     pub(super) async fn commit(
         &self,
         thread_id: &ThreadId,
         step: &StepName,
+        since: &SinceBase,
         bytes: Vec<u8>,
         saved_at_ms: u64,
         expected: Option<&CheckpointVersion>,
@@ -243,23 +261,36 @@ impl BackendCheckpointer {
             Err(BackendError::Conflict { .. }) => return Err(Self::conflict(thread_id)),
             Err(e) => return Err(Self::storage(thread_id, e)),
         }
-        let head = Head {
-            format: LOG_FORMAT,
-            thread_id: thread_id.clone(),
-            seq: step.seq,
-            step: step.file_name(),
-            saved_at_ms,
-        };
-        let head = serde_json::to_vec(&head).map_err(|source| CheckpointError::Encode {
-            thread_id: thread_id.clone(),
-            source,
-        })?;
         let mode = match expected {
             None => WriteMode::CreateNew,
             Some(v) => WriteMode::IfVersion(Version::new(v.as_str())),
         };
         let path = self.path(thread_id)?;
-        match self.backend.write(&path, head.into(), mode).await {
+        let linked = if self.links.load(Ordering::Relaxed) {
+            self.backend.link(&step_path, &path, mode.clone()).await
+        } else {
+            None
+        };
+        let moved = match linked {
+            Some(moved) => moved,
+            None => {
+                self.links.store(false, Ordering::Relaxed);
+                let head = Head {
+                    format: LOG_FORMAT,
+                    thread_id: thread_id.clone(),
+                    seq: step.seq,
+                    step: step.file_name(),
+                    saved_at_ms,
+                    since_base: Some(since.clone()),
+                };
+                let head = serde_json::to_vec(&head).map_err(|source| CheckpointError::Encode {
+                    thread_id: thread_id.clone(),
+                    source,
+                })?;
+                self.backend.write(&path, head.into(), mode).await
+            }
+        };
+        match moved {
             Ok(outcome) => match outcome.version {
                 Some(v) => Ok(CheckpointVersion::new(v.as_str())),
                 None => Err(CheckpointError::Unsupported(format!(
@@ -319,19 +350,27 @@ impl BackendCheckpointer {
         }
     }
 
+    /// Remember the thread at `version`: the steps from its latest base (the last is the head's),
+    /// its message chunks and state.
     fn remember(
         &self,
         thread_id: &ThreadId,
         version: CheckpointVersion,
-        step: StepName,
+        since_base: Vec<StepName>,
+        chunks: Vec<String>,
         previous: Previous,
         saved: bool,
     ) {
+        let Some(step) = since_base.last().cloned() else {
+            return;
+        };
         self.cache.put(
             thread_id.clone(),
             Known {
                 version,
                 step,
+                since_base,
+                chunks,
                 previous,
                 saved,
             },
@@ -357,6 +396,21 @@ pub(super) async fn off_executor<R: Send + 'static>(
     }
 }
 
+/// Extend `chunks` (the hashes of `messages`' first complete chunks) to every complete chunk of
+/// [`CHUNK_MESSAGES`] messages, encoding only the new ones. Returns the new chunks' blobs.
+fn chunk_messages(
+    messages: &[Arc<Message>],
+    chunks: &mut Vec<String>,
+) -> Result<Vec<ContentBlob>, serde_json::Error> {
+    let mut blobs = Vec::new();
+    for part in messages.chunks_exact(CHUNK_MESSAGES).skip(chunks.len()) {
+        let blob = blob_of(serde_json::to_vec(part)?);
+        chunks.push(blob.hash.clone());
+        blobs.push(blob);
+    }
+    Ok(blobs)
+}
+
 /// A fresh step nonce: 16 hex digits.
 pub(super) fn nonce() -> String {
     let id = util::unique_id("n");
@@ -369,14 +423,23 @@ impl Checkpointer for BackendCheckpointer {
         let Some((head, step, version)) = self.read_head(thread_id).await? else {
             return self.load_legacy(thread_id).await;
         };
-        let chain = self.chain(thread_id, &step).await?;
+        let chain = self.recent_chain(thread_id, &head, &step).await?;
         let (replayed, _) = self.replay(thread_id, &chain).await?;
         let state = self.materialize(thread_id, &replayed, head.seq).await?;
         let previous = Previous {
             state: state.clone(),
             slots: replayed.slots,
         };
-        self.remember(thread_id, version.clone(), step, previous, false);
+        let from = chain.iter().rposition(|s| s.base).unwrap_or(0);
+        let since_base = chain[from..].to_vec();
+        self.remember(
+            thread_id,
+            version.clone(),
+            since_base,
+            replayed.chunks,
+            previous,
+            false,
+        );
         Ok(Some(StoredCheckpoint {
             checkpoint: Checkpoint {
                 format: CHECKPOINT_FORMAT,
@@ -405,11 +468,14 @@ impl Checkpointer for BackendCheckpointer {
             Parent::Step(step) => (step.seq + 1, Some(step.nonce.clone())),
             Parent::None | Parent::Legacy => (checkpoint.seq, None),
         };
+        let snapshot = known
+            .as_ref()
+            .is_none_or(|k| k.since_base.len() >= SNAPSHOT_STEPS);
         let step = StepName {
             seq,
             nonce: nonce(),
             parent: parent_nonce,
-            base: known.is_none(),
+            base: snapshot,
         };
         let previous = known.as_ref().map(|k| k.previous.clone());
         let messages = message_delta(&checkpoint.state, previous.as_ref().map(|p| &p.state));
@@ -424,12 +490,32 @@ impl Checkpointer for BackendCheckpointer {
                 return Ok(v.clone());
             }
         }
-        let heavy = known.as_ref().is_none_or(|k| !k.saved) || messages.append.len() > INLINE_MESSAGES;
+        // Chunks that still hold the first messages (a rewrite below one drops it).
+        let mut chunks: Vec<String> = known.as_ref().map_or_else(Vec::new, |k| k.chunks.clone());
+        chunks.truncate(messages.keep / CHUNK_MESSAGES);
+        let heavy =
+            snapshot || known.as_ref().is_none_or(|k| !k.saved) || messages.append.len() > INLINE_MESSAGES;
+        let mut since_base = match (&known, snapshot) {
+            (Some(k), false) => k.since_base.clone(),
+            _ => Vec::new(),
+        };
+        let since = SinceBase::of(&since_base);
         let memo = self.memo.clone();
         let (state, saved_at_ms) = (checkpoint.state, checkpoint.saved_at_ms);
-        let (thread, base) = (thread_id.clone(), step.base);
+        // Only a step that may become the head itself (a store that links) carries its chain.
+        let linking = self.links.load(Ordering::Relaxed);
+        let (thread, name, header_since) = (thread_id.clone(), step.file_name(), since.clone());
         let encoded = off_executor(heavy, move || {
             let slots = slot_delta(&state, previous.as_ref(), &memo)?;
+            let mut written = slots.blobs;
+            let (keep, append): (usize, &[Arc<Message>]) = if snapshot {
+                let all = state.messages.shared();
+                written.extend(chunk_messages(all, &mut chunks)?);
+                let keep = chunks.len() * CHUNK_MESSAGES;
+                (keep, &all[keep..])
+            } else {
+                (messages.keep, &messages.append)
+            };
             let set: Vec<&str> = slots.set.keys().map(String::as_str).collect();
             let header = StepHeader {
                 format: LOG_FORMAT,
@@ -439,19 +525,23 @@ impl Checkpointer for BackendCheckpointer {
                 summary: summarize(&messages.append, &set, &slots.unset),
                 messages: state.messages.len(),
                 forked_from: None,
+                step: linking.then_some(name),
+                since_base: linking.then_some(header_since),
             };
+            let empty: &[String] = &[];
             let body = BodyOut {
-                base,
-                keep: messages.keep,
-                append: &messages.append,
-                set: &slots.set,
-                unset: &slots.unset,
+                base: snapshot,
+                chunks: if snapshot { &chunks } else { empty },
+                keep,
+                append,
+                set: if snapshot { &slots.all } else { &slots.set },
+                unset: if snapshot { empty } else { &slots.unset },
             };
             let bytes = encode_step(&header, &body)?;
-            Ok::<_, serde_json::Error>((bytes, slots.all, slots.blobs, state))
+            Ok::<_, serde_json::Error>((bytes, slots.all, written, chunks, state))
         })
         .await?;
-        let (bytes, all, blobs, state) = encoded.map_err(|source| CheckpointError::Encode {
+        let (bytes, all, blobs, chunks, state) = encoded.map_err(|source| CheckpointError::Encode {
             thread_id: thread_id.clone(),
             source,
         })?;
@@ -463,14 +553,15 @@ impl Checkpointer for BackendCheckpointer {
             Parent::None | Parent::Legacy => None,
         };
         let version = self
-            .commit(&thread_id, &step, bytes, saved_at_ms, head_expected)
+            .commit(&thread_id, &step, &since, bytes, saved_at_ms, head_expected)
             .await?;
+        since_base.push(step.clone());
         if matches!(parent, Parent::Legacy) {
             // Superseded by the log; a failure leaves a file nothing reads while the head exists.
             let _ = self.backend.delete(&self.legacy_path(&thread_id)?).await;
         }
         let previous = Previous { state, slots: all };
-        self.remember(&thread_id, version.clone(), step, previous, true);
+        self.remember(&thread_id, version.clone(), since_base, chunks, previous, true);
         Ok(version)
     }
 
@@ -520,6 +611,7 @@ impl Checkpointer for BackendCheckpointer {
 /// The slots and fork origin of a base step written from a replayed log (a fork).
 pub(super) fn base_step(
     thread_id: &ThreadId,
+    step: &StepName,
     seq: u64,
     replayed: &Replayed,
     forked_from: ForkOrigin,
@@ -533,12 +625,15 @@ pub(super) fn base_step(
         summary: format!("forked from {}@{}", forked_from.thread_id, forked_from.seq),
         messages: replayed.messages.len(),
         forked_from: Some(forked_from),
+        step: Some(step.file_name()),
+        since_base: Some(SinceBase::default()),
     };
     let set: &BTreeMap<String, EncodedSlot> = &replayed.slots;
     encode_step(
         &header,
         &BodyOut {
             base: true,
+            chunks: &[],
             keep: 0,
             append: &replayed.messages,
             set,

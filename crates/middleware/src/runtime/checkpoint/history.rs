@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use super::backend::{BackendCheckpointer, base_step, nonce};
 use super::log_read::{parse_header, step_bytes};
-use super::record::{ForkOrigin, StepHeader, StepName, split_header};
+use super::record::{ForkOrigin, SinceBase, StepHeader, StepName, split_header};
 use super::{
     CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion, Checkpointer,
     copy_files,
@@ -175,12 +175,14 @@ impl BackendCheckpointer {
             seq,
         };
         let saved_at_ms = Checkpoint::now_ms();
-        let bytes =
-            base_step(to, seq, &replayed, origin, saved_at_ms).map_err(|source| CheckpointError::Encode {
+        let bytes = base_step(to, &step, seq, &replayed, origin, saved_at_ms).map_err(|source| {
+            CheckpointError::Encode {
                 thread_id: to.clone(),
                 source,
-            })?;
-        self.commit(to, &step, bytes, saved_at_ms, None).await
+            }
+        })?;
+        self.commit(to, &step, &SinceBase::default(), bytes, saved_at_ms, None)
+            .await
     }
 
     /// Remove what no committed step of `thread_id` refers to: step objects off the chain (a
@@ -227,6 +229,7 @@ impl BackendCheckpointer {
         }
         let mut referenced = HashSet::new();
         for (_, body) in self.read_steps(thread_id, &chain).await? {
+            referenced.extend(body.chunks);
             referenced.extend(body.set.into_values().flat_map(|s| s.blobs));
         }
         let blob_dir = self.blob_dir(thread_id)?;

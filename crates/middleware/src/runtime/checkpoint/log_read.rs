@@ -3,6 +3,7 @@
 //! Every damage found is a [`CheckpointError::Corrupt`] naming the thread and step.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -13,6 +14,7 @@ use super::shared::resolve_refs;
 use super::{CheckpointError, CheckpointVersion};
 use crate::backend::{BackendError, Version, VirtualPath};
 use crate::runtime::context::ThreadId;
+use crate::runtime::message::Message;
 use crate::runtime::message_list::Messages;
 use crate::runtime::state::State;
 
@@ -44,8 +46,30 @@ impl BackendCheckpointer {
         let Some((bytes, version)) = self.read_versioned(thread_id, &self.path(thread_id)?).await? else {
             return Ok(None);
         };
-        let head: Head = serde_json::from_slice(&bytes)
-            .map_err(|e| Self::corrupt(thread_id, None, format!("unreadable head: {e}")))?;
+        let head = match split_header(&bytes) {
+            // Linked to its step object (local disk): the step's header says what the head would.
+            Some((line, _)) => {
+                let header: StepHeader = serde_json::from_slice(line)
+                    .map_err(|e| Self::corrupt(thread_id, None, format!("unreadable head: {e}")))?;
+                Head {
+                    format: header.format,
+                    thread_id: header.thread_id,
+                    seq: header.seq,
+                    step: header.step.unwrap_or_default(),
+                    saved_at_ms: header.saved_at_ms,
+                    since_base: header.since_base,
+                }
+            }
+            None => serde_json::from_slice(&bytes)
+                .map_err(|e| Self::corrupt(thread_id, None, format!("unreadable head: {e}")))?,
+        };
+        if &head.thread_id != thread_id {
+            return Err(Self::corrupt(
+                thread_id,
+                None,
+                format!("the head is thread {}'s", head.thread_id),
+            ));
+        }
         if head.format != LOG_FORMAT {
             return Err(CheckpointError::UnsupportedFormat {
                 thread_id: thread_id.clone(),
@@ -62,6 +86,27 @@ impl BackendCheckpointer {
                 )
             })?;
         Ok(Some((head, step, CheckpointVersion::new(version.as_str()))))
+    }
+
+    /// The committed steps a load replays, ending at `step`: the ones the head names (from the
+    /// latest base step on), or, for heads of older builds that name none, the whole chain (one
+    /// listing of the log).
+    pub(super) async fn recent_chain(
+        &self,
+        thread_id: &ThreadId,
+        head: &Head,
+        step: &StepName,
+    ) -> Result<Vec<StepName>, CheckpointError> {
+        match &head.since_base {
+            None => self.chain(thread_id, step).await,
+            Some(since) => since.chain_to(step).ok_or_else(|| {
+                Self::corrupt(
+                    thread_id,
+                    Some(step.seq),
+                    "the head's chain is not a linked run from a base step",
+                )
+            }),
+        }
     }
 
     /// The committed steps ending at `head`, oldest first (one listing of the log).
@@ -123,13 +168,56 @@ impl BackendCheckpointer {
         let mut last = None;
         for (header, body) in self.read_steps(thread_id, &steps[from..]).await? {
             let seq = header.seq;
+            let chunked = self.read_chunks(thread_id, seq, &body.chunks).await?;
             replayed
-                .apply(body)
+                .apply(body, chunked)
                 .map_err(|reason| Self::corrupt(thread_id, Some(seq), reason))?;
             last = Some(header);
         }
         let last = last.ok_or_else(|| Self::corrupt(thread_id, None, "no steps"))?;
         Ok((replayed, last))
+    }
+
+    /// The messages of a base step's chunks, in order (one batch of reads).
+    async fn read_chunks(
+        &self,
+        thread_id: &ThreadId,
+        seq: u64,
+        chunks: &[String],
+    ) -> Result<Vec<Arc<Message>>, CheckpointError> {
+        if chunks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let paths = chunks
+            .iter()
+            .map(|h| self.blob_path(thread_id, h))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut raw = Vec::with_capacity(chunks.len());
+        for (hash, read) in chunks.iter().zip(self.backend.read_many(&paths, None).await) {
+            raw.push(match read {
+                Ok(out) => out.bytes,
+                Err(BackendError::NotFound { .. }) => {
+                    return Err(Self::corrupt(
+                        thread_id,
+                        Some(seq),
+                        format!("message chunk {hash} is missing"),
+                    ));
+                }
+                Err(e) => return Err(Self::storage(thread_id, e)),
+            });
+        }
+        let heavy = raw.iter().map(|b| b.len()).sum::<usize>() > 256 * 1024;
+        let (thread, hashes) = (thread_id.clone(), chunks.to_vec());
+        off_executor(heavy, move || {
+            let mut messages = Vec::new();
+            for (hash, bytes) in hashes.iter().zip(&raw) {
+                let part: Vec<Arc<Message>> = serde_json::from_slice(bytes)
+                    .map_err(|e| Self::corrupt(&thread, Some(seq), format!("message chunk {hash}: {e}")))?;
+                messages.extend(part);
+            }
+            Ok(messages)
+        })
+        .await?
     }
 
     /// The state a replayed log describes, blobs put back in place.

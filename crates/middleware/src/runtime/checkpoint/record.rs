@@ -13,7 +13,10 @@
 //! such as a summarization keeps fewer), `append` the messages after them, `set` the slots written
 //! since the previous step (encoded, with blob references), `unset` the slots removed. A `base`
 //! step starts from an empty state and carries everything (a thread's first step, a fork, a save
-//! whose previous state this process does not know).
+//! whose previous state this process does not know, and every [`SNAPSHOT_STEPS`]th step, so a load
+//! reads a bounded number of steps). Its messages are `chunks` (blob hashes of complete runs of
+//! [`CHUNK_MESSAGES`] messages, written once by content and shared by later snapshots), then
+//! `append`; its `keep` counts the chunked messages.
 //!
 //! Its name, `{seq:012}-{nonce}-{parent nonce or "root"}[.base].json`, says where it belongs in the
 //! chain, so one listing of the log finds the chain without reading a step.
@@ -101,7 +104,75 @@ pub(super) struct Head {
     /// The latest step's file name.
     pub step: String,
     pub saved_at_ms: u64,
+    /// The steps from the latest base step to `step`: what a load reads, so it needs no listing
+    /// of the log. `None` in heads of older builds, whose loads list the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_base: Option<SinceBase>,
 }
+
+/// The committed steps from the latest base step up to (not including) a step, compactly: the
+/// base step's parent and the nonces of the steps, oldest first; numbers and parents follow.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct SinceBase {
+    /// The base step's parent nonce (`None` for a first step or a fork).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// The nonces of the base step and of each step after it, before the one this describes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nonces: Vec<String>,
+}
+
+impl SinceBase {
+    /// Describe `chain` (a base step, then the steps after it) as seen from the step after it.
+    pub fn of(chain: &[StepName]) -> Self {
+        Self {
+            parent: chain.first().and_then(|s| s.parent.clone()),
+            nonces: chain.iter().map(|s| s.nonce.clone()).collect(),
+        }
+    }
+
+    /// The chain ending at `step`, oldest first; `None` when the two do not fit together (a base
+    /// step must come first, each step's parent is the step before it).
+    pub fn chain_to(&self, step: &StepName) -> Option<Vec<StepName>> {
+        if self.nonces.is_empty() {
+            return step.base.then(|| vec![step.clone()]);
+        }
+        let first = step.seq.checked_sub(self.nonces.len() as u64)?;
+        let mut chain = Vec::with_capacity(self.nonces.len() + 1);
+        for (i, nonce) in self.nonces.iter().enumerate() {
+            let parent = if i == 0 {
+                self.parent.clone()
+            } else {
+                Some(self.nonces[i - 1].clone())
+            };
+            let name = StepName {
+                seq: first + i as u64,
+                nonce: nonce.clone(),
+                parent,
+                base: i == 0,
+            };
+            // Only names a file could have.
+            if StepName::parse(&name.file_name()).as_ref() != Some(&name) {
+                return None;
+            }
+            chain.push(name);
+        }
+        if step.base || step.parent.as_ref() != self.nonces.last() {
+            return None;
+        }
+        chain.push(step.clone());
+        Some(chain)
+    }
+}
+
+/// A save writes a base step (a snapshot) when the chain since the last one is this long, so a load
+/// reads at most this many step objects however long the thread is.
+pub(super) const SNAPSHOT_STEPS: usize = 32;
+
+/// Messages per chunk: a base step carries the thread's messages as references to chunks of this
+/// many (blobs, written once by content) and the rest inline, so a snapshot costs the messages
+/// since the last complete chunk, not the whole conversation.
+pub(super) const CHUNK_MESSAGES: usize = 64;
 
 /// Where a forked thread came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +195,12 @@ pub(super) struct StepHeader {
     pub messages: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkOrigin>,
+    /// The step's own file name and the steps before it since the latest base step: what a load
+    /// needs when this step object is the head itself (local disk links the head to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_base: Option<SinceBase>,
 }
 
 /// One slot as the log stores it: its JSON with large shared parts as blob references.
@@ -140,10 +217,17 @@ pub(super) struct EncodedSlot {
 #[derive(Serialize)]
 pub(super) struct BodyOut<'a> {
     pub base: bool,
+    /// A base step's message chunks (blob hashes), whose messages come before `append`.
+    #[serde(skip_serializing_if = "no_chunks")]
+    pub chunks: &'a [String],
     pub keep: usize,
     pub append: &'a [Arc<Message>],
     pub set: &'a BTreeMap<String, EncodedSlot>,
     pub unset: &'a [String],
+}
+
+fn no_chunks(chunks: &&[String]) -> bool {
+    chunks.is_empty()
 }
 
 /// A step object's second line, as read.
@@ -151,6 +235,9 @@ pub(super) struct BodyOut<'a> {
 pub(super) struct Body {
     #[serde(default)]
     pub base: bool,
+    /// A base step's message chunks; `keep` counts their messages.
+    #[serde(default)]
+    pub chunks: Vec<String>,
     pub keep: usize,
     #[serde(default)]
     pub append: Vec<Arc<Message>>,
@@ -180,15 +267,21 @@ pub(super) fn split_header(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
 pub(super) struct Replayed {
     pub messages: Vec<Arc<Message>>,
     pub slots: BTreeMap<String, EncodedSlot>,
+    /// Hashes of the message chunks that still hold `messages`' first `chunks.len() *
+    /// CHUNK_MESSAGES` messages (a later snapshot reuses them instead of writing them again).
+    pub chunks: Vec<String>,
 }
 
 impl Replayed {
-    /// Apply one step's changes. Errors (with a reason) when the step keeps more messages than
-    /// there are.
-    pub fn apply(&mut self, body: Body) -> Result<(), String> {
+    /// Apply one step's changes; `chunked` are the messages of a base step's chunks, in order.
+    /// Errors (with a reason) when the step keeps more messages than there are.
+    pub fn apply(&mut self, body: Body, chunked: Vec<Arc<Message>>) -> Result<(), String> {
         if body.base {
-            self.messages.clear();
+            self.messages = chunked;
             self.slots.clear();
+            self.chunks = body.chunks;
+        } else {
+            self.chunks.truncate(body.keep / CHUNK_MESSAGES);
         }
         if body.keep > self.messages.len() {
             return Err(format!("keeps {} messages of {}", body.keep, self.messages.len()));
@@ -299,6 +392,33 @@ mod tests {
     }
 
     #[test]
+    fn since_base_round_trips_and_refuses_what_does_not_fit() {
+        let base = StepName {
+            base: true,
+            ..name(4, "a", Some("f"))
+        };
+        let chain = vec![base.clone(), name(5, "b", Some("a")), name(6, "c", Some("b"))];
+        let head = name(7, "d", Some("c"));
+        let since = SinceBase::of(&chain);
+        let mut whole = chain.clone();
+        whole.push(head.clone());
+        assert_eq!(since.chain_to(&head), Some(whole));
+        assert_eq!(SinceBase::default().chain_to(&base), Some(vec![base.clone()]));
+        assert_eq!(
+            SinceBase::default().chain_to(&head),
+            None,
+            "a delta needs its base"
+        );
+        assert_eq!(since.chain_to(&name(7, "d", Some("x"))), None, "wrong parent");
+        assert_eq!(since.chain_to(&name(2, "d", Some("c"))), None, "before its base");
+        let bad = SinceBase {
+            parent: None,
+            nonces: vec!["NOT-A-NONCE".into()],
+        };
+        assert_eq!(bad.chain_to(&name(1, "d", Some("c"))), None);
+    }
+
+    #[test]
     fn the_chain_follows_parents_and_skips_orphans() {
         let names = vec![
             name(0, "a", None),
@@ -319,17 +439,31 @@ mod tests {
         let mut r = Replayed::default();
         let body = |base, keep, append: Vec<Arc<Message>>| Body {
             base,
+            chunks: Vec::new(),
             keep,
             append,
             set: BTreeMap::new(),
             unset: Vec::new(),
         };
-        r.apply(body(true, 0, vec![msg("a"), msg("b")])).unwrap();
-        r.apply(body(false, 2, vec![msg("c")])).unwrap();
-        r.apply(body(false, 1, vec![msg("s")])).unwrap();
+        r.apply(body(true, 0, vec![msg("a"), msg("b")]), Vec::new())
+            .unwrap();
+        r.apply(body(false, 2, vec![msg("c")]), Vec::new()).unwrap();
+        r.apply(body(false, 1, vec![msg("s")]), Vec::new()).unwrap();
         let texts: Vec<String> = r.messages.iter().map(|m| m.text()).collect();
         assert_eq!(texts, ["a", "s"]);
-        assert!(r.apply(body(false, 5, Vec::new())).is_err());
+        assert!(r.apply(body(false, 5, Vec::new()), Vec::new()).is_err());
+        // A base step's chunked messages come first; a rewrite below a chunk drops it.
+        let chunked: Vec<Arc<Message>> = (0..CHUNK_MESSAGES).map(|i| msg(&i.to_string())).collect();
+        let mut base = body(true, CHUNK_MESSAGES, vec![msg("tail")]);
+        base.chunks = vec!["c0".to_owned()];
+        r.apply(base, chunked).unwrap();
+        assert_eq!(r.messages.len(), CHUNK_MESSAGES + 1);
+        assert_eq!(r.chunks, ["c0"]);
+        r.apply(body(false, CHUNK_MESSAGES + 1, vec![msg("more")]), Vec::new())
+            .unwrap();
+        assert_eq!(r.chunks, ["c0"]);
+        r.apply(body(false, 3, Vec::new()), Vec::new()).unwrap();
+        assert!(r.chunks.is_empty());
     }
 
     #[test]

@@ -76,7 +76,8 @@ impl ContentMemo {
 /// Texts shorter than this are serialized plainly by [`serialize_str_by_content`].
 pub const TEXT_BY_CONTENT_BYTES: usize = 4096;
 
-fn blob_of(bytes: Vec<u8>) -> ContentBlob {
+/// The blob of `bytes`: them and their hash.
+pub(super) fn blob_of(bytes: Vec<u8>) -> ContentBlob {
     ContentBlob {
         hash: hex(&Sha256::digest(&bytes)),
         bytes: Bytes::from(bytes),

@@ -166,7 +166,8 @@ pub fn caps(mid_conversation: bool) -> ModelCapabilities {
     }
 }
 
-/// One operation a [`Spy`] saw: `"read"` (bytes returned) or `"write"` (bytes given).
+/// One operation a [`Spy`] saw: `"read"` (bytes returned), `"write"` (bytes given) or `"ls"` (a
+/// directory listing, 0 bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpyOp {
     pub op: &'static str,
@@ -174,8 +175,8 @@ pub struct SpyOp {
     pub bytes: u64,
 }
 
-/// Delegates to an inner backend and records every successful read (`read_many` included) and
-/// every write.
+/// Delegates to an inner backend and records every successful read (`read_many` included), every
+/// write and every directory listing.
 #[derive(Debug)]
 pub struct Spy {
     inner: Arc<dyn trellis_middleware::backend::Backend>,
@@ -227,6 +228,7 @@ impl trellis_middleware::backend::Backend for Spy {
         &self,
         dir: &trellis_middleware::backend::VirtualPath,
     ) -> trellis_middleware::backend::Result<Vec<trellis_middleware::backend::Entry>> {
+        self.record("ls", dir, 0);
         self.inner.ls(dir).await
     }
     async fn stat(
@@ -267,6 +269,18 @@ impl trellis_middleware::backend::Backend for Spy {
     ) -> trellis_middleware::backend::Result<trellis_middleware::backend::WriteOutcome> {
         self.record("write", path, data.len());
         self.inner.write(path, data, mode).await
+    }
+    async fn link(
+        &self,
+        from: &trellis_middleware::backend::VirtualPath,
+        to: &trellis_middleware::backend::VirtualPath,
+        mode: trellis_middleware::backend::WriteMode,
+    ) -> Option<trellis_middleware::backend::Result<trellis_middleware::backend::WriteOutcome>> {
+        let linked = self.inner.link(from, to, mode).await;
+        if linked.is_some() {
+            self.record("link", to, 0);
+        }
+        linked
     }
     async fn delete(
         &self,
