@@ -116,6 +116,20 @@ async fn main() {
     let report = tokio::task::spawn_blocking(move || telemetry.shutdown(Duration::from_secs(5)))
         .await
         .unwrap();
+
+    // The same with spans only (no metrics layer), to tell the two costs apart.
+    let mut spans_only = OtlpConfig::new(&collector().await);
+    spans_only.metrics_endpoint = None;
+    let (telemetry, layer) = Telemetry::install(&spans_only).unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    let spans = {
+        let _default = tracing::subscriber::set_default(subscriber);
+        per_call(2, steps).await;
+        per_call(runs, steps).await
+    };
+    tokio::task::spawn_blocking(move || telemetry.shutdown(Duration::from_secs(5)))
+        .await
+        .unwrap();
     println!(
         "{}",
         json!({
@@ -125,6 +139,7 @@ async fn main() {
             "off_us": us(off),
             "on_us": us(on),
             "added_us": us(on) - us(off),
+            "spans_only_us": us(spans),
             "ratio": on.as_secs_f64() / off.as_secs_f64(),
             "dropped_spans": report.dropped_spans,
         })

@@ -287,6 +287,10 @@ impl AnthropicModel {
 
 #[async_trait]
 impl ChatModel for AnthropicModel {
+    fn provider(&self) -> Option<&str> {
+        Some("anthropic")
+    }
+
     fn id(&self) -> &str {
         &self.config.model
     }

@@ -165,6 +165,7 @@ impl HttpClient {
         let retry_after = retry_after(response.headers());
         let should_retry = should_retry(response.headers());
         let request_id = request_id(response.headers());
+        note_request_id(request_id.as_deref());
         let body = self.read_body(&mut response).await?;
         Ok(HttpReply {
             status,
@@ -334,6 +335,14 @@ pub(crate) fn transport(error: reqwest::Error) -> ModelError {
 
 /// The provider's id of the request: `request-id` (Anthropic) or `x-request-id` (OpenAI, and
 /// most OpenAI-compatible servers and proxies).
+/// Put the provider's request id on the current span (the runtime's `chat` span declares
+/// `trellis.provider.request_id`), so a trace leads to the provider's own logs.
+pub(crate) fn note_request_id(id: Option<&str>) {
+    if let Some(id) = id {
+        tracing::Span::current().record("trellis.provider.request_id", id);
+    }
+}
+
 pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
     ["request-id", "x-request-id"]
         .iter()

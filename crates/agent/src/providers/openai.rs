@@ -273,6 +273,10 @@ pub(crate) fn bearer_client(config: &mut OpenAiConfig) -> Result<HttpClient, Pro
 
 #[async_trait]
 impl ChatModel for OpenAiModel {
+    fn provider(&self) -> Option<&str> {
+        Some("openai")
+    }
+
     fn id(&self) -> &str {
         &self.config.model
     }

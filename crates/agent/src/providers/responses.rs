@@ -62,6 +62,10 @@ impl ResponsesModel {
 
 #[async_trait]
 impl ChatModel for ResponsesModel {
+    fn provider(&self) -> Option<&str> {
+        Some("openai")
+    }
+
     fn id(&self) -> &str {
         &self.config.model
     }

@@ -20,7 +20,8 @@ use trellis_middleware::ModelError;
 use trellis_middleware::{DeltaSink, ModelDelta, ModelResponse, deltas_of};
 
 use super::http::{
-    ErrorParser, HttpClient, answered, obey_should_retry, request_id, retry_after, should_retry, transport,
+    ErrorParser, HttpClient, answered, note_request_id, obey_should_retry, request_id, retry_after,
+    should_retry, transport,
 };
 
 type Events = Pin<Box<dyn Stream<Item = Result<Sse, sse_stream::Error>> + Send>>;
@@ -76,6 +77,7 @@ impl HttpClient {
             .await
             .map_err(transport)?;
         let status = response.status().as_u16();
+        note_request_id(request_id(response.headers()).as_deref());
         if !(200..300).contains(&status) {
             let retry = retry_after(response.headers());
             let should = should_retry(response.headers());

@@ -260,6 +260,10 @@ async fn spans_and_metrics_of_a_run_reach_a_real_otlp_receiver() {
     assert_eq!(first["attrs"]["gen_ai.usage.cache_read.input_tokens"], 40);
     assert_eq!(first["attrs"]["gen_ai.usage.output_tokens"], 7);
     assert_eq!(first["attrs"]["gen_ai.request.model"], "scripted");
+    assert!(
+        first["attrs"].get("gen_ai.provider.name").is_none(),
+        "the scripted model names none"
+    );
     assert_eq!(first["attrs"]["gen_ai.response.finish_reasons"], "[\"tool_use\"]");
     assert_eq!(
         parent(first).map(|p| &p["name"]),
@@ -379,10 +383,10 @@ async fn trellis_run_with_otlp_exports_its_spans() {
     let receiver = Receiver::start(&python, false);
     let server = wiremock::MockServer::start().await;
     crate::cli_threads::messages()
-        .respond_with(crate::cli_threads::reply(
-            json!([{"type": "text", "text": "hello"}]),
-            "end_turn",
-        ))
+        .respond_with(
+            crate::cli_threads::reply(json!([{"type": "text", "text": "hello"}]), "end_turn")
+                .insert_header("request-id", "req_0123abc"),
+        )
         .mount(&server)
         .await;
     let state = tempfile::tempdir().unwrap();
@@ -416,5 +420,8 @@ async fn trellis_run_with_otlp_exports_its_spans() {
     let chat = by_name(&spans, "chat claude-sonnet-4-5");
     assert_eq!(chat.len(), 1, "{names:?}");
     assert_eq!(chat[0]["attrs"]["gen_ai.usage.output_tokens"], 5);
+    // The provider's request id leads from the trace to the provider's logs.
+    assert_eq!(chat[0]["attrs"]["trellis.provider.request_id"], "req_0123abc");
+    assert_eq!(chat[0]["attrs"]["gen_ai.provider.name"], "anthropic");
     assert!(!serde_json::to_string(&spans).unwrap().contains("SECRET-PROMPT"));
 }

@@ -171,7 +171,7 @@ impl<'a> Next<'a> {
                         );
                     }
                 }
-                let span = telemetry::chat_span(self.model.id(), &request);
+                let span = telemetry::chat_span(self.model.id(), self.model.provider(), &request);
                 let events = cx.events();
                 let step = cx.step();
                 events.emit_with(|| RunEvent::ModelStreamStarted { step });

@@ -517,6 +517,12 @@ pub trait ChatModel: Send + Sync + Debug {
     /// The model's id (e.g. `claude-sonnet-4-5`), for logs and events.
     fn id(&self) -> &str;
 
+    /// The provider, named as the OpenTelemetry GenAI conventions name it (`anthropic`,
+    /// `openai`, …), for the `chat` span's `gen_ai.provider.name`; `None` when unknown.
+    fn provider(&self) -> Option<&str> {
+        None
+    }
+
     /// What the model supports.
     fn capabilities(&self) -> ModelCapabilities;
 

@@ -5,7 +5,7 @@
 //! | span (`otel.name`) | when | attributes |
 //! |---|---|---|
 //! | `invoke_agent {agent}` | one per run, a subagent's nested under its parent's `task` call | `gen_ai.operation.name`, `gen_ai.agent.name`, `gen_ai.conversation.id` (thread), `trellis.run_id`, `trellis.model_calls`, `trellis.outcome` (`finished`, `interrupted`, `failed`), `error.type` |
-//! | `chat {model}` | one per attempt of a model call (a retried call has several) | `gen_ai.request.model`, `gen_ai.response.model`, `gen_ai.usage.input_tokens` (all input, cached or not), `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens`, `gen_ai.usage.cache_creation.input_tokens`, `gen_ai.response.finish_reasons`, `error.type`; with content capture, `gen_ai.input.messages` and `gen_ai.output.messages` |
+//! | `chat {model}` | one per attempt of a model call (a retried call has several) | `gen_ai.request.model`, `gen_ai.provider.name` (when the model names its provider), `gen_ai.response.model`, `gen_ai.usage.input_tokens` (all input, cached or not), `gen_ai.usage.output_tokens`, `gen_ai.usage.cache_read.input_tokens`, `gen_ai.usage.cache_creation.input_tokens`, `gen_ai.response.finish_reasons`, `trellis.provider.request_id` (set by the provider: its `request-id` / `x-request-id` header), `error.type`; with content capture, `gen_ai.input.messages` and `gen_ai.output.messages` |
 //! | `execute_tool {tool}` | one per tool call | `gen_ai.tool.name`, `gen_ai.tool.call.id`, `gen_ai.tool.type`, `trellis.tool.outcome` (`ok`, `error`), `error.type`; with content capture, `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result` |
 //!
 //! Every middleware event (skill activation, memory edits, summarization, rubric verdicts,
@@ -72,19 +72,21 @@ pub(crate) fn agent_span(agent: Option<&str>, thread_id: &str, run_id: &str) -> 
 }
 
 /// The span of one model call attempt, with the request's text when capture is on.
-pub(crate) fn chat_span(model: &str, request: &ModelRequest) -> Span {
+pub(crate) fn chat_span(model: &str, provider: Option<&str>, request: &ModelRequest) -> Span {
     let span = tracing::info_span!(
         "chat",
         otel.name = format!("chat {model}").as_str(),
         otel.kind = "client",
         gen_ai.operation.name = "chat",
         gen_ai.request.model = model,
+        gen_ai.provider.name = provider,
         gen_ai.response.model = Empty,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
         gen_ai.usage.cache_read.input_tokens = Empty,
         gen_ai.usage.cache_creation.input_tokens = Empty,
         gen_ai.response.finish_reasons = Empty,
+        trellis.provider.request_id = Empty,
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
         otel.status_code = Empty,
