@@ -92,7 +92,8 @@ pub use rubric::{
     CriterionEval, GraderVerdict, RUBRIC, RUBRIC_RESULT, Rubric, RubricEvaluation, RubricMiddleware,
     RubricResult, Verdict,
 };
-pub use runtime::agent::{Agent, AgentBuilder, DEFAULT_MAX_STEPS};
+pub use runtime::agent::Agent;
+pub use runtime::agent_builder::{AgentBuilder, DEFAULT_MAX_STEPS};
 pub use runtime::checkpoint::{
     BackendCheckpointer, CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion,
     Checkpointer, ForkOrigin, GarbageReport, InMemoryCheckpointer, StoredCheckpoint, TEXT_BY_CONTENT_BYTES,

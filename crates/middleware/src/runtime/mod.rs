@@ -3,6 +3,7 @@
 //! protocol. Nothing in here knows about skills, memory or any other consumer.
 
 pub(crate) mod agent;
+pub(crate) mod agent_builder;
 pub(crate) mod call_ids;
 pub(crate) mod checkpoint;
 pub(crate) mod context;
