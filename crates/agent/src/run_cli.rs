@@ -312,10 +312,17 @@ async fn drive(
 
 /// Decide with the flags, and on a terminal (stdin and stderr) by asking.
 fn decide(interrupt: &trellis_middleware::Interrupt, approvals: &Approvals) -> Result<Outcome> {
-    let terminal = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let given = approvals.given.as_ref();
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return approval_cli::decide(interrupt, &approvals.rule, given, None);
+    }
     let mut prompter = LinePrompter::new(std::io::stdin().lock(), std::io::stderr());
-    let prompter = terminal.then_some(&mut prompter as &mut dyn Prompter);
-    approval_cli::decide(interrupt, &approvals.rule, approvals.given.as_ref(), prompter)
+    approval_cli::decide(
+        interrupt,
+        &approvals.rule,
+        given,
+        Some(&mut prompter as &mut dyn Prompter),
+    )
 }
 
 /// Read `--decisions`: a JSON object of request id → decision, from a file or `-` (stdin).

@@ -30,11 +30,18 @@ enum Command {
     Flush(oneshot::Sender<()>),
 }
 
-/// A bounded, non-blocking batch span processor (see the module docs).
-#[derive(Debug)]
+/// A bounded, non-blocking batch span processor (see the module docs). Clones share one queue,
+/// so the tracer provider can own one while the caller keeps another to read the drop count.
+#[derive(Debug, Clone)]
 pub struct ExportQueue {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// `None` once shut down.
     sender: Mutex<Option<mpsc::Sender<Command>>>,
-    dropped: Arc<AtomicU64>,
+    dropped: AtomicU64,
     done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
 
@@ -57,19 +64,25 @@ impl ExportQueue {
             let _ = done_tx.send(());
         });
         Self {
-            sender: Mutex::new(Some(sender)),
-            dropped: Arc::new(AtomicU64::new(0)),
-            done: Mutex::new(Some(done_rx)),
+            shared: Arc::new(Shared {
+                sender: Mutex::new(Some(sender)),
+                dropped: AtomicU64::new(0),
+                done: Mutex::new(Some(done_rx)),
+            }),
         }
     }
 
     /// Spans dropped so far because the queue was full (or closed).
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.shared.dropped.load(Ordering::Relaxed)
     }
 
-    fn sender(&self) -> Option<mpsc::Sender<Command>> {
-        self.sender.lock().ok()?.clone()
+    /// Queue `command` without waiting; false when the queue is full or shut down.
+    fn try_send(&self, command: Command) -> bool {
+        match self.shared.sender.lock() {
+            Ok(sender) => sender.as_ref().is_some_and(|s| s.try_send(command).is_ok()),
+            Err(_) => false,
+        }
     }
 }
 
@@ -120,32 +133,28 @@ impl SpanProcessor for ExportQueue {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 
     fn on_end(&self, span: SpanData) {
-        let sent = self
-            .sender()
-            .is_some_and(|s| s.try_send(Command::Span(Box::new(span))).is_ok());
-        if !sent {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        if !self.try_send(Command::Span(Box::new(span))) {
+            self.shared.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     fn force_flush(&self) -> OTelSdkResult {
-        let Some(sender) = self.sender() else {
-            return Ok(());
-        };
         let (tx, rx) = oneshot::channel();
-        sender
-            .try_send(Command::Flush(tx))
-            .map_err(|_| OTelSdkError::InternalFailure("the export queue is full".into()))?;
+        if !self.try_send(Command::Flush(tx)) {
+            return Err(OTelSdkError::InternalFailure(
+                "the export queue is full or shut down".into(),
+            ));
+        }
         // Waits on this thread: call it where blocking is allowed (not on a current-thread runtime).
         futures::executor::block_on(rx).map_err(|_| OTelSdkError::AlreadyShutdown)
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
         // Closing the channel ends the loop once it has exported what is queued.
-        if let Ok(mut sender) = self.sender.lock() {
+        if let Ok(mut sender) = self.shared.sender.lock() {
             sender.take();
         }
-        let done = self.done.lock().ok().and_then(|mut d| d.take());
+        let done = self.shared.done.lock().ok().and_then(|mut d| d.take());
         match done {
             Some(done) => done
                 .recv_timeout(timeout)

@@ -138,7 +138,7 @@ pub struct TelemetryError(String);
 pub struct Telemetry {
     tracer_provider: SdkTracerProvider,
     meter_provider: Option<SdkMeterProvider>,
-    queue: std::sync::Arc<ExportQueue>,
+    queue: ExportQueue,
 }
 
 /// What shutting down found.
@@ -172,9 +172,9 @@ impl Telemetry {
             .map_err(|e| TelemetryError(e.to_string()))?;
         let mut spans = spans;
         opentelemetry_sdk::trace::SpanExporter::set_resource(&mut spans, &resource);
-        let queue = std::sync::Arc::new(ExportQueue::new(spans, config.queue_capacity));
+        let queue = ExportQueue::new(spans, config.queue_capacity);
         let tracer_provider = SdkTracerProvider::builder()
-            .with_span_processor(SharedQueue(queue.clone()))
+            .with_span_processor(queue.clone())
             .with_resource(resource.clone())
             .build();
         let tracer = tracer_provider.tracer("trellis");
@@ -244,28 +244,6 @@ impl Telemetry {
             dropped_spans: self.queue.dropped(),
             flushed,
         }
-    }
-}
-
-/// The provider owns its processors; this lets [`Telemetry`] keep reading the drop count.
-#[derive(Debug)]
-struct SharedQueue(std::sync::Arc<ExportQueue>);
-
-impl opentelemetry_sdk::trace::SpanProcessor for SharedQueue {
-    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &opentelemetry::Context) {
-        self.0.on_start(span, cx);
-    }
-
-    fn on_end(&self, span: opentelemetry_sdk::trace::SpanData) {
-        self.0.on_end(span);
-    }
-
-    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
-        self.0.force_flush()
-    }
-
-    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
     }
 }
 

@@ -12,6 +12,7 @@ mod agent_loop_runs;
 mod agent_loop_tools;
 mod agent_loop_truncation;
 mod approvals;
+mod approvals_subagents;
 mod attachments;
 mod checkpoint_log;
 mod checkpoint_snapshots;
