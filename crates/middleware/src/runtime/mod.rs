@@ -14,6 +14,7 @@ pub(crate) mod message;
 pub(crate) mod message_list;
 pub(crate) mod middleware;
 pub(crate) mod model;
+pub(crate) mod model_error;
 pub(crate) mod run;
 pub(crate) mod scripted_model;
 pub(crate) mod state;
