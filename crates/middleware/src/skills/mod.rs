@@ -40,6 +40,7 @@ pub mod render;
 pub mod search;
 pub mod skill;
 pub mod source;
+pub mod thread_state;
 pub mod tools;
 pub mod validate;
 mod views;

@@ -1,9 +1,9 @@
 //! [`BackendCheckpointer`]: threads stored as an append-only log of steps through a storage
 //! [`Backend`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -15,6 +15,7 @@ use super::record::{
     StepHeader, StepName, encode_step, summarize,
 };
 use super::shared::{ContentBlob, ContentMemo, blob_of};
+use super::thread_cache::{Known, ThreadCache};
 use super::{
     CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion, Checkpointer,
     StoredCheckpoint,
@@ -70,45 +71,6 @@ const FILES_DIR: &str = "files";
 pub(super) const LEGACY_VERSION: &str = "v1:";
 /// A save appending more messages than this encodes them on a blocking thread.
 const INLINE_MESSAGES: usize = 16;
-/// Threads whose last state this process remembers; past that the memory starts over.
-const CACHED_THREADS: usize = 1024;
-
-/// What this process knows of a thread at one version: enough to write the next step as a delta.
-#[derive(Debug, Clone)]
-struct Known {
-    version: CheckpointVersion,
-    step: StepName,
-    /// The committed steps from the latest base step to `step` (what the head names).
-    since_base: Vec<StepName>,
-    /// Message chunks that hold the first messages of `previous` (see [`Replayed::chunks`]).
-    chunks: Vec<String>,
-    previous: Previous,
-    /// Saved (not just loaded) by this process: shared values are in the memo.
-    saved: bool,
-}
-
-#[derive(Debug, Default)]
-struct ThreadCache(Mutex<HashMap<ThreadId, Known>>);
-
-impl ThreadCache {
-    fn get(&self, thread_id: &ThreadId, version: &CheckpointVersion) -> Option<Known> {
-        let cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        cache.get(thread_id).filter(|k| &k.version == version).cloned()
-    }
-
-    fn put(&self, thread_id: ThreadId, known: Known) {
-        let mut cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= CACHED_THREADS && !cache.contains_key(&thread_id) {
-            cache.clear();
-        }
-        cache.insert(thread_id, known);
-    }
-
-    fn forget(&self, thread_id: &ThreadId) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(thread_id);
-    }
-}
-
 /// Where the step being saved attaches.
 enum Parent {
     /// A new thread.

@@ -16,6 +16,7 @@ mod log_read;
 mod memory;
 mod record;
 mod shared;
+mod thread_cache;
 
 use std::fmt::Debug;
 use std::sync::Arc;
