@@ -416,3 +416,30 @@ async fn a_rejected_write_file_leaves_the_backend_untouched() {
     );
     assert!(tool_texts(&out)[0].1);
 }
+
+#[tokio::test]
+async fn a_waiting_step_belongs_to_its_thread_and_no_other_can_answer_it() {
+    let model = Arc::new(
+        ScriptedModel::new()
+            .then_tool_calls([call("e1", "echo", json!({"text": "hi"}))])
+            .then_text("done"),
+    );
+    let agent = agent(model.clone(), Arc::default());
+    stopped_at_echo(&agent, &model, "mine").await;
+    // Another thread of the same agent sees nothing waiting and cannot answer mine.
+    assert_eq!(agent.pending_interrupt(&thread("other")).await.unwrap(), None);
+    let err = resume(&agent, "other", Decisions::new().decide("e1", Decision::Approve))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, AgentError::Decision(DecisionError::NothingPending { .. })),
+        "{err}"
+    );
+    let waiting = agent.pending_interrupt(&thread("mine")).await.unwrap().unwrap();
+    assert_eq!(waiting.thread_id, "mine");
+    assert_eq!(model.calls(), 1, "nothing ran for the other thread");
+    let out = resume(&agent, "mine", Decisions::new().decide("e1", Decision::Approve))
+        .await
+        .unwrap();
+    assert_eq!(out.final_text().as_deref(), Some("done"));
+}
