@@ -17,22 +17,22 @@
 pub mod export_queue;
 pub mod http_client;
 pub mod metrics;
+pub mod span_layer;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Subscriber;
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
 
-pub use export_queue::{DEFAULT_QUEUE_CAPACITY, ExportQueue};
+pub use export_queue::{DEFAULT_QUEUE_CAPACITY, ExportQueue, QueueError};
 pub use http_client::OtlpHttpClient;
-pub use metrics::MetricsLayer;
+pub use metrics::Metrics;
+pub use span_layer::SpanLayer;
 
 /// Where and how to export.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,7 +136,6 @@ pub struct TelemetryError(String);
 /// The installed exporters; shut them down before the process ends.
 #[derive(Debug)]
 pub struct Telemetry {
-    tracer_provider: SdkTracerProvider,
     meter_provider: Option<SdkMeterProvider>,
     queue: ExportQueue,
 }
@@ -173,22 +172,6 @@ impl Telemetry {
         let mut spans = spans;
         opentelemetry_sdk::trace::SpanExporter::set_resource(&mut spans, &resource);
         let queue = ExportQueue::new(spans, config.queue_capacity);
-        let tracer_provider = SdkTracerProvider::builder()
-            .with_span_processor(queue.clone())
-            .with_resource(resource.clone())
-            .build();
-        let tracer = tracer_provider.tracer("trellis");
-        // No source locations, thread names or busy/idle times: attributes nobody asked for,
-        // and most of the layer's cost per span.
-        let spans_layer = tracing_opentelemetry::layer()
-            .with_tracer(tracer)
-            .with_location(false)
-            .with_threads(false)
-            .with_tracked_inactivity(false)
-            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
-                meta.target().starts_with("trellis") && *meta.level() <= tracing::Level::INFO
-            }));
-
         let (meter_provider, metrics_layer) = match &config.metrics_endpoint {
             Some(endpoint) => {
                 let exporter = opentelemetry_otlp::MetricExporter::builder()
@@ -207,20 +190,24 @@ impl Telemetry {
                     .with_reader(reader)
                     .with_resource(resource)
                     .build();
-                let layer = MetricsLayer::new(&opentelemetry::metrics::MeterProvider::meter(
+                let layer = Metrics::new(&opentelemetry::metrics::MeterProvider::meter(
                     &provider, "trellis",
                 ));
                 (Some(provider), Some(layer))
             }
             None => (None, None),
         };
-        let layer: Box<dyn Layer<S> + Send + Sync> = match metrics_layer {
-            Some(metrics) => Box::new(spans_layer.and_then(metrics)),
-            None => Box::new(spans_layer),
-        };
+        let mut spans_layer = SpanLayer::new(queue.clone());
+        if let Some(metrics) = metrics_layer {
+            spans_layer = spans_layer.with_metrics(metrics);
+        }
+        let layer: Box<dyn Layer<S> + Send + Sync> = Box::new(spans_layer.with_filter(
+            tracing_subscriber::filter::filter_fn(|meta| {
+                meta.target().starts_with("trellis") && *meta.level() <= tracing::Level::INFO
+            }),
+        ));
         Ok((
             Self {
-                tracer_provider,
                 meter_provider,
                 queue,
             },
@@ -236,7 +223,7 @@ impl Telemetry {
     /// Send what is queued and stop, waiting at most `timeout`. Blocks the calling thread: call it
     /// outside async code, or on a multi-threaded runtime's blocking pool.
     pub fn shutdown(self, timeout: Duration) -> ShutdownReport {
-        let flushed = self.tracer_provider.shutdown_with_timeout(timeout).is_ok();
+        let flushed = self.queue.shutdown(timeout).is_ok();
         if let Some(meters) = self.meter_provider {
             let _ = meters.shutdown_with_timeout(timeout);
         }
