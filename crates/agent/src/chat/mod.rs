@@ -117,8 +117,13 @@ async fn session(
     };
     s.greet().await?;
     loop {
-        if s.settle_waiting().await? {
-            continue;
+        match s.settle_waiting().await? {
+            Settled::Nothing => {}
+            Settled::Ran => continue,
+            Settled::Leave => {
+                eprintln!("{}", s.come_back());
+                return Ok(ExitCode::from(approval_cli::EXIT_WAITING));
+            }
         }
         let input = match s.editor.read("> ", "", true)? {
             Read::Line(line) => line,
@@ -162,6 +167,16 @@ async fn session(
     }
     eprintln!("{}", s.come_back());
     Ok(ExitCode::SUCCESS)
+}
+
+/// What [`Session::settle_waiting`] did.
+enum Settled {
+    /// The thread waits for nothing.
+    Nothing,
+    /// It asked (and resumed, when everything was decided).
+    Ran,
+    /// The person left with calls still undecided (exit status 3, as `trellis run`).
+    Leave,
 }
 
 fn help() {
@@ -209,16 +224,16 @@ impl Session<'_> {
         )
     }
 
-    /// When the thread waits for decisions, ask for them and resume. True when it ran (or tried).
-    async fn settle_waiting(&mut self) -> Result<bool> {
+    /// When the thread waits for decisions, ask for them and resume.
+    async fn settle_waiting(&mut self) -> Result<Settled> {
         let Some(interrupt) = self.built.agent.pending_interrupt(&self.thread).await? else {
-            return Ok(false);
+            return Ok(Settled::Nothing);
         };
         eprintln!("This thread waits for decisions on its last step first.");
         match self.decide(&interrupt)? {
             Outcome::Decided(decisions) => {
                 self.turn(RunInput::resume(decisions)).await?;
-                Ok(true)
+                Ok(Settled::Ran)
             }
             Outcome::Waiting(_) => {
                 eprintln!(
@@ -230,8 +245,8 @@ impl Session<'_> {
                     .editor
                     .read("(Enter to be asked again, Ctrl-D to leave) ", "", false)?
                 {
-                    Read::End => Err(anyhow::anyhow!("{}", self.come_back())),
-                    _ => Ok(true),
+                    Read::End => Ok(Settled::Leave),
+                    _ => Ok(Settled::Ran),
                 }
             }
         }

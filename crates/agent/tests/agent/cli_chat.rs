@@ -174,6 +174,13 @@ fn chat_command(server: &Scripted, state: &Path, skills: &Path, thread: &str) ->
     command
 }
 
+/// Type `line` once the `n`-th prompt is on the screen (text typed before the line editor reads
+/// may be lost).
+fn say(pty: &mut Pty, n: usize, line: &str) {
+    pty.wait_for(PROMPT, n);
+    pty.type_line(line);
+}
+
 /// How often `needle` occurs in a request body's messages.
 fn count_in(body: &Value, needle: &str) -> usize {
     body["messages"].to_string().matches(needle).count()
@@ -211,17 +218,16 @@ async fn pins_reach_the_next_request_once_reload_shows_new_skills_and_unknown_wo
     let skills_dir = skills.clone();
     let screen = tokio::task::spawn_blocking(move || {
         let (mut pty, mut child) = Pty::spawn(command);
-        pty.wait_for("> ", 1);
-        pty.type_line("/meeting-prep");
+        say(&mut pty, 1, "/meeting-prep");
         pty.wait_for("pinned meeting-prep", 1);
         assert!(probe.bodies().is_empty(), "a pin alone calls no model");
-        pty.type_line("Acme tomorrow");
+        say(&mut pty, 2, "Acme tomorrow");
         pty.wait_for("ok 1", 1);
-        pty.type_line("and then?");
+        say(&mut pty, 3, "and then?");
         pty.wait_for("ok 2", 1);
 
         // An unknown word is a message, not a model call.
-        pty.type_line("/meeting-pre Acme");
+        say(&mut pty, 4, "/meeting-pre Acme");
         pty.wait_for("is not a command or a skill", 1);
         assert!(
             pty.screen.contains("did you mean /meeting-prep (skill)"),
@@ -235,13 +241,13 @@ async fn pins_reach_the_next_request_once_reload_shows_new_skills_and_unknown_wo
             "EXPENSE-DESC-5521 file expenses.",
             "Expense body.",
         );
-        pty.type_line("/reload");
+        say(&mut pty, 5, "/reload");
         pty.wait_for("new: expense-report", 1);
-        pty.type_line("what can you do now?");
+        say(&mut pty, 6, "what can you do now?");
         pty.wait_for("ok 3", 1);
-        pty.type_line("/skills expenses");
+        say(&mut pty, 7, "/skills expenses");
         pty.wait_for("/expense-report  EXPENSE-DESC-5521", 1);
-        pty.type_line("/quit");
+        say(&mut pty, 8, "/quit");
         let status = child.wait().unwrap();
         pty.wait_for("thread t1 kept: trellis chat --thread t1", 1);
         assert!(status.success(), "{}", pty.screen);
@@ -319,12 +325,11 @@ async fn ctrl_c_during_a_streamed_answer_cancels_the_step_and_the_thread_goes_on
     let probe = server.clone();
     let screens = tokio::task::spawn_blocking(move || {
         let (mut pty, mut child) = Pty::spawn(first);
-        pty.wait_for("> ", 1);
-        pty.type_line("tell me a long story");
+        say(&mut pty, 1, "tell me a long story");
         pty.wait_for("Once upon a ti", 1);
         pty.type_raw(b"\x03");
         pty.wait_for("cancelled: the thread keeps its last saved step", 1);
-        pty.type_line("are you there?");
+        say(&mut pty, 2, "are you there?");
         pty.wait_for("recovered fine", 1);
         wait_requests(&probe, 2);
         // The turn is over when the prompt is back (the third one).
@@ -338,17 +343,25 @@ async fn ctrl_c_during_a_streamed_answer_cancels_the_step_and_the_thread_goes_on
 
         // Coming back shows the thread and continues it.
         let (mut pty, mut child) = Pty::spawn(again);
-        pty.wait_for(PROMPT, 1);
-        pty.type_line("/quit");
+        // Each line is typed when the prompt is back.
+        say(&mut pty, 1, "/memory");
+        pty.wait_for("no memory files", 1);
+        say(&mut pty, 2, "/thread");
+        pty.wait_for("thread t1: 3 messages", 1);
+        say(&mut pty, 3, "/fork");
+        pty.wait_for("thread t1 stays as it was", 1);
+        say(&mut pty, 4, "in the fork");
+        pty.wait_for("ok 3", 1);
+        say(&mut pty, 5, "/quit");
         assert!(child.wait().unwrap().success(), "{}", pty.screen);
-        pty.wait_for("thread t1 kept", 1);
+        pty.wait_for(" kept: trellis chat --thread ", 2);
         (first_screen, pty.screen)
     })
     .await
     .unwrap();
     assert!(!screens.0.contains("panicked"), "{}", screens.0);
     let bodies = server.bodies();
-    assert_eq!(bodies.len(), 2);
+    assert_eq!(bodies.len(), 3, "two turns, then one in the fork");
     let roles: Vec<(String, String)> = bodies[1]["messages"]
         .as_array()
         .unwrap()
@@ -369,6 +382,35 @@ async fn ctrl_c_during_a_streamed_answer_cancels_the_step_and_the_thread_goes_on
         !bodies[1].to_string().contains("Once upon a ti"),
         "the partial reply is dropped"
     );
+    // The fork went on with t1's history in a thread of its own; t1 did not change.
+    let fork_text = bodies[2]["messages"].to_string();
+    assert!(
+        fork_text.contains("recovered fine") && fork_text.contains("in the fork"),
+        "{fork_text}"
+    );
+    let forked = screens
+        .1
+        .split("now on thread ")
+        .nth(1)
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_ne!(forked, "t1");
+    assert!(
+        screens.1.contains(&format!("thread {forked} kept")),
+        "{}",
+        screens.1
+    );
+    let shown = trellis()
+        .args(["threads", "--state-dir"])
+        .arg(&state)
+        .args(["show", "t1"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&shown.stdout).starts_with("thread t1: 3 messages"));
     let resumed = &screens.1;
     assert!(resumed.contains("thread t1: 3 messages so far"), "{resumed}");
     assert!(resumed.contains("user: are you there?"), "{resumed}");
@@ -394,18 +436,17 @@ async fn the_approval_prompt_takes_yes_no_with_a_reason_and_edit() {
     let question = "Run it? [y]es / [n]o / [e]dit / [r]espond: ";
     tokio::task::spawn_blocking(move || {
         let (mut pty, mut child) = Pty::spawn(command);
-        pty.wait_for("> ", 1);
-        pty.type_line("write a");
+        say(&mut pty, 1, "write a");
         pty.wait_for(question, 1);
         pty.type_line("y");
         pty.wait_for("wrote a", 1);
-        pty.type_line("write b");
+        say(&mut pty, 2, "write b");
         pty.wait_for(question, 2);
         pty.type_line("n");
         pty.wait_for("Reason for the model (optional): ", 1);
         pty.type_line("not b, never b");
         pty.wait_for("skipped b", 1);
-        pty.type_line("write c");
+        say(&mut pty, 3, "write c");
         pty.wait_for(question, 3);
         pty.type_line("e");
         // The arguments are there to edit: Ctrl-U clears them, then the new ones.
@@ -413,7 +454,7 @@ async fn the_approval_prompt_takes_yes_no_with_a_reason_and_edit() {
         pty.type_raw(b"\x15");
         pty.type_line(r#"{"file_path": "/notes/d.md", "content": "edited\n"}"#);
         pty.wait_for("wrote the edit", 1);
-        pty.type_line("/quit");
+        say(&mut pty, 4, "/quit");
         assert!(child.wait().unwrap().success(), "{}", pty.screen);
     })
     .await
