@@ -15,7 +15,9 @@
 //! | `e` | edit: new arguments as one line of JSON (an object) |
 //! | `r` | respond: a line of text that becomes the call's result |
 //!
-//! Only the answers the call accepts are offered. End of input leaves the call undecided.
+//! Only the answers the call accepts are offered. End of input leaves the call undecided. Where
+//! the terminal can edit a line (`trellis chat`), `e` starts the answer with the call's current
+//! arguments.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, Write};
@@ -149,6 +151,25 @@ pub fn decide(
     })
 }
 
+/// Where the prompt asks: a question and a line of answer at a time. [`LinePrompter`] asks on a
+/// reader and a writer; `trellis chat` asks through its line editor, where `e` starts the answer
+/// with the call's arguments to edit.
+pub trait Asker {
+    /// Show a line of text.
+    fn say(&mut self, text: &str) -> Result<()>;
+    /// Ask `question`; the answer starts as `initial` where the terminal lets it be edited (else
+    /// `initial` is ignored). The answer is trimmed; `None` at end of input (or when the person
+    /// gave up on the question, as with Ctrl-C in the chat).
+    fn ask(&mut self, question: &str, initial: &str) -> Result<Option<String>>;
+}
+
+/// Every [`Asker`] asks about calls the same way (the table of the module docs).
+impl<A: Asker> Prompter for A {
+    fn decide(&mut self, request: &ApprovalRequest, index: usize, total: usize) -> Result<Option<Decision>> {
+        ask_decision(self, request, index, total)
+    }
+}
+
 /// The prompt on a terminal: questions to `out`, answers from `input`.
 #[derive(Debug)]
 pub struct LinePrompter<R, W> {
@@ -161,9 +182,15 @@ impl<R: BufRead, W: Write> LinePrompter<R, W> {
     pub fn new(input: R, out: W) -> Self {
         Self { input, out }
     }
+}
 
-    /// One trimmed line, or `None` at end of input.
-    fn line(&mut self, question: &str) -> Result<Option<String>> {
+impl<R: BufRead, W: Write> Asker for LinePrompter<R, W> {
+    fn say(&mut self, text: &str) -> Result<()> {
+        writeln!(self.out, "{text}")?;
+        Ok(())
+    }
+
+    fn ask(&mut self, question: &str, _initial: &str) -> Result<Option<String>> {
         write!(self.out, "{question}")?;
         self.out.flush()?;
         let mut line = String::new();
@@ -175,67 +202,74 @@ impl<R: BufRead, W: Write> LinePrompter<R, W> {
     }
 }
 
-impl<R: BufRead, W: Write> Prompter for LinePrompter<R, W> {
-    fn decide(&mut self, request: &ApprovalRequest, index: usize, total: usize) -> Result<Option<Decision>> {
-        writeln!(self.out, "\n{}", describe(request, index, total))?;
-        // Always in this order, whatever order the call lists them in.
-        let order = [
-            DecisionKind::Approve,
-            DecisionKind::Reject,
-            DecisionKind::Edit,
-            DecisionKind::Respond,
-        ];
-        let choices: Vec<&str> = order
-            .iter()
-            .filter(|k| request.allowed.contains(k))
-            .map(|k| match k {
-                DecisionKind::Approve => "[y]es",
-                DecisionKind::Reject => "[n]o",
-                DecisionKind::Edit => "[e]dit",
-                DecisionKind::Respond => "[r]espond",
-            })
-            .collect();
-        let question = format!("Run it? {}: ", choices.join(" / "));
-        loop {
-            let Some(answer) = self.line(&question)? else {
-                return Ok(None);
-            };
-            let kind = match answer.to_ascii_lowercase().as_str() {
-                "y" | "yes" => DecisionKind::Approve,
-                "n" | "no" => DecisionKind::Reject,
-                "e" | "edit" => DecisionKind::Edit,
-                "r" | "respond" => DecisionKind::Respond,
-                _ => {
-                    writeln!(self.out, "Answer with one of {}.", choices.join(", "))?;
-                    continue;
-                }
-            };
-            if !request.allowed.contains(&kind) {
-                writeln!(self.out, "This call does not accept {kind}.")?;
+/// Ask about one call through `ask`.
+fn ask_decision(
+    ask: &mut (impl Asker + ?Sized),
+    request: &ApprovalRequest,
+    index: usize,
+    total: usize,
+) -> Result<Option<Decision>> {
+    ask.say(&format!("\n{}", describe(request, index, total)))?;
+    // Always in this order, whatever order the call lists them in.
+    let order = [
+        DecisionKind::Approve,
+        DecisionKind::Reject,
+        DecisionKind::Edit,
+        DecisionKind::Respond,
+    ];
+    let choices: Vec<&str> = order
+        .iter()
+        .filter(|k| request.allowed.contains(k))
+        .map(|k| match k {
+            DecisionKind::Approve => "[y]es",
+            DecisionKind::Reject => "[n]o",
+            DecisionKind::Edit => "[e]dit",
+            DecisionKind::Respond => "[r]espond",
+        })
+        .collect();
+    let question = format!("Run it? {}: ", choices.join(" / "));
+    loop {
+        let Some(answer) = ask.ask(&question, "")? else {
+            return Ok(None);
+        };
+        let kind = match answer.to_ascii_lowercase().as_str() {
+            "y" | "yes" => DecisionKind::Approve,
+            "n" | "no" => DecisionKind::Reject,
+            "e" | "edit" => DecisionKind::Edit,
+            "r" | "respond" => DecisionKind::Respond,
+            _ => {
+                ask.say(&format!("Answer with one of {}.", choices.join(", ")))?;
                 continue;
             }
-            return match kind {
-                DecisionKind::Approve => Ok(Some(Decision::Approve)),
-                DecisionKind::Reject => {
-                    Ok(self
-                        .line("Reason for the model (optional): ")?
-                        .map(|reason| Decision::Reject {
-                            message: (!reason.is_empty()).then_some(reason),
-                        }))
-                }
-                DecisionKind::Respond => Ok(self.line("Answer for the model: ")?.map(Decision::respond)),
-                DecisionKind::Edit => loop {
-                    let Some(text) = self.line("New arguments (one line of JSON): ")? else {
+        };
+        if !request.allowed.contains(&kind) {
+            ask.say(&format!("This call does not accept {kind}."))?;
+            continue;
+        }
+        return match kind {
+            DecisionKind::Approve => Ok(Some(Decision::Approve)),
+            DecisionKind::Reject => {
+                Ok(ask
+                    .ask("Reason for the model (optional): ", "")?
+                    .map(|reason| Decision::Reject {
+                        message: (!reason.is_empty()).then_some(reason),
+                    }))
+            }
+            DecisionKind::Respond => Ok(ask.ask("Answer for the model: ", "")?.map(Decision::respond)),
+            DecisionKind::Edit => {
+                let current = serde_json::to_string(&request.args).unwrap_or_default();
+                loop {
+                    let Some(text) = ask.ask("New arguments (one line of JSON): ", &current)? else {
                         return Ok(None);
                     };
                     match serde_json::from_str::<serde_json::Value>(&text) {
                         Ok(args) if args.is_object() => return Ok(Some(Decision::edit(args))),
-                        Ok(_) => writeln!(self.out, "The arguments must be a JSON object.")?,
-                        Err(e) => writeln!(self.out, "Not JSON: {e}")?,
+                        Ok(_) => ask.say("The arguments must be a JSON object.")?,
+                        Err(e) => ask.say(&format!("Not JSON: {e}"))?,
                     }
-                },
-            };
-        }
+                }
+            }
+        };
     }
 }
 

@@ -21,8 +21,10 @@ pub use trellis_middleware::tools;
 
 pub mod approval_cli;
 pub mod builder;
+pub mod chat;
 pub mod inspect;
 pub mod mcp;
+pub mod pin;
 pub mod providers;
 pub mod run_cli;
 pub mod run_output;

@@ -1,4 +1,4 @@
-//! The `trellis` command line: `inspect`, `run`, `resume`, `threads`, `skills list`, `skills validate`.
+//! The `trellis` command line: `inspect`, `run`, `chat`, `resume`, `threads`, `skills list`, `skills validate`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,7 +9,7 @@ use trellis_agent::approval_cli::{self, ApproveRule};
 use trellis_agent::run_cli::{self, Approvals, RunConfig, Start};
 use trellis_agent::run_summary::Prices;
 use trellis_agent::sandbox_cli::{self, SandboxChoice};
-use trellis_agent::{inspect, skills_cli, threads_cli, workspace};
+use trellis_agent::{chat, inspect, skills_cli, threads_cli, workspace};
 use trellis_middleware::ThreadId;
 
 mod logging;
@@ -80,64 +80,8 @@ enum Command {
     /// Run the agent on a task, printing progress; resume a thread with --thread.
     #[command(after_help = LOGGING_HELP)]
     Run {
-        /// The model, e.g. anthropic:claude-sonnet-4-5 or openai:gpt-4.1.
-        #[arg(long)]
-        model: String,
-        /// A skills directory or object-store URL, mounted under /skills (repeatable; later sources
-        /// override earlier ones).
-        #[arg(long = "skills", value_name = "SRC")]
-        skills: Vec<String>,
-        /// A memory file (AGENTS.md), local or an object-store URL, loaded into the system prompt
-        /// (repeatable).
-        #[arg(long = "memory", value_name = "SRC")]
-        memory: Vec<String>,
-        /// Continue this thread (its checkpoints and its own files live in --state-dir).
-        #[arg(long)]
-        thread: Option<String>,
-        /// Run as this user (1-128 ASCII letters, digits, '-', '_' or '.'; not starting with '.'):
-        /// their memory (agents/AGENTS.md, agents/USER.md, agents/MEMORY.md) and personal skills
-        /// (agents/skills/SLUG/SKILL.md, over the --skills sources, for them only) come from
-        /// their workspace, which is --workdir if given, else STATE_DIR/users/ID.
-        #[arg(long, value_name = "ID")]
-        user: Option<String>,
-        /// Start a new thread from checkpoint STEP of thread ID (`trellis threads history ID`
-        /// lists them), with a copy of ID's files.
-        #[arg(long, value_name = "ID@STEP", conflicts_with = "thread")]
-        fork: Option<String>,
-        /// Your workspace: a directory the agent sees at /workspace in every thread you run
-        /// (without it and without --user, the agent has only the thread's own files, kept with
-        /// the thread).
-        #[arg(long)]
-        workdir: Option<PathBuf>,
-        /// Where thread checkpoints and each thread's own files are kept.
-        #[arg(long, default_value = ".trellis")]
-        state_dir: PathBuf,
-        /// An MCP server skills can bind with `include_tools: mcp:NAME` (repeatable):
-        /// NAME=COMMAND (stdio; split like a shell) or NAME=http(s)://… (streamable HTTP).
-        #[arg(long = "mcp", value_name = "NAME=COMMAND|URL")]
-        mcp: Vec<String>,
-        /// Seconds an MCP tool call may take.
-        #[arg(long, value_name = "SECS", default_value_t = 60)]
-        mcp_timeout: u64,
-        /// Let the agent change the mounted skill sources (read-only by default).
-        #[arg(long)]
-        writable_skills: bool,
-        /// Where `execute` runs skill scripts and commands: bwrap (isolated; the default where it
-        /// works, else no execute tool), none (no execute tool), or unsandboxed (on this host,
-        /// isolating nothing: trusted development only).
-        #[arg(long, value_enum, value_name = "KIND")]
-        sandbox: Option<SandboxChoice>,
-        /// Let commands use the network (none by default).
-        #[arg(long)]
-        sandbox_network: bool,
-        /// Only let `execute` run simple commands starting with PREFIX, e.g. "python3 /skills/"
-        /// (repeatable; without it any command may run).
-        #[arg(long = "allow-command", value_name = "PREFIX")]
-        allow_command: Vec<String>,
-        /// Tools whose calls wait for your approval before they run (comma-separated or
-        /// repeated; `none` for no approvals).
-        #[arg(long, value_name = "TOOL,...", default_value = approval_cli::DEFAULT_ASK)]
-        ask: Vec<String>,
+        #[command(flatten)]
+        agent: AgentArgs,
         #[command(flatten)]
         approvals: ApprovalArgs,
         #[command(flatten)]
@@ -148,6 +92,17 @@ enum Command {
         json: bool,
         /// The task.
         task: String,
+    },
+    /// Talk with the agent on one thread: streamed answers, approvals inline, /commands (/help
+    /// lists them); Ctrl-C cancels the running step, Ctrl-D or /quit leaves.
+    #[command(after_help = LOGGING_HELP)]
+    Chat {
+        #[command(flatten)]
+        agent: AgentArgs,
+        #[command(flatten)]
+        approvals: ApprovalArgs,
+        #[command(flatten)]
+        otlp: Otlp,
     },
     /// Continue a thread whose run stopped to wait for approvals, with the settings it was
     /// started with (exit status 3 when calls still wait).
@@ -181,6 +136,91 @@ enum Command {
         #[command(subcommand)]
         command: SkillsCommand,
     },
+}
+
+/// What builds the agent of `run` and `chat`, and the thread it works on.
+#[derive(clap::Args, Debug)]
+struct AgentArgs {
+    /// The model, e.g. anthropic:claude-sonnet-4-5 or openai:gpt-4.1.
+    #[arg(long)]
+    model: String,
+    /// A skills directory or object-store URL, mounted under /skills (repeatable; later sources
+    /// override earlier ones).
+    #[arg(long = "skills", value_name = "SRC")]
+    skills: Vec<String>,
+    /// A memory file (AGENTS.md), local or an object-store URL, loaded into the system prompt
+    /// (repeatable).
+    #[arg(long = "memory", value_name = "SRC")]
+    memory: Vec<String>,
+    /// Continue this thread (its checkpoints and its own files live in --state-dir).
+    #[arg(long)]
+    thread: Option<String>,
+    /// Run as this user (1-128 ASCII letters, digits, '-', '_' or '.'; not starting with '.'):
+    /// their memory (agents/AGENTS.md, agents/USER.md, agents/MEMORY.md) and personal skills
+    /// (agents/skills/SLUG/SKILL.md, over the --skills sources, for them only) come from
+    /// their workspace, which is --workdir if given, else STATE_DIR/users/ID.
+    #[arg(long, value_name = "ID")]
+    user: Option<String>,
+    /// Start a new thread from checkpoint STEP of thread ID (`trellis threads history ID`
+    /// lists them), with a copy of ID's files.
+    #[arg(long, value_name = "ID@STEP", conflicts_with = "thread")]
+    fork: Option<String>,
+    /// Your workspace: a directory the agent sees at /workspace in every thread you run
+    /// (without it and without --user, the agent has only the thread's own files, kept with
+    /// the thread).
+    #[arg(long)]
+    workdir: Option<PathBuf>,
+    /// Where thread checkpoints and each thread's own files are kept.
+    #[arg(long, default_value = ".trellis")]
+    state_dir: PathBuf,
+    /// An MCP server skills can bind with `include_tools: mcp:NAME` (repeatable):
+    /// NAME=COMMAND (stdio; split like a shell) or NAME=http(s)://… (streamable HTTP).
+    #[arg(long = "mcp", value_name = "NAME=COMMAND|URL")]
+    mcp: Vec<String>,
+    /// Seconds an MCP tool call may take.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    mcp_timeout: u64,
+    /// Let the agent change the mounted skill sources (read-only by default).
+    #[arg(long)]
+    writable_skills: bool,
+    /// Where `execute` runs skill scripts and commands: bwrap (isolated; the default where it
+    /// works, else no execute tool), none (no execute tool), or unsandboxed (on this host,
+    /// isolating nothing: trusted development only).
+    #[arg(long, value_enum, value_name = "KIND")]
+    sandbox: Option<SandboxChoice>,
+    /// Let commands use the network (none by default).
+    #[arg(long)]
+    sandbox_network: bool,
+    /// Only let `execute` run simple commands starting with PREFIX, e.g. "python3 /skills/"
+    /// (repeatable; without it any command may run).
+    #[arg(long = "allow-command", value_name = "PREFIX")]
+    allow_command: Vec<String>,
+    /// Tools whose calls wait for your approval before they run (comma-separated or
+    /// repeated; `none` for no approvals).
+    #[arg(long, value_name = "TOOL,...", default_value = approval_cli::DEFAULT_ASK)]
+    ask: Vec<String>,
+}
+
+impl AgentArgs {
+    /// The saved configuration (local paths made absolute), the state dir, `--thread`, `--fork`.
+    fn split(self) -> Result<(RunConfig, PathBuf, Option<String>, Option<String>)> {
+        let config = RunConfig {
+            model: self.model,
+            skills: self.skills,
+            memory: self.memory,
+            user: self.user,
+            workdir: self.workdir,
+            mcp: self.mcp,
+            mcp_timeout_secs: self.mcp_timeout,
+            writable_skills: self.writable_skills,
+            sandbox: self.sandbox,
+            sandbox_network: self.sandbox_network,
+            allow_command: self.allow_command,
+            ask: self.ask,
+        };
+        let config = config.absolute(&std::env::current_dir()?);
+        Ok((config, self.state_dir, self.thread, self.fork))
+    }
 }
 
 /// How waiting tool calls are decided without asking.
@@ -335,7 +375,9 @@ impl Command {
     /// The telemetry options of the commands that run agents.
     fn otlp(&self) -> Option<&Otlp> {
         match self {
-            Command::Run { otlp, .. } | Command::Resume { otlp, .. } => Some(otlp),
+            Command::Run { otlp, .. } | Command::Chat { otlp, .. } | Command::Resume { otlp, .. } => {
+                Some(otlp)
+            }
             _ => None,
         }
     }
@@ -368,43 +410,20 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run {
-            model,
-            skills,
-            memory,
-            thread,
-            user,
-            fork,
-            workdir,
-            state_dir,
-            mcp,
-            mcp_timeout,
-            writable_skills,
-            sandbox,
-            sandbox_network,
-            allow_command,
-            ask,
+            agent,
             approvals,
             json,
             task,
             ..
         } => {
-            let config = RunConfig {
-                model,
-                skills,
-                memory,
-                user,
-                workdir,
-                mcp,
-                mcp_timeout_secs: mcp_timeout,
-                writable_skills,
-                sandbox,
-                sandbox_network,
-                allow_command,
-                ask,
-            };
-            let config = config.absolute(&std::env::current_dir()?);
+            let (config, state_dir, thread, fork) = agent.split()?;
             let start = Start::Task { thread, fork, task };
             run_cli::run(config, &state_dir, start, approvals.read()?, json).await
+        }
+        Command::Chat { agent, approvals, .. } => {
+            let (config, state_dir, thread, fork) = agent.split()?;
+            let start = chat::ChatStart { thread, fork };
+            chat::chat(config, &state_dir, start, approvals.read()?).await
         }
         Command::Resume {
             id,

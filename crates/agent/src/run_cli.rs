@@ -17,12 +17,14 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use trellis_middleware::backend::sandbox::Network;
+use trellis_middleware::skills::PIN_SKILLS;
 use trellis_middleware::tools::{CommandPolicy, UserFiles, UserIdentity};
-use trellis_middleware::{Agent, Decisions, RunInput, ThreadId};
+use trellis_middleware::{Agent, BackendCheckpointer, Decisions, RunInput, ThreadId};
 
 use crate::approval_cli::{self, ApproveRule, EXIT_WAITING, LinePrompter, Outcome, Prompter};
 use crate::builder::deep_agent;
 use crate::mcp::{McpServerConfig, McpServers};
+use crate::pin::{self, Leading};
 use crate::run_output::{self, OutputMode};
 use crate::run_summary::Prices;
 use crate::sandbox_cli::{self, SandboxChoice};
@@ -143,6 +145,19 @@ pub enum Start {
     Resume(ThreadId),
 }
 
+/// The MCP servers `config` names (each starts on first use), or `None` without `--mcp`.
+pub fn mcp_servers(config: &RunConfig) -> Result<Option<Arc<McpServers>>> {
+    let timeout = Duration::from_secs(config.mcp_timeout_secs.max(1));
+    let mcp = config
+        .mcp
+        .iter()
+        .map(|spec| McpServerConfig::parse_spec(spec).map(|c| c.with_call_timeout(timeout)))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((!mcp.is_empty())
+        .then(|| McpServers::new(mcp).map(Arc::new))
+        .transpose()?)
+}
+
 /// `trellis run` / `trellis resume`: start the MCP servers, run, and stop them again.
 pub async fn run(
     config: RunConfig,
@@ -151,15 +166,7 @@ pub async fn run(
     approvals: Approvals,
     json: bool,
 ) -> Result<ExitCode> {
-    let timeout = Duration::from_secs(config.mcp_timeout_secs.max(1));
-    let mcp = config
-        .mcp
-        .iter()
-        .map(|spec| McpServerConfig::parse_spec(spec).map(|c| c.with_call_timeout(timeout)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let servers = (!mcp.is_empty())
-        .then(|| McpServers::new(mcp).map(Arc::new))
-        .transpose()?;
+    let servers = mcp_servers(&config)?;
     let result = run_agent(&config, state_dir, start, servers.clone(), &approvals, json).await;
     // Stop the MCP servers (and wait for their processes) whether the run succeeded or not.
     if let Some(servers) = servers {
@@ -168,14 +175,33 @@ pub async fn run(
     result
 }
 
-async fn run_agent(
-    config: &RunConfig,
-    state_dir: &Path,
-    start: Start,
-    servers: Option<Arc<McpServers>>,
-    approvals: &Approvals,
-    json: bool,
-) -> Result<ExitCode> {
+/// The agent a [`RunConfig`] describes, with the workspace and the checkpointer its runs use.
+/// `trellis run`, `trellis resume` and `trellis chat` build their agents here.
+#[derive(Debug)]
+pub struct Built {
+    /// The agent.
+    pub agent: Agent,
+    /// The skills, memory and user files it was built from.
+    pub ws: workspace::Workspace,
+    /// The threads of the state dir.
+    pub checkpointer: Arc<BackendCheckpointer>,
+}
+
+impl Built {
+    /// `input` as a run of `thread`, with the user's identity and files when there is a user.
+    pub fn prepare(&self, input: RunInput, thread: &ThreadId) -> RunInput {
+        let mut input = input.thread(thread.clone());
+        if let Some(files) = &self.ws.user_files {
+            input = input
+                .extension(UserIdentity::new(self.ws.user.clone().unwrap_or_else(local_user)))
+                .extension(UserFiles(files.clone()));
+        }
+        input
+    }
+}
+
+/// Build the agent of `config`, keeping threads in `state_dir` (created if missing).
+pub async fn build(config: &RunConfig, state_dir: &Path, servers: Option<Arc<McpServers>>) -> Result<Built> {
     let model = providers::connect_model_string(&config.model).await?;
     let sandbox = sandbox_cli::select(config.sandbox)?;
     if let Some(note) = &sandbox.status.note {
@@ -187,24 +213,13 @@ async fn run_agent(
     }
     std::fs::create_dir_all(state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
     let checkpointer = Arc::new(threads_cli::checkpointer(state_dir)?);
-    let (thread_id, task) = match start {
-        Start::Task { thread, fork, task } => {
-            let id = match (fork, thread) {
-                (Some(spec), _) => threads_cli::fork(&checkpointer, &spec).await?,
-                (None, Some(id)) => ThreadId::new(id)?,
-                (None, None) => ThreadId::generate(),
-            };
-            (id, Some(task))
-        }
-        Start::Resume(id) => (id, None),
-    };
     // The thread's own files live in the state dir beside its checkpoints; skills and memory are
     // shared mounts; --workdir is the user's workspace at /workspace.
     let mut builder = deep_agent(model)
         .backend(ws.backend.clone())
         .file_layout(ws.layout())
         .permissions(ws.permissions(config.writable_skills)?)
-        .checkpointer(checkpointer);
+        .checkpointer(checkpointer.clone());
     for source in &ws.skills {
         builder = builder.skills_source(source.clone());
     }
@@ -231,12 +246,64 @@ async fn run_agent(
     if let Some(gate) = approval_cli::gate(&config.ask)? {
         builder = builder.interrupt_on(gate);
     }
-    let agent = builder.build()?;
+    Ok(Built {
+        agent: builder.build()?,
+        ws,
+        checkpointer,
+    })
+}
+
+/// The thread a task starts on: a fork of `ID@STEP`, `--thread ID`, or a new one.
+pub async fn start_thread(
+    checkpointer: &BackendCheckpointer,
+    thread: Option<String>,
+    fork: Option<String>,
+) -> Result<ThreadId> {
+    Ok(match (fork, thread) {
+        (Some(spec), _) => threads_cli::fork(checkpointer, &spec).await?,
+        (None, Some(id)) => ThreadId::new(id)?,
+        (None, None) => ThreadId::generate(),
+    })
+}
+
+/// The first input of a task: a leading `/skill` pins that skill (see [`crate::pin`]).
+pub async fn task_input(task: String, ws: &workspace::Workspace) -> Result<RunInput> {
+    if pin::leading_word(&task).is_none() && !task.starts_with("//") {
+        return Ok(RunInput::human(task));
+    }
+    Ok(match pin::parse(&task, &pin::catalog(ws).await)? {
+        Leading::Plain(text) => RunInput::human(text),
+        Leading::Pin { skill, rest } => {
+            if rest.is_empty() {
+                bail!("/{skill} pins the skill {skill}: give the task after its name (/{skill} TASK)");
+            }
+            RunInput::human(rest).slot(&PIN_SKILLS, vec![skill])
+        }
+    })
+}
+
+async fn run_agent(
+    config: &RunConfig,
+    state_dir: &Path,
+    start: Start,
+    servers: Option<Arc<McpServers>>,
+    approvals: &Approvals,
+    json: bool,
+) -> Result<ExitCode> {
+    let built = build(config, state_dir, servers).await?;
+    let agent = &built.agent;
+    let (thread_id, task) = match start {
+        Start::Task { thread, fork, task } => {
+            (start_thread(&built.checkpointer, thread, fork).await?, Some(task))
+        }
+        Start::Resume(id) => (id, None),
+    };
     let first = match task {
         Some(task) => {
+            let first = task_input(task, &built.ws).await?;
             save_config(state_dir, &thread_id, config)?;
             eprintln!("thread {thread_id} (resume with --thread {thread_id})");
-            RunInput::human(task)
+            first
         }
         None => {
             let Some(interrupt) = agent.pending_interrupt(&thread_id).await? else {
@@ -256,16 +323,8 @@ async fn run_agent(
             }
         }
     };
-    let prepare = |input: RunInput| -> RunInput {
-        let mut input = input.thread(thread_id.clone());
-        if let Some(files) = &ws.user_files {
-            input = input
-                .extension(UserIdentity::new(ws.user.clone().unwrap_or_else(local_user)))
-                .extension(UserFiles(files.clone()));
-        }
-        input
-    };
-    drive(&agent, first, prepare, approvals, json, state_dir).await
+    let prepare = |input: RunInput| built.prepare(input, &thread_id);
+    drive(agent, first, prepare, approvals, json, state_dir).await
 }
 
 /// Run, and while the run stops for decisions, decide and resume.
@@ -341,7 +400,7 @@ pub fn read_decisions(path: &Path) -> Result<Decisions> {
 }
 
 /// The local user a `--workdir` belongs to: `$USER`, else `local`.
-fn local_user() -> String {
+pub fn local_user() -> String {
     std::env::var("USER")
         .ok()
         .filter(|u| !u.is_empty())

@@ -176,7 +176,7 @@ fn utc(ms: u64) -> String {
 }
 
 /// `role: text`, on one line, cut at [`BRIEF_CHARS`].
-fn brief(message: &Message) -> String {
+pub fn brief(message: &Message) -> String {
     let role = match message {
         Message::Human(_) => "user",
         Message::Ai(ai) if ai.has_tool_calls() => {

@@ -196,15 +196,15 @@ async fn decisions_from_a_file_reject_and_nothing_is_written() {
 }
 
 /// A pseudo-terminal session: everything the process writes, and a way to type.
-struct Pty {
+pub(crate) struct Pty {
     master: std::fs::File,
     seen: mpsc::Receiver<Vec<u8>>,
-    screen: String,
+    pub(crate) screen: String,
 }
 
 impl Pty {
     /// Start `command` with stdin, stdout and stderr on a new pseudo-terminal.
-    fn spawn(mut command: Command) -> (Self, std::process::Child) {
+    pub(crate) fn spawn(mut command: Command) -> (Self, std::process::Child) {
         let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
         grantpt(&master).unwrap();
         unlockpt(&master).unwrap();
@@ -243,7 +243,7 @@ impl Pty {
     }
 
     /// Wait until the screen shows `text` `count` times in all.
-    fn wait_for(&mut self, text: &str, count: usize) {
+    pub(crate) fn wait_for(&mut self, text: &str, count: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.screen.matches(text).count() < count {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -254,8 +254,13 @@ impl Pty {
         }
     }
 
-    fn type_line(&mut self, line: &str) {
-        self.master.write_all(format!("{line}\n").as_bytes()).unwrap();
+    pub(crate) fn type_line(&mut self, line: &str) {
+        self.type_raw(format!("{line}\n").as_bytes());
+    }
+
+    /// Type bytes as they are (control keys such as Ctrl-C, `\x03`, included).
+    pub(crate) fn type_raw(&mut self, bytes: &[u8]) {
+        self.master.write_all(bytes).unwrap();
         self.master.flush().unwrap();
     }
 }

@@ -6,6 +6,7 @@ mod adversarial_cli;
 mod call_ids;
 mod cli;
 mod cli_approvals;
+mod cli_chat;
 mod cli_logging;
 mod cli_sandbox;
 mod cli_skills_cache;

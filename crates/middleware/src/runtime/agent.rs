@@ -17,7 +17,9 @@
 //! [`AgentError::TruncatedToolCall`]).
 //!
 //! Steps are bounded ([`AgentError::StepLimit`]). Tool failures, unknown tools and tool panics become
-//! error results for the model. Dropping the run's future cancels it at its current await point:
+//! error results for the model. [`Agent::run_until`] cancels a run when a signal future completes
+//! and says so ([`AgentError::Cancelled`]); dropping the run's future cancels it the same way,
+//! silently. Either way the run stops at its current await point:
 //! running tools are dropped with it, and the thread keeps its last checkpoint (a reply whose tool
 //! calls never got results is patched by [`PatchToolCallsMiddleware`](crate::PatchToolCallsMiddleware)
 //! on the next run).
@@ -206,6 +208,30 @@ impl Agent {
             });
         }
         result
+    }
+
+    /// [`Agent::run`], cancelled when `cancel` completes first: the run's future is dropped at its
+    /// current await point and the result is [`AgentError::Cancelled`] (a `RunFailed` event is sent
+    /// to the run's sink). Nothing half-done is saved: the thread keeps its last checkpoint, and
+    /// the next run of the thread continues from it (see the module docs). A `cancel` that never
+    /// completes makes this [`Agent::run`].
+    pub async fn run_until(
+        &self,
+        mut input: RunInput,
+        cancel: impl std::future::Future<Output = ()>,
+    ) -> Result<RunOutput, AgentError> {
+        let thread_id = input.thread_id.get_or_insert_with(ThreadId::generate).clone();
+        let events = input.events.clone();
+        tokio::select! {
+            // A run that finished in the same poll wins over the signal.
+            biased;
+            result = self.run(input) => result,
+            () = cancel => {
+                let error = AgentError::Cancelled { thread_id };
+                events.emit_with(|| RunEvent::RunFailed { error: error.to_string() });
+                Err(error)
+            }
+        }
     }
 
     async fn run_loop(&self, mut input: RunInput, cx: &mut RunContext) -> Result<RunOutput, AgentError> {

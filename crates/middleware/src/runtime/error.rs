@@ -60,6 +60,15 @@ pub enum AgentError {
     /// messages instead of decisions.
     #[error(transparent)]
     Decision(#[from] DecisionError),
+    /// The run was cancelled by its caller ([`Agent::run_until`](crate::Agent::run_until)) before
+    /// it finished. The thread keeps its last checkpoint: every step saved before the cancellation
+    /// is there whole, the step in progress is not there at all (a model reply being streamed is
+    /// dropped; tool calls that had not answered get cancellation results on the next run).
+    #[error("the run of thread {thread_id} was cancelled; the thread keeps its last checkpoint")]
+    Cancelled {
+        /// The thread.
+        thread_id: ThreadId,
+    },
     /// The agent is configured inconsistently (e.g. two tools share a name).
     #[error("invalid agent configuration: {0}")]
     Config(String),
@@ -72,6 +81,11 @@ impl AgentError {
             middleware: middleware.into(),
             source: source.into(),
         }
+    }
+
+    /// True when the caller cancelled the run ([`AgentError::Cancelled`]).
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, Self::Cancelled { .. })
     }
 
     /// True when another writer updated the thread's checkpoint first.

@@ -404,3 +404,59 @@ fn any_args() -> &'static Value {
     static SCHEMA: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| json!({"type": "object"}));
     &SCHEMA
 }
+
+#[tokio::test]
+async fn run_until_cancels_with_a_typed_outcome_and_the_thread_stays_usable() {
+    // The second model call waits until the test cancels it (as a streamed reply would).
+    let in_call = Arc::new(Notify::new());
+    let entered = in_call.clone();
+    let model = Arc::new(
+        ScriptedModel::new()
+            .then_tool_calls([call("e1", "echo", json!({"text": "saved"}))])
+            .then_async(move |_| async move {
+                entered.notify_one();
+                std::future::pending::<()>().await;
+                Ok(ModelResponse::new(AiMessage::text("unreachable")))
+            })
+            .then_text("after the cancel"),
+    );
+    let agent = Agent::builder(model.clone())
+        .tool(echo_tool())
+        .middleware(PatchToolCallsMiddleware::new())
+        .build()
+        .unwrap();
+    let thread = ThreadId::new("cancel-me").unwrap();
+    let failed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = failed.clone();
+    let sink = EventSink::from_fn(move |event| {
+        if let RunEvent::RunFailed { error } = event {
+            seen.lock().unwrap().push(error.clone());
+        }
+    });
+    let err = agent
+        .run_until(
+            RunInput::human("start").thread(thread.clone()).events(sink),
+            in_call.notified(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_cancelled(), "{err}");
+    assert!(matches!(&err, AgentError::Cancelled { thread_id } if *thread_id == thread));
+    assert_eq!(failed.lock().unwrap().len(), 1, "one RunFailed event");
+
+    // The finished step (the call and its result) is saved whole; the cancelled one is absent.
+    let saved = agent.state(&thread).await.unwrap().unwrap();
+    assert_eq!(shape(&saved.messages), ["human:start", "ai:calls[e1]", "tool:e1"]);
+    assert!(agent.pending_interrupt(&thread).await.unwrap().is_none());
+
+    // The next run continues from there.
+    let out = agent
+        .run_until(RunInput::human("again").thread(thread), std::future::pending())
+        .await
+        .unwrap();
+    assert_eq!(out.final_text().as_deref(), Some("after the cancel"));
+    assert_eq!(
+        shape(&model.last_request().unwrap().messages),
+        ["human:start", "ai:calls[e1]", "tool:e1", "human:again"]
+    );
+}
