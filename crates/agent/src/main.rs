@@ -1,19 +1,26 @@
-//! The `trellis` command line: `inspect`, `run`, `resume`, `threads`, `skills list`, `skills validate`.
+//! The `trellis` command line: `inspect`, `run`, `resume`, `threads`, `skills list`, `skills validate`,
+//! `schema`. The agent file (`--agent`, trellis.toml) is read by [`agent_file::resolve`].
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{ArgAction, Parser, Subcommand};
-use trellis_agent::approval_cli::{self, ApproveRule};
-use trellis_agent::run_cli::{self, Approvals, RunConfig, Start};
+use trellis_agent::agent_file::{self, Flags};
+use trellis_agent::approval_cli::ApproveRule;
+use trellis_agent::model_settings::ModelSettingsArgs;
+use trellis_agent::run_cli::{self, Approvals, Start};
 use trellis_agent::run_summary::Prices;
 use trellis_agent::sandbox_cli::{self, SandboxChoice};
-use trellis_agent::{inspect, skills_cli, threads_cli, workspace};
+use trellis_agent::{inspect, skills_cli, threads_cli};
 use trellis_middleware::ThreadId;
 
 mod logging;
 use logging::{Otlp, init_logging};
+
+/// `trellis inspect`'s model when neither --model nor the agent file names one.
+const DEFAULT_INSPECT_MODEL: &str = "anthropic:claude-sonnet-4-5";
 
 /// Shown after the options of every command.
 const LOGGING_HELP: &str = "\
@@ -53,9 +60,16 @@ enum Command {
         /// A memory file (AGENTS.md), local or an object-store URL (repeatable).
         #[arg(long = "memory", value_name = "SRC")]
         memory: Vec<String>,
-        /// The model whose capabilities shape the request.
-        #[arg(long, default_value = "anthropic:claude-sonnet-4-5")]
-        model: String,
+        /// The agent file (default: trellis.toml in this directory, if there is one); flags
+        /// override it.
+        #[arg(long, value_name = "FILE")]
+        agent: Option<PathBuf>,
+        /// The model whose capabilities shape the request (default: the agent file's, else
+        /// anthropic:claude-sonnet-4-5).
+        #[arg(long)]
+        model: Option<String>,
+        #[command(flatten)]
+        settings: ModelSettingsArgs,
         /// Print JSON (the request, token estimates, warnings and the provider's request body).
         #[arg(long)]
         json: bool,
@@ -80,9 +94,16 @@ enum Command {
     /// Run the agent on a task, printing progress; resume a thread with --thread.
     #[command(after_help = LOGGING_HELP)]
     Run {
-        /// The model, e.g. anthropic:claude-sonnet-4-5 or openai:gpt-4.1.
+        /// The agent file (default: trellis.toml in this directory, if there is one); flags
+        /// override it.
+        #[arg(long, value_name = "FILE")]
+        agent: Option<PathBuf>,
+        /// The model, e.g. anthropic:claude-sonnet-4-5 or openai:gpt-4.1 (default: the agent
+        /// file's).
         #[arg(long)]
-        model: String,
+        model: Option<String>,
+        #[command(flatten)]
+        settings: ModelSettingsArgs,
         /// A skills directory or object-store URL, mounted under /skills (repeatable; later sources
         /// override earlier ones).
         #[arg(long = "skills", value_name = "SRC")]
@@ -116,9 +137,9 @@ enum Command {
         /// NAME=COMMAND (stdio; split like a shell) or NAME=http(s)://… (streamable HTTP).
         #[arg(long = "mcp", value_name = "NAME=COMMAND|URL")]
         mcp: Vec<String>,
-        /// Seconds an MCP tool call may take.
-        #[arg(long, value_name = "SECS", default_value_t = 60)]
-        mcp_timeout: u64,
+        /// Seconds an MCP tool call may take (default 60).
+        #[arg(long, value_name = "SECS")]
+        mcp_timeout: Option<u64>,
         /// Let the agent change the mounted skill sources (read-only by default).
         #[arg(long)]
         writable_skills: bool,
@@ -135,8 +156,8 @@ enum Command {
         #[arg(long = "allow-command", value_name = "PREFIX")]
         allow_command: Vec<String>,
         /// Tools whose calls wait for your approval before they run (comma-separated or
-        /// repeated; `none` for no approvals).
-        #[arg(long, value_name = "TOOL,...", default_value = approval_cli::DEFAULT_ASK)]
+        /// repeated; `none` for no approvals; default execute,write_file,edit_file).
+        #[arg(long, value_name = "TOOL,...")]
         ask: Vec<String>,
         #[command(flatten)]
         approvals: ApprovalArgs,
@@ -181,6 +202,19 @@ enum Command {
         #[command(subcommand)]
         command: SkillsCommand,
     },
+    /// Print a JSON schema, for editors that complete and check the file.
+    #[command(after_help = LOGGING_HELP)]
+    Schema {
+        /// Which file's schema.
+        #[arg(value_enum)]
+        what: SchemaKind,
+    },
+}
+
+/// The files `trellis schema` describes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum SchemaKind {
+    AgentFile,
 }
 
 /// How waiting tool calls are decided without asking.
@@ -344,9 +378,11 @@ impl Command {
 async fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
         Command::Inspect {
+            agent,
             skills,
             memory,
             model,
+            settings,
             json,
             sandbox,
             user,
@@ -354,12 +390,23 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             state_dir,
             task,
         } => {
-            let mut ws = workspace::assemble(&skills, &memory, workdir.as_deref())?;
+            let flags = Flags {
+                model,
+                fallback_model: Some(DEFAULT_INSPECT_MODEL.to_owned()),
+                model_settings: settings.settings(),
+                skills,
+                memory,
+                workdir,
+                sandbox,
+                ..Flags::default()
+            };
+            let config = agent_file::resolve(agent.as_deref(), &std::env::current_dir()?, flags)?;
+            let (mut ws, sub_skills) = run_cli::assemble(&config)?;
             if let Some(user) = &user {
                 ws = ws.for_user(user, &state_dir)?;
             }
-            let sandbox = sandbox_cli::select(sandbox)?;
-            let report = inspect::inspect(&model, &ws, &sandbox, &task).await?;
+            let sandbox = sandbox_cli::select(config.sandbox)?;
+            let report = inspect::inspect_config(&config, &ws, sub_skills, &sandbox, &task).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -368,7 +415,9 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run {
+            agent,
             model,
+            settings,
             skills,
             memory,
             thread,
@@ -388,8 +437,10 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             task,
             ..
         } => {
-            let config = RunConfig {
+            let flags = Flags {
                 model,
+                fallback_model: None,
+                model_settings: settings.settings(),
                 skills,
                 memory,
                 user,
@@ -402,7 +453,8 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
                 allow_command,
                 ask,
             };
-            let config = config.absolute(&std::env::current_dir()?);
+            let cwd = std::env::current_dir()?;
+            let config = agent_file::resolve(agent.as_deref(), &cwd, flags)?.absolute(&cwd);
             let start = Start::Task { thread, fork, task };
             run_cli::run(config, &state_dir, start, approvals.read()?, json).await
         }
@@ -433,6 +485,14 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Skills {
             command: SkillsCommand::Index { url },
         } => skills_cli::index(&url).await,
+        Command::Schema {
+            what: SchemaKind::AgentFile,
+        } => {
+            // An error (a closed pipe), not a panic, when stdout goes away.
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", serde_json::to_string_pretty(&agent_file::schema())?)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
