@@ -72,3 +72,61 @@ pub(super) fn resolve_declared(
     }
     Ok(sub)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use serde_json::json;
+    use trellis_middleware::{RunInput, ScriptedModel, ToolCall};
+
+    use super::*;
+    use crate::builder::deep_agent;
+
+    fn researcher(tools: Option<Vec<String>>) -> DeclaredSubagent {
+        DeclaredSubagent {
+            name: "researcher".into(),
+            description: "Finds facts.".into(),
+            prompt: "You research.".into(),
+            model: None,
+            tools,
+            skills: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_declared_subagent_gets_its_prompt_and_only_the_tools_it_names() {
+        let model = Arc::new(
+            ScriptedModel::new()
+                .then_tool_calls([ToolCall::new(
+                    "t1",
+                    "task",
+                    json!({"description": "Find Acme's renewal date.", "subagent_type": "researcher"}),
+                )])
+                .then_text("March.")
+                .then_text("Acme renews in March."),
+        );
+        let agent = deep_agent(model.clone())
+            .declared_subagent(researcher(Some(vec!["read_file".into(), "grep".into()])))
+            .build()
+            .unwrap();
+        agent.run(RunInput::human("When does Acme renew?")).await.unwrap();
+        let child = &model.requests()[1];
+        assert_eq!(child.system[0].text, "You research.");
+        let names: Vec<&str> = child.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["read_file", "grep"]);
+    }
+
+    #[test]
+    fn a_tool_the_agent_lacks_is_a_configuration_error_naming_it() {
+        let model = Arc::new(ScriptedModel::new());
+        let err = deep_agent(model)
+            .declared_subagent(researcher(Some(vec!["reed_file".into()])))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"reed_file\"") && err.contains("researcher"),
+            "{err}"
+        );
+    }
+}

@@ -419,3 +419,54 @@ fn the_example_agent_file_is_valid() {
 fn the_schema_is_stable() {
     insta::assert_snapshot!(serde_json::to_string_pretty(&agent_file::schema()).unwrap());
 }
+
+/// A subagent's own skills are in its catalog only: the main agent's request does not list them.
+#[tokio::test]
+async fn a_subagents_skills_are_listed_to_it_alone() {
+    use std::sync::Arc;
+    use trellis_middleware::{RunInput, ScriptedModel, ToolCall};
+
+    let dir = tempfile::tempdir().unwrap();
+    for (lib, name) in [
+        ("main-skills", "meeting-prep"),
+        ("research-skills", "account-research"),
+    ] {
+        let skill = dir.path().join(lib).join(name);
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::write(
+            skill.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: The {name} skill.\n---\nBody.\n"),
+        )
+        .unwrap();
+    }
+    let text = "model = \"anthropic:claude-sonnet-4-5\"\nskills = [\"main-skills\"]\n[[subagents]]\n\
+                name = \"researcher\"\ndescription = \"Researches.\"\nprompt = \"Research.\"\nskills = [\"research-skills\"]\n";
+    let config = resolve_in(dir.path(), text, Flags::default()).unwrap();
+    let (ws, sub_skills) = trellis_agent::run_cli::assemble(&config).unwrap();
+    let model = Arc::new(
+        ScriptedModel::new()
+            .then_tool_calls([ToolCall::new(
+                "t1",
+                "task",
+                serde_json::json!({"description": "Research Acme.", "subagent_type": "researcher"}),
+            )])
+            .then_text("Found it.")
+            .then_text("Done."),
+    );
+    let builder = trellis_agent::deep_agent(model.clone()).backend(ws.backend.clone());
+    let agent = trellis_agent::run_cli::configure(builder, &config, &ws, sub_skills, Vec::new())
+        .unwrap()
+        .build()
+        .unwrap();
+    agent.run(RunInput::human("Prep Acme.")).await.unwrap();
+    let requests = model.requests();
+    let system = |i: usize| {
+        requests[i]
+            .system
+            .iter()
+            .map(|b| b.text.clone())
+            .collect::<String>()
+    };
+    assert!(system(0).contains("meeting-prep") && !system(0).contains("account-research"));
+    assert!(system(1).contains("account-research") && !system(1).contains("meeting-prep"));
+}
