@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
+use trellis_middleware::SkillSource;
 use trellis_middleware::skills::{LayeredCatalog, SKILLS, SkillsState, estimate_tokens};
 use trellis_middleware::tools::{UserFiles, UserIdentity};
 use trellis_middleware::{
@@ -18,6 +19,7 @@ use trellis_middleware::{
 
 use crate::builder::deep_agent;
 use crate::providers::{self, ModelOptions, ModelSpec};
+use crate::run_cli::{self, RunConfig};
 use crate::sandbox_cli::{SandboxStatus, Selected};
 use crate::workspace::{PERSONAL_SKILLS_DIR, USER_MEMORY, Workspace};
 
@@ -120,6 +122,24 @@ pub async fn inspect(
     sandbox: &Selected,
     task: &str,
 ) -> Result<InspectReport> {
+    let config = RunConfig {
+        model: model.to_owned(),
+        ..RunConfig::default()
+    };
+    inspect_config(&config, workspace, Vec::new(), sandbox, task).await
+}
+
+/// [`inspect`] for an effective configuration (the agent file under the flags): its system
+/// prompt, model settings, permissions, limits and subagents shape the request as they would in
+/// `trellis run`. Subagents run on the stand-in model (no model is called).
+pub async fn inspect_config(
+    config: &RunConfig,
+    workspace: &Workspace,
+    sub_skills: Vec<Vec<SkillSource>>,
+    sandbox: &Selected,
+    task: &str,
+) -> Result<InspectReport> {
+    let model = config.model.as_str();
     let (real, spec) = stand_in(model)?;
     let capabilities = real.capabilities();
     let recorder = Arc::new(
@@ -132,9 +152,7 @@ pub async fn inspect(
     if let Some(sandbox) = &sandbox.sandbox {
         builder = builder.sandbox(sandbox.clone());
     }
-    for source in &workspace.skills {
-        builder = builder.skills_source(source.clone());
-    }
+    builder = run_cli::configure(builder, config, workspace, sub_skills, Vec::new())?;
     for path in &workspace.memory {
         builder = builder.memory_source(path.clone());
     }

@@ -19,11 +19,13 @@ pub use trellis_middleware::backend;
 /// The tools layer (the one `Tool` trait, the file tools).
 pub use trellis_middleware::tools;
 
+pub mod agent_file;
 pub mod approval_cli;
 pub mod builder;
 pub mod chat;
 pub mod inspect;
 pub mod mcp;
+pub mod model_settings;
 pub mod pin;
 pub mod providers;
 pub mod run_cli;

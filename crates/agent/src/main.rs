@@ -1,19 +1,27 @@
-//! The `trellis` command line: `inspect`, `run`, `chat`, `resume`, `threads`, `skills list`, `skills validate`.
+//! The `trellis` command line: `inspect`, `run`, `chat`, `resume`, `threads`, `skills list`,
+//! `skills validate`, `schema`. The agent file (`--agent`, trellis.toml) is read by
+//! [`agent_file::resolve`].
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{ArgAction, Parser, Subcommand};
-use trellis_agent::approval_cli::{self, ApproveRule};
+use trellis_agent::agent_file::{self, Flags};
+use trellis_agent::approval_cli::ApproveRule;
+use trellis_agent::model_settings::ModelSettingsArgs;
 use trellis_agent::run_cli::{self, Approvals, RunConfig, Start};
 use trellis_agent::run_summary::Prices;
 use trellis_agent::sandbox_cli::{self, SandboxChoice};
-use trellis_agent::{chat, inspect, skills_cli, threads_cli, workspace};
+use trellis_agent::{chat, inspect, skills_cli, threads_cli};
 use trellis_middleware::ThreadId;
 
 mod logging;
 use logging::{Otlp, init_logging};
+
+/// `trellis inspect`'s model when neither --model nor the agent file names one.
+const DEFAULT_INSPECT_MODEL: &str = "anthropic:claude-sonnet-4-5";
 
 /// Shown after the options of every command.
 const LOGGING_HELP: &str = "\
@@ -53,9 +61,16 @@ enum Command {
         /// A memory file (AGENTS.md), local or an object-store URL (repeatable).
         #[arg(long = "memory", value_name = "SRC")]
         memory: Vec<String>,
-        /// The model whose capabilities shape the request.
-        #[arg(long, default_value = "anthropic:claude-sonnet-4-5")]
-        model: String,
+        /// The agent file (default: trellis.toml in this directory, if there is one); flags
+        /// override it.
+        #[arg(long, value_name = "FILE")]
+        agent: Option<PathBuf>,
+        /// The model whose capabilities shape the request (default: the agent file's, else
+        /// anthropic:claude-sonnet-4-5).
+        #[arg(long)]
+        model: Option<String>,
+        #[command(flatten)]
+        settings: ModelSettingsArgs,
         /// Print JSON (the request, token estimates, warnings and the provider's request body).
         #[arg(long)]
         json: bool,
@@ -136,14 +151,34 @@ enum Command {
         #[command(subcommand)]
         command: SkillsCommand,
     },
+    /// Print a JSON schema, for editors that complete and check the file.
+    #[command(after_help = LOGGING_HELP)]
+    Schema {
+        /// Which file's schema.
+        #[arg(value_enum)]
+        what: SchemaKind,
+    },
+}
+
+/// The files `trellis schema` describes.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum SchemaKind {
+    AgentFile,
 }
 
 /// What builds the agent of `run` and `chat`, and the thread it works on.
 #[derive(clap::Args, Debug)]
 struct AgentArgs {
-    /// The model, e.g. anthropic:claude-sonnet-4-5 or openai:gpt-4.1.
+    /// The agent file (default: trellis.toml in this directory, if there is one); flags
+    /// override it.
+    #[arg(long = "agent", value_name = "FILE")]
+    agent_file: Option<PathBuf>,
+    /// The model, e.g. anthropic:claude-sonnet-4-5 or openai:gpt-4.1 (default: the agent
+    /// file's).
     #[arg(long)]
-    model: String,
+    model: Option<String>,
+    #[command(flatten)]
+    settings: ModelSettingsArgs,
     /// A skills directory or object-store URL, mounted under /skills (repeatable; later sources
     /// override earlier ones).
     #[arg(long = "skills", value_name = "SRC")]
@@ -177,9 +212,9 @@ struct AgentArgs {
     /// NAME=COMMAND (stdio; split like a shell) or NAME=http(s)://… (streamable HTTP).
     #[arg(long = "mcp", value_name = "NAME=COMMAND|URL")]
     mcp: Vec<String>,
-    /// Seconds an MCP tool call may take.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    mcp_timeout: u64,
+    /// Seconds an MCP tool call may take (default 60).
+    #[arg(long, value_name = "SECS")]
+    mcp_timeout: Option<u64>,
     /// Let the agent change the mounted skill sources (read-only by default).
     #[arg(long)]
     writable_skills: bool,
@@ -196,16 +231,19 @@ struct AgentArgs {
     #[arg(long = "allow-command", value_name = "PREFIX")]
     allow_command: Vec<String>,
     /// Tools whose calls wait for your approval before they run (comma-separated or
-    /// repeated; `none` for no approvals).
-    #[arg(long, value_name = "TOOL,...", default_value = approval_cli::DEFAULT_ASK)]
+    /// repeated; `none` for no approvals; default execute,write_file,edit_file).
+    #[arg(long, value_name = "TOOL,...")]
     ask: Vec<String>,
 }
 
 impl AgentArgs {
-    /// The saved configuration (local paths made absolute), the state dir, `--thread`, `--fork`.
+    /// The configuration (the agent file under these flags, local paths made absolute), the
+    /// state dir, `--thread`, `--fork`.
     fn split(self) -> Result<(RunConfig, PathBuf, Option<String>, Option<String>)> {
-        let config = RunConfig {
+        let flags = Flags {
             model: self.model,
+            fallback_model: None,
+            model_settings: self.settings.settings(),
             skills: self.skills,
             memory: self.memory,
             user: self.user,
@@ -218,7 +256,8 @@ impl AgentArgs {
             allow_command: self.allow_command,
             ask: self.ask,
         };
-        let config = config.absolute(&std::env::current_dir()?);
+        let cwd = std::env::current_dir()?;
+        let config = agent_file::resolve(self.agent_file.as_deref(), &cwd, flags)?.absolute(&cwd);
         Ok((config, self.state_dir, self.thread, self.fork))
     }
 }
@@ -386,9 +425,11 @@ impl Command {
 async fn dispatch(command: Command) -> Result<ExitCode> {
     match command {
         Command::Inspect {
+            agent,
             skills,
             memory,
             model,
+            settings,
             json,
             sandbox,
             user,
@@ -396,12 +437,23 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             state_dir,
             task,
         } => {
-            let mut ws = workspace::assemble(&skills, &memory, workdir.as_deref())?;
+            let flags = Flags {
+                model,
+                fallback_model: Some(DEFAULT_INSPECT_MODEL.to_owned()),
+                model_settings: settings.settings(),
+                skills,
+                memory,
+                workdir,
+                sandbox,
+                ..Flags::default()
+            };
+            let config = agent_file::resolve(agent.as_deref(), &std::env::current_dir()?, flags)?;
+            let (mut ws, sub_skills) = run_cli::assemble(&config)?;
             if let Some(user) = &user {
                 ws = ws.for_user(user, &state_dir)?;
             }
-            let sandbox = sandbox_cli::select(sandbox)?;
-            let report = inspect::inspect(&model, &ws, &sandbox, &task).await?;
+            let sandbox = sandbox_cli::select(config.sandbox)?;
+            let report = inspect::inspect_config(&config, &ws, sub_skills, &sandbox, &task).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -452,6 +504,14 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Skills {
             command: SkillsCommand::Index { url },
         } => skills_cli::index(&url).await,
+        Command::Schema {
+            what: SchemaKind::AgentFile,
+        } => {
+            // An error (a closed pipe), not a panic, when stdout goes away.
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", serde_json::to_string_pretty(&agent_file::schema())?)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

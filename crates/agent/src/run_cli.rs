@@ -19,19 +19,23 @@ use serde::{Deserialize, Serialize};
 use trellis_middleware::backend::sandbox::Network;
 use trellis_middleware::skills::PIN_SKILLS;
 use trellis_middleware::tools::{CommandPolicy, UserFiles, UserIdentity};
-use trellis_middleware::{Agent, BackendCheckpointer, Decisions, RunInput, ThreadId};
+use trellis_middleware::{
+    Agent, BackendCheckpointer, ChatModel, Decisions, RunInput, SkillSource, ThreadId,
+};
 
+use crate::agent_file::{LimitsSettings, PermissionSpec, SubagentConfig, SummarizationSettings};
 use crate::approval_cli::{self, ApproveRule, EXIT_WAITING, LinePrompter, Outcome, Prompter};
-use crate::builder::deep_agent;
+use crate::builder::{DeclaredSubagent, DeepAgentBuilder, deep_agent};
 use crate::mcp::{McpServerConfig, McpServers};
 use crate::pin::{self, Leading};
+use crate::model_settings::{ModelSettings, ModelSettingsMiddleware};
 use crate::run_output::{self, OutputMode};
 use crate::run_summary::Prices;
 use crate::sandbox_cli::{self, SandboxChoice};
 use crate::{providers, threads_cli, workspace};
 
 /// What `trellis run` was told, as saved for `trellis resume`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
     /// The model string.
     pub model: String,
@@ -57,6 +61,32 @@ pub struct RunConfig {
     pub allow_command: Vec<String>,
     /// `--ask` tools.
     pub ask: Vec<String>,
+    // What only the agent file sets (and the typed model flags). Runs saved before these existed
+    // read back with the defaults.
+    /// Typed settings for every model call (`[model_settings]`, `--temperature`, …).
+    #[serde(default, skip_serializing_if = "ModelSettings::is_empty")]
+    pub model_settings: ModelSettings,
+    /// `system_prompt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// `memory_budget_chars`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_budget_chars: Option<usize>,
+    /// `max_steps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u32>,
+    /// `[[permissions]]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub permissions: Vec<PermissionSpec>,
+    /// `[summarization]`.
+    #[serde(default)]
+    pub summarization: SummarizationSettings,
+    /// `[limits]`.
+    #[serde(default)]
+    pub limits: LimitsSettings,
+    /// `[[subagents]]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<SubagentConfig>,
 }
 
 impl RunConfig {
@@ -70,6 +100,9 @@ impl RunConfig {
         };
         self.skills.iter_mut().for_each(fix);
         self.memory.iter_mut().for_each(fix);
+        for sub in &mut self.subagents {
+            sub.skills.iter_mut().for_each(fix);
+        }
         if let Some(dir) = &mut self.workdir
             && dir.is_relative()
         {
@@ -207,9 +240,16 @@ pub async fn build(config: &RunConfig, state_dir: &Path, servers: Option<Arc<Mcp
     if let Some(note) = &sandbox.status.note {
         tracing::warn!("{note}");
     }
-    let mut ws = workspace::assemble(&config.skills, &config.memory, config.workdir.as_deref())?;
+    let (mut ws, sub_skills) = assemble(config)?;
     if let Some(user) = &config.user {
         ws = ws.for_user(user, state_dir)?;
+    }
+    let mut sub_models = Vec::new();
+    for sub in &config.subagents {
+        sub_models.push(match &sub.model {
+            Some(m) => Some(providers::connect_model_string(m).await?),
+            None => None,
+        });
     }
     std::fs::create_dir_all(state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
     let checkpointer = Arc::new(threads_cli::checkpointer(state_dir)?);
@@ -218,11 +258,8 @@ pub async fn build(config: &RunConfig, state_dir: &Path, servers: Option<Arc<Mcp
     let mut builder = deep_agent(model)
         .backend(ws.backend.clone())
         .file_layout(ws.layout())
-        .permissions(ws.permissions(config.writable_skills)?)
         .checkpointer(checkpointer.clone());
-    for source in &ws.skills {
-        builder = builder.skills_source(source.clone());
-    }
+    builder = configure(builder, config, &ws, sub_skills, sub_models)?;
     for path in &ws.memory {
         builder = builder.memory_source(path.clone());
     }
@@ -327,6 +364,78 @@ async fn run_agent(
     drive(agent, first, prepare, approvals, json, state_dir).await
 }
 
+/// The workspace for `config`, with the subagents' own skills sources mounted after the main
+/// agent's; returns, per subagent, its sources.
+pub fn assemble(config: &RunConfig) -> Result<(workspace::Workspace, Vec<Vec<SkillSource>>)> {
+    let mut all = config.skills.clone();
+    for sub in &config.subagents {
+        all.extend(sub.skills.iter().cloned());
+    }
+    let mut ws = workspace::assemble(&all, &config.memory, config.workdir.as_deref())?;
+    let mut rest = ws.skills.split_off(config.skills.len().min(ws.skills.len()));
+    let mut per_subagent = Vec::new();
+    for sub in &config.subagents {
+        let tail = rest.split_off(sub.skills.len().min(rest.len()));
+        per_subagent.push(std::mem::replace(&mut rest, tail));
+    }
+    Ok((ws, per_subagent))
+}
+
+/// Apply what `config` sets beyond the sources and the sandbox to `builder`: the main agent's
+/// skills, permissions, the system prompt, model settings, budgets, summarization, file-tool
+/// limits and the declared subagents (each with its own skills and, when given, its own model).
+pub fn configure(
+    mut builder: DeepAgentBuilder,
+    config: &RunConfig,
+    ws: &workspace::Workspace,
+    sub_skills: Vec<Vec<SkillSource>>,
+    sub_models: Vec<Option<Arc<dyn ChatModel>>>,
+) -> Result<DeepAgentBuilder> {
+    let mut permissions = ws.permissions(config.writable_skills)?;
+    for spec in &config.permissions {
+        permissions.push(spec.rule().map_err(anyhow::Error::msg)?);
+    }
+    builder = builder.permissions(permissions);
+    for source in &ws.skills {
+        builder = builder.skills_source(source.clone());
+    }
+    if let Some(prompt) = &config.system_prompt {
+        builder = builder.system_prompt(prompt.clone());
+    }
+    if !config.model_settings.is_empty() {
+        builder = builder.middleware(ModelSettingsMiddleware(config.model_settings.clone()));
+    }
+    if let Some(chars) = config.memory_budget_chars {
+        builder = builder.memory_budget_chars(chars);
+    }
+    if let Some(n) = config.max_steps {
+        builder = builder.max_steps(n);
+    }
+    builder = match config
+        .summarization
+        .config()
+        .map_err(|(k, m)| anyhow::anyhow!("summarization.{k}: {m}"))?
+    {
+        Some(s) => builder.summarization(s),
+        None => builder.without_summarization(),
+    };
+    if let Some(limits) = config.limits.limits() {
+        builder = builder.limits(limits);
+    }
+    let models = sub_models.into_iter().chain(std::iter::repeat(None));
+    for ((sub, skills), model) in config.subagents.iter().zip(sub_skills).zip(models) {
+        builder = builder.declared_subagent(DeclaredSubagent {
+            name: sub.name.clone(),
+            description: sub.description.clone(),
+            prompt: sub.prompt.clone(),
+            model,
+            tools: sub.tools.clone(),
+            skills,
+        });
+    }
+    Ok(builder)
+}
+
 /// Run, and while the run stops for decisions, decide and resume.
 async fn drive(
     agent: &Agent,
@@ -426,7 +535,26 @@ mod tests {
             sandbox_network: false,
             allow_command: Vec::new(),
             ask: vec![approval_cli::DEFAULT_ASK.into()],
+            model_settings: ModelSettings::default(),
+            system_prompt: None,
+            memory_budget_chars: None,
+            max_steps: None,
+            permissions: Vec::new(),
+            summarization: SummarizationSettings::default(),
+            limits: LimitsSettings::default(),
+            subagents: Vec::new(),
         }
+    }
+
+    /// A run saved before the agent file existed still reads back, with today's defaults.
+    #[test]
+    fn a_run_saved_before_the_agent_file_reads_back() {
+        let old = r#"{"model":"anthropic:claude-sonnet-4-5","skills":[],"memory":[],"user":null,
+            "workdir":null,"mcp":[],"mcp_timeout_secs":60,"writable_skills":false,"sandbox":"none",
+            "sandbox_network":false,"allow_command":[],"ask":["execute"]}"#;
+        let config: RunConfig = serde_json::from_str(old).unwrap();
+        assert!(config.model_settings.is_empty() && config.subagents.is_empty());
+        assert!(config.summarization.enabled);
     }
 
     #[test]

@@ -21,7 +21,9 @@ use trellis_middleware::backend::sandbox::{
 
 /// The `--sandbox` values (the table above). The variants carry no doc comments on purpose: clap
 /// would then switch every `--help` to its long layout to describe them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 #[allow(missing_docs)]
 pub enum SandboxChoice {

@@ -92,6 +92,34 @@ fn skills_list_prints_the_documented_json() {
     assert_eq!(value["warnings"], serde_json::json!([]));
 }
 
+/// Issue 23, item 4: patterns with spaces inside parentheses reach `skills list --json` whole.
+#[test]
+fn skills_list_keeps_tool_patterns_with_spaces_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("py")).unwrap();
+    std::fs::write(
+        dir.path().join("py/SKILL.md"),
+        "---\nname: py\ndescription: Python work.\nallowed-tools: Read Bash(uv run python:*) Bash(uv pip install:*)\n---\n",
+    )
+    .unwrap();
+    let out = trellis()
+        .args([
+            "skills",
+            "list",
+            "--json",
+            "--no-cache",
+            &dir.path().display().to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        value["skills"][0]["allowed_tools"],
+        serde_json::json!(["Read", "Bash(uv run python:*)", "Bash(uv pip install:*)"])
+    );
+}
+
 #[test]
 fn skills_validate_exits_one_on_errors() {
     let ok = trellis()

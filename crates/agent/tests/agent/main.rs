@@ -3,8 +3,10 @@
 //! hold what several of them share; the MCP server they start is `tests/mcp_server/server.py`.
 
 mod adversarial_cli;
+mod agent_file;
 mod call_ids;
 mod cli;
+mod cli_agent_file;
 mod cli_approvals;
 mod cli_chat;
 mod cli_logging;

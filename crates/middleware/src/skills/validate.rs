@@ -334,9 +334,7 @@ fn allowed_tools(value: Option<&YamlValue>, issue: &mut impl FnMut(IssueCode, St
     match value {
         None | Some(YamlValue::Null) => {}
         // The spec says space-separated; commas are tolerated as the reference does.
-        Some(YamlValue::Text(s)) => s
-            .split(|c: char| c.is_whitespace() || c == ',')
-            .for_each(&mut push),
+        Some(YamlValue::Text(s)) => split_tool_patterns(s).for_each(&mut push),
         Some(YamlValue::Seq(items)) => {
             let mut odd = 0;
             for item in items {
@@ -362,6 +360,28 @@ fn allowed_tools(value: Option<&YamlValue>, issue: &mut impl FnMut(IssueCode, St
         ),
     }
     tools
+}
+
+/// Split an `allowed-tools` string at spaces and commas outside parentheses, so a pattern such
+/// as `Bash(uv run python:*)` stays one entry. A `(` that is never closed runs to the end of the
+/// string; a `)` with no `(` before it is an ordinary character.
+fn split_tool_patterns(s: &str) -> impl Iterator<Item = &str> {
+    let mut depth = 0usize;
+    let mut start = 0;
+    let mut parts = Vec::new();
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            c if depth == 0 && (c.is_whitespace() || c == ',') => {
+                parts.push(&s[start..i]);
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    parts.push(&s[start..]);
+    parts.into_iter()
 }
 
 /// `metadata` as a string map (non-string values kept as their YAML text, with a warning; null

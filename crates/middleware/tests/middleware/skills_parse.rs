@@ -200,6 +200,18 @@ fn allowed_tools_forms() {
     assert_eq!(tools("[Bash, Read]"), ["Bash", "Read"]);
     assert_eq!(tools("['  Bash  ', '', Read]"), ["Bash", "Read"]);
     assert!(tools("[]").is_empty());
+    // Claude Code style patterns: spaces inside parentheses belong to the pattern, and two patterns
+    // sharing words are two entries (splitting at every space dropped the repeated `uv`).
+    assert_eq!(
+        tools("Read Bash(uv run python:*) Bash(uv pip install:*)"),
+        ["Read", "Bash(uv run python:*)", "Bash(uv pip install:*)"]
+    );
+    assert_eq!(
+        tools("Bash(git log:*),Bash(git diff:*) Bash(git log:*)"),
+        ["Bash(git log:*)", "Bash(git diff:*)"]
+    );
+    assert_eq!(tools("Bash(f(x) y) Read"), ["Bash(f(x) y)", "Read"]);
+    assert_eq!(tools("Read) Bash(open ended"), ["Read)", "Bash(open ended"]);
     // A scalar is text, so a number is one (odd) tool name rather than nothing (the reference drops it).
     assert_eq!(tools("123"), ["123"]);
     let v = check(

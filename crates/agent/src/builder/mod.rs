@@ -45,6 +45,10 @@ use trellis_middleware::{
 
 use crate::mcp::{McpServerConfig, McpServers};
 
+mod declared;
+pub use declared::DeclaredSubagent;
+use declared::resolve_declared;
+
 /// The system prompt used when the caller gives none.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "\
 You are an agent that gets work done with the tools you have. Work in steps: understand the request, \
@@ -74,6 +78,7 @@ pub struct DeepAgentBuilder {
     max_steps: Option<u32>,
     summarization: Option<SummarizationConfig>,
     subagents: Vec<SubAgent>,
+    declared: Vec<DeclaredSubagent>,
     general_purpose: bool,
     mcp: Vec<McpServerConfig>,
     mcp_servers: Option<Arc<McpServers>>,
@@ -108,6 +113,7 @@ pub fn deep_agent(model: Arc<dyn ChatModel>) -> DeepAgentBuilder {
         max_steps: None,
         summarization: Some(SummarizationConfig::default()),
         subagents: Vec::new(),
+        declared: Vec::new(),
         general_purpose: true,
         mcp: Vec::new(),
         mcp_servers: None,
@@ -301,6 +307,13 @@ impl DeepAgentBuilder {
         self
     }
 
+    /// Offer a subagent declared by name (see [`DeclaredSubagent`]); it runs with patch tool calls,
+    /// token usage, prompt caching and model retry, and its own skills when it has some.
+    pub fn declared_subagent(mut self, subagent: DeclaredSubagent) -> Self {
+        self.declared.push(subagent);
+        self
+    }
+
     /// Do not offer the general-purpose subagent (the `task` tool stays if other subagents are added).
     pub fn without_general_purpose_subagent(mut self) -> Self {
         self.general_purpose = false;
@@ -431,6 +444,9 @@ impl DeepAgentBuilder {
             subagents.push(gp);
         }
         subagents.extend(self.subagents);
+        for declared in self.declared {
+            subagents.push(resolve_declared(declared, &filesystem, &self.tools, self.retry)?);
+        }
 
         let mut builder = Agent::builder(self.model)
             .system_prompt(self.system_prompt)
