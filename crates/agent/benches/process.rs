@@ -19,7 +19,8 @@
 //!   proxy adding 50 ms to every request (`TRELLIS_BENCH_LATENCY_MS`).
 //!
 //! Under `cargo test --all-targets` (no `--bench`) it does a quick smoke run: 3 skills, 2 steps,
-//! no registry or S3 case. `TRELLIS_BENCH_REGISTRY=N` sets the registry's folder count.
+//! no registry or S3 case. `TRELLIS_BENCH_REGISTRY=N` sets the registry's folder count;
+//! `TRELLIS_BENCH_CASES=registry,latency_proxy` runs only the cases named.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -287,6 +288,11 @@ async fn latency_proxy_case(endpoint: &str) {
     );
 }
 
+/// Whether `TRELLIS_BENCH_CASES` (a comma-separated list; all when unset) names `case`.
+fn wanted(case: &str) -> bool {
+    std::env::var("TRELLIS_BENCH_CASES").map_or(true, |cases| cases.split(',').any(|c| c.trim() == case))
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -295,24 +301,37 @@ fn main() {
         .unwrap();
     let (_server, model_url, _scripted) = rt.block_on(scripted::start());
     let root = tempfile::tempdir().unwrap();
-    run_steps(&model_url, root.path());
+    if wanted("run_steps") || smoke() {
+        run_steps(&model_url, root.path());
+    }
     if smoke() {
         skills_list("skills_list", &root.path().join("lib-3/skills"), 3, 1);
         return;
     }
-    skills_list("skills_list", &root.path().join("lib-5000/skills"), 5_000, 5);
+    if wanted("skills_list") {
+        let lib = root.path().join("lib-5000");
+        if !lib.exists() {
+            library::generate_local(&lib, 5_000);
+        }
+        skills_list("skills_list", &lib.join("skills"), 5_000, 5);
+    }
     let folders: usize = std::env::var("TRELLIS_BENCH_REGISTRY")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(61_000);
-    let registry = root.path().join("registry");
-    let started = Instant::now();
-    library::generate_registry(&registry, folders);
-    eprintln!(
-        "generated the registry shape ({folders} folders) in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    skills_list("registry", &registry.join("skills"), folders, 3);
+    if wanted("registry") {
+        let registry = root.path().join("registry");
+        let started = Instant::now();
+        library::generate_registry(&registry, folders);
+        eprintln!(
+            "generated the registry shape ({folders} folders) in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        skills_list("registry", &registry.join("skills"), folders, 3);
+    }
+    if !wanted("latency_proxy") {
+        return;
+    }
     match std::env::var("TRELLIS_S3_ENDPOINT") {
         Ok(endpoint) => rt.block_on(latency_proxy_case(&endpoint)),
         Err(_) => println!(
