@@ -3,7 +3,8 @@
 //!
 //! Benchmarks (each a bench binary that prints JSON, so numbers are compared as ratios within one
 //! run, never asserted in tests): `trellis-backend/read_many`, `trellis-backend/sandbox_exec`,
-//! `trellis-agent/streaming`, `trellis-agent/telemetry`, `trellis-middleware/loop_overhead`,
+//! `trellis-agent/streaming`, `trellis-agent/telemetry`, `trellis-agent/process` (whole `trellis`
+//! processes), `trellis-agent/load` (200 concurrent threads), `trellis-middleware/loop_overhead`,
 //! `trellis-middleware/skills_discovery`, `trellis-middleware/thread_resume`,
 //! `trellis-middleware/user_layers`. Results go to
 //! `target/bench/results.json`, with one more entry, `python_reference`: numbers for the Python
@@ -25,16 +26,20 @@ use crate::test::cargo;
 use crate::timings::Timings;
 
 mod sections;
+mod whole_process;
 use sections::{
     persisted_catalog_section, sandbox_section, streaming_section, telemetry_section, thread_log_section,
     thread_resume_section, users_section,
 };
+use whole_process::{load_section, process_section};
 
 const BENCHES: &[(&str, &str)] = &[
     ("trellis-backend", "read_many"),
     ("trellis-backend", "sandbox_exec"),
     ("trellis-agent", "streaming"),
     ("trellis-agent", "telemetry"),
+    ("trellis-agent", "process"),
+    ("trellis-agent", "load"),
     ("trellis-middleware", "loop_overhead"),
     ("trellis-middleware", "skills_discovery"),
     ("trellis-middleware", "thread_resume"),
@@ -348,6 +353,8 @@ quoted measurement of {} {} ({}) has a median gap between two model calls of {} 
     streaming_section(&mut md, of("streaming"));
     telemetry_section(&mut md, of("telemetry"));
     users_section(&mut md, of("user_layers"));
+    process_section(&mut md, of("process"));
+    load_section(&mut md, of("load"));
     std::fs::write(layout.workspace.join("docs/benchmarks.md"), md)?;
     eprintln!("xtask: wrote docs/benchmarks.md and docs/benchmarks/*.svg");
     Ok(())

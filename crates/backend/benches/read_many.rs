@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use trellis_backend::{Backend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath, WriteMode};
 
+#[path = "bench_util/latency_proxy.rs"]
+mod latency_proxy;
+use latency_proxy::latency_proxy;
+
 const FILES: usize = 1_000;
 
 /// `cargo bench` passes `--bench`; under `cargo test --all-targets` this binary runs without it and
@@ -27,43 +31,6 @@ fn smoke() -> bool {
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort();
     xs[xs.len() / 2]
-}
-
-/// A loopback TCP proxy that holds every chunk the client sends for `delay` before passing it on:
-/// each HTTP request pays one extra `delay` of latency.
-async fn latency_proxy(upstream: String, delay: Duration) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let upstream = upstream.clone();
-            tokio::spawn(async move {
-                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
-                    return;
-                };
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                let up = async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    while let Ok(n) = cr.read(&mut buf).await {
-                        if n == 0 {
-                            break;
-                        }
-                        tokio::time::sleep(delay).await;
-                        if sw.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                };
-                let down = async move {
-                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
-                };
-                tokio::join!(up, down);
-            });
-        }
-    });
-    format!("http://{addr}")
 }
 
 fn s3(endpoint: &str, prefix: &str) -> Arc<dyn Backend> {

@@ -29,6 +29,8 @@
 
 #[path = "bench_util/mod.rs"]
 mod bench_util;
+#[path = "bench_util/library.rs"]
+mod library;
 
 use std::io::Read;
 use std::path::Path;
@@ -37,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use bench_util::{child_spec, median, ms, peak_rss_mb, peak_rss_of_child, runtime};
 use futures::StreamExt;
+use library::{generate_local, skill};
 use trellis_middleware::backend::{
     Backend, ByteRange, FilesystemBackend, ObjectStoreBackend, StoreOptions, VirtualPath, WriteMode,
 };
@@ -44,151 +47,6 @@ use trellis_middleware::skills::{
     CatalogStore, DiscoveryOptions, LocalCatalogDir, Persisted, RenderOptions, SkillIndex, SkillSource,
     discover, discover_persisted, render, rescan,
 };
-
-const VERBS: [&str; 16] = [
-    "analyze",
-    "build",
-    "convert",
-    "deploy",
-    "extract",
-    "format",
-    "generate",
-    "index",
-    "merge",
-    "review",
-    "summarize",
-    "translate",
-    "validate",
-    "plan",
-    "draft",
-    "audit",
-];
-const NOUNS: [&str; 16] = [
-    "pdf",
-    "invoice",
-    "dataset",
-    "report",
-    "schema",
-    "contract",
-    "image",
-    "transcript",
-    "forecast",
-    "ticket",
-    "meeting",
-    "pipeline",
-    "release",
-    "budget",
-    "survey",
-    "campaign",
-];
-const WORDS: [&str; 24] = [
-    "quickly",
-    "carefully",
-    "customer",
-    "records",
-    "with",
-    "the",
-    "team",
-    "tables",
-    "charts",
-    "sales",
-    "notes",
-    "weekly",
-    "quality",
-    "checks",
-    "for",
-    "and",
-    "documents",
-    "using",
-    "templates",
-    "sources",
-    "errors",
-    "metrics",
-    "drafts",
-    "reviews",
-];
-
-struct Rng(u64);
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// Directory name and SKILL.md bytes of skill `i`.
-fn skill(i: usize) -> (String, String) {
-    let mut rng = Rng::new(i as u64 + 1);
-    let name = format!(
-        "{}-{}-{i}",
-        VERBS[rng.below(16) as usize],
-        NOUNS[rng.below(16) as usize]
-    );
-    let mut description = format!("Use when the user needs to {} ", name.replace('-', " "));
-    while description.len() < 140 {
-        description.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
-        description.push(' ');
-    }
-    if rng.below(20) == 0 {
-        description.push_str("— café données");
-    }
-    let description = description.trim().chars().take(150).collect::<String>();
-    let description_line = match rng.below(10) {
-        0 => format!("description: \"{description}\""),
-        1 => format!("description: '{}'", description.replace('\'', "''")),
-        2 => format!("description: >-\n  {description}"),
-        _ => format!("description: {}", description.replace(": ", " - ")),
-    };
-    let mut fm = format!("---\nname: {name}\n{description_line}\n");
-    if rng.below(2) == 0 {
-        fm.push_str("license: MIT\n");
-    }
-    if rng.below(5) == 0 {
-        fm.push_str("compatibility: Requires Python 3.11+ and network access\n");
-    }
-    if rng.below(5) < 2 {
-        fm.push_str(&format!(
-            "metadata:\n  author: team-{}\n  version: \"1.{}\"\n",
-            rng.below(50),
-            rng.below(20)
-        ));
-    }
-    if rng.below(10) < 3 {
-        fm.push_str("allowed-tools: Bash Read Write\n");
-    }
-    fm.push_str("---\n\n");
-    let mut body = format!("# {name}\n\n");
-    let mut line = 0;
-    while body.len() + fm.len() < 8_600 {
-        line += 1;
-        body.push_str(&format!("{line}. Step {line}: "));
-        for _ in 0..5 {
-            body.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
-            body.push(' ');
-        }
-        body.push('\n');
-    }
-    (name, fm + &body)
-}
-
-fn generate_local(root: &Path, n: usize) {
-    let dir = root.join("skills");
-    std::fs::create_dir_all(&dir).unwrap();
-    for i in 0..n {
-        let (name, text) = skill(i);
-        let d = dir.join(&name);
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("SKILL.md"), text).unwrap();
-    }
-}
 
 fn floor_local(root: &Path) -> (Duration, usize) {
     let started = Instant::now();
@@ -501,21 +359,7 @@ fn main() {
             let prefix = format!("bench-skills-{}-{n}", std::process::id());
             let backend = s3_backend(&endpoint, &prefix);
             let started = Instant::now();
-            futures::stream::iter(0..n)
-                .map(|i| {
-                    let backend = backend.clone();
-                    async move {
-                        let (name, text) = skill(i);
-                        let path = VirtualPath::parse(&format!("/skills/{name}/SKILL.md")).unwrap();
-                        backend
-                            .write(&path, text.into(), WriteMode::Overwrite)
-                            .await
-                            .unwrap();
-                    }
-                })
-                .buffer_unordered(32)
-                .collect::<Vec<()>>()
-                .await;
+            library::upload(&backend, n).await;
             eprintln!(
                 "generated {n} skills on S3 in {:.1} s",
                 started.elapsed().as_secs_f64()

@@ -16,6 +16,7 @@ mod cli_streaming;
 mod cli_threads;
 mod cli_users;
 mod inspect;
+mod load;
 mod mcp_agent;
 mod mcp_cli;
 mod mcp_common;

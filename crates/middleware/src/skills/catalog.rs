@@ -35,6 +35,14 @@ pub struct SkillCatalog {
     skipped: Vec<SkippedFile>,
 }
 
+/// What [`SkillCatalog::into_parts`] moves out: skills, issues, shadowed skills, skipped files.
+pub(crate) type CatalogParts = (
+    Vec<SkillMetadata>,
+    Vec<SkillIssue>,
+    Vec<SkillMetadata>,
+    Vec<SkippedFile>,
+);
+
 /// A `SKILL.md` that was read but not loaded (its issues say why).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SkippedFile {
@@ -95,6 +103,12 @@ impl SkillCatalog {
             shadowed,
             skipped,
         }
+    }
+
+    /// The parts [`from_parts`](Self::from_parts) takes, moved out (skills, issues, shadowed and
+    /// skipped; sources and warnings are dropped): for re-rooting a large catalog without a copy.
+    pub(crate) fn into_parts(self) -> CatalogParts {
+        (self.skills, self.issues, self.shadowed, self.skipped)
     }
 
     /// The sources, in priority order (the last one is the highest).

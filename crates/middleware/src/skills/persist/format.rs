@@ -206,12 +206,13 @@ pub fn decode(bytes: &[u8], source: &SkillSource, origin: Option<&str>) -> Resul
     Ok(Decoded {
         origin: header.origin,
         digest,
-        catalog: reroot(&part, source),
+        catalog: reroot(part, source),
     })
 }
 
-/// Re-root a decoded part onto `source`, keeping only entries at `<source>/<dir>/SKILL.md`.
-fn reroot(part: &SkillCatalog, source: &SkillSource) -> SkillCatalog {
+/// Re-root a decoded part onto `source`, keeping only entries at `<source>/<dir>/SKILL.md`. Takes
+/// the part by value: at 61,000 skills a copy of it was tens of MB of peak memory.
+fn reroot(part: SkillCatalog, source: &SkillSource) -> SkillCatalog {
     let root = VirtualPath::root();
     let to = source.path();
     let place = |path: &VirtualPath| {
@@ -223,35 +224,30 @@ fn reroot(part: &SkillCatalog, source: &SkillSource) -> SkillCatalog {
             _ => None,
         }
     };
-    let skill = |s: &SkillMetadata| {
-        Some(SkillMetadata {
-            path: place(&s.path)?,
-            source: 0,
-            ..s.clone()
-        })
+    let skill = |mut s: SkillMetadata| {
+        s.path = place(&s.path)?;
+        s.source = 0;
+        Some(s)
     };
+    let (skills, issues, shadowed, skipped) = part.into_parts();
     SkillCatalog::from_parts(
         vec![source.info().clone()],
-        part.skills().iter().filter_map(skill).collect(),
+        skills.into_iter().filter_map(skill).collect(),
         Vec::new(),
-        part.issues()
-            .iter()
-            .filter_map(|i| {
-                Some(SkillIssue {
-                    path: place(&i.path)?,
-                    ..i.clone()
-                })
+        issues
+            .into_iter()
+            .filter_map(|mut i| {
+                i.path = place(&i.path)?;
+                Some(i)
             })
             .collect(),
-        part.shadowed().iter().filter_map(skill).collect(),
-        part.skipped()
-            .iter()
-            .filter_map(|s| {
-                Some(SkippedFile {
-                    path: place(&s.path)?,
-                    source: 0,
-                    version: s.version.clone(),
-                })
+        shadowed.into_iter().filter_map(skill).collect(),
+        skipped
+            .into_iter()
+            .filter_map(|mut s| {
+                s.path = place(&s.path)?;
+                s.source = 0;
+                Some(s)
             })
             .collect(),
     )

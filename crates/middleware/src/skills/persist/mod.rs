@@ -142,15 +142,18 @@ pub async fn discover_persisted(
             *slot = report;
         }
     }
-    let previous = combine(sources, &seeds);
+    // The seeds move into one previous catalog, dropped as soon as the rescan is done (at 61,000
+    // skills each copy held at once was tens of MB of peak memory); only their digests stay.
+    let (previous, olds) = combine(sources, seeds);
     let discovery = rescan(sources, &previous, options).await;
+    drop(previous);
     let saves = futures::future::join_all(sources.iter().enumerate().map(|(i, _)| {
         let spec = persisted.get(i).and_then(Option::as_ref);
         let unlisted = discovery.stats.unlisted.contains(&i);
-        let old = seeds
+        let old = olds
             .iter()
             .find(|(s, ..)| *s == i)
-            .map(|(.., (digest, from))| (digest.as_str(), *from));
+            .map(|(_, digest, from)| (digest.as_str(), *from));
         let catalog = &discovery.catalog;
         async move {
             match spec {
@@ -219,33 +222,41 @@ async fn load_seed(
     (None, report)
 }
 
-/// One previous catalog made of every seed (paths do not overlap: each is below its source).
-fn combine(sources: &[SkillSource], seeds: &[(usize, SkillCatalog, (String, usize))]) -> SkillCatalog {
+/// One previous catalog made of every seed (paths do not overlap: each is below its source),
+/// and each seed's (source index, digest, store it came from).
+fn combine(
+    sources: &[SkillSource],
+    seeds: Vec<(usize, SkillCatalog, (String, usize))>,
+) -> (SkillCatalog, Vec<(usize, String, usize)>) {
     let mut skills = Vec::new();
     let mut shadowed = Vec::new();
     let mut skipped = Vec::new();
     let mut issues = Vec::new();
-    for (index, seed, _) in seeds {
-        let with_source = |s: &super::skill::SkillMetadata| super::skill::SkillMetadata {
-            source: *index,
-            ..s.clone()
+    let mut olds = Vec::new();
+    for (index, seed, (digest, from)) in seeds {
+        let with_source = |mut s: super::skill::SkillMetadata| {
+            s.source = index;
+            s
         };
-        skills.extend(seed.skills().iter().map(with_source));
-        shadowed.extend(seed.shadowed().iter().map(with_source));
-        skipped.extend(seed.skipped().iter().map(|s| super::catalog::SkippedFile {
-            source: *index,
-            ..s.clone()
+        let (seed_skills, seed_issues, seed_shadowed, seed_skipped) = seed.into_parts();
+        skills.extend(seed_skills.into_iter().map(with_source));
+        shadowed.extend(seed_shadowed.into_iter().map(with_source));
+        skipped.extend(seed_skipped.into_iter().map(|mut s| {
+            s.source = index;
+            s
         }));
-        issues.extend(seed.issues().iter().cloned());
+        issues.extend(seed_issues);
+        olds.push((index, digest, from));
     }
-    SkillCatalog::from_parts(
+    let previous = SkillCatalog::from_parts(
         sources.iter().map(|s| s.info().clone()).collect(),
         skills,
         Vec::new(),
         issues,
         shadowed,
         skipped,
-    )
+    );
+    (previous, olds)
 }
 
 /// Save source `index`'s part of `catalog` to every write-back store, except the store it was

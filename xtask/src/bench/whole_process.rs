@@ -1,0 +1,187 @@
+//! The sections of `docs/benchmarks.md` for `trellis-agent`'s `process` bench (whole `trellis`
+//! processes: `run` steps, `skills list` against the `head -c 4096` floor at 5,000 skills and at the
+//! 61,000-folder registry shape, the latency proxy) and its `load` bench (200 concurrent threads).
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::{num, thousands};
+
+fn int(r: &Value, key: &str) -> u64 {
+    r.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn case<'a>(rows: &[&'a Value], name: &str) -> Option<&'a Value> {
+    rows.iter()
+        .copied()
+        .find(|r| r.get("case").and_then(Value::as_str) == Some(name))
+}
+
+/// `## Whole processes`: every case of the `process` bench.
+pub(super) fn process_section<'a>(md: &mut String, rows: impl Iterator<Item = &'a Value>) {
+    let rows: Vec<&Value> = rows.collect();
+    md.push_str(
+        "\n## Whole processes\n\nThe release `trellis` binary timed from outside, as a user runs it \
+(`crates/agent/benches/process.rs`). `trellis run`: a scripted OpenAI-compatible model on a loopback port, \
+checkpoints in the default state dir on local disk, sandbox off, 40 tool-calling steps (`ls` and `read_file`) \
+then the answer, or the answer at once (0 steps); medians of interleaved runs. Target: the library adds at most \
+1 ms per step at 5,000 skills against 10, `(t5000 − t10) / 40`; `startup` is the same difference of the \
+0-step runs (the catalog load and the first checkpoint, paid once per process) and `per step once started` \
+the rest.\n\n",
+    );
+    if let Some(r) = case(&rows, "run_steps") {
+        let _ = write!(
+            md,
+            "| measure | value | target |\n|---|---:|---|\n\
+| 10 skills: 0 / {steps} steps (ms) | {:.1} / {:.1} | |\n\
+| 5,000 skills: 0 / {steps} steps (ms) | {:.1} / {:.1} | |\n\
+| per step at 10 / 5,000 skills (ms) | {:.2} / {:.2} | |\n\
+| added per step, (t5000 − t10) / {steps} (ms) | {:.2} | ≤ 1 |\n\
+| of which startup, once per process (ms) | {:.1} | |\n\
+| per step once started (ms) | {:.2} | |\n\
+| peak RSS, 5,000 skills (MB) | {:.1} | |\n",
+            num(r, "t_small_0_ms"),
+            num(r, "t_small_steps_ms"),
+            num(r, "t_large_0_ms"),
+            num(r, "t_large_steps_ms"),
+            num(r, "per_step_small_ms"),
+            num(r, "per_step_large_ms"),
+            num(r, "added_per_step_ms"),
+            num(r, "startup_added_ms"),
+            num(r, "per_step_added_ms"),
+            num(r, "peak_rss_mb_large"),
+            steps = int(r, "steps"),
+        );
+    }
+    md.push_str(
+        "\n`trellis skills list` against one `find | xargs head -c 4096` over every `SKILL.md` (the floor), in the same \
+run: 5,000 generated skills, and the registry shape (61,000 folders, a quarter of them copies of another folder's \
+skill, descriptions of 300–1,000 characters, half with nested `metadata`; about one warning per skill). `warm` is the \
+default (a persisted catalog in the cache directory), `none` is `--no-cache`. Peak RSS is `/usr/bin/time -f %M` of a \
+separate run. Targets: at most 1.5× the floor; at 61,000 folders, peak RSS at most 64 MB.\n\n\
+| library | folders | skills listed | warnings | floor ms | output | cache | median ms | ratio to floor | peak RSS MB |\n\
+|---|---:|---:|---:|---:|---|---|---:|---:|---:|\n",
+    );
+    for name in ["skills_list", "registry"] {
+        let Some(r) = case(&rows, name) else { continue };
+        for v in r.get("results").and_then(Value::as_array).into_iter().flatten() {
+            let _ = writeln!(
+                md,
+                "| {name} | {} | {} | {} | {:.1} | {} | {} | {:.1} | {:.2} | {:.1} |",
+                thousands(int(r, "folders")),
+                thousands(int(r, "skills_listed")),
+                thousands(int(r, "warnings")),
+                num(r, "floor_ms"),
+                v.get("output").and_then(Value::as_str).unwrap_or("?"),
+                v.get("cache").and_then(Value::as_str).unwrap_or("?"),
+                num(v, "median_ms"),
+                num(v, "ratio_to_floor"),
+                num(v, "peak_rss_mb"),
+            );
+        }
+    }
+    if let Some(r) = case(&rows, "latency_proxy") {
+        match r.get("skipped").and_then(Value::as_str) {
+            Some(why) => {
+                let _ = writeln!(md, "\nLatency proxy: skipped ({why}).");
+            }
+            None => {
+                let _ = writeln!(
+                    md,
+                    "\n`trellis skills list --json` of {} skills on the S3 emulator: cold (no catalog cache) {:.0} ms; with a \
+warm persisted catalog {:.0} ms straight, {:.0} ms through a loopback proxy adding {} ms to every request.",
+                    thousands(int(r, "skills")),
+                    num(r, "cold_ms"),
+                    num(r, "warm_ms"),
+                    num(r, "warm_through_proxy_ms"),
+                    int(r, "added_latency_ms"),
+                );
+            }
+        }
+    }
+}
+
+/// `## Load`: the `load` bench.
+pub(super) fn load_section<'a>(md: &mut String, rows: impl Iterator<Item = &'a Value>) {
+    md.push_str(
+        "\n## Load\n\nOne agent serving concurrent threads (`crates/agent/benches/load.rs`): the default stack over a \
+local skill library, checkpoints and thread files on the S3 emulator, a scripted model on a loopback port. Each \
+thread writes its own notes, lists and reads skills, reads its notes back and answers; afterwards every thread's \
+stored messages are checked (all there, none naming another thread), and the model server refuses any request that \
+names another thread. Step latency is from a thread's model reply to its next request. Peak RSS is the bench \
+process's (it includes the loopback server); target ≤ 200 MB.\n\n",
+    );
+    for r in rows {
+        if let Some(why) = r.get("skipped").and_then(Value::as_str) {
+            let _ = writeln!(md, "Skipped: {why}.");
+            continue;
+        }
+        let _ = writeln!(
+            md,
+            "| threads | steps each | skills | model calls | wall s | steps/s | p50 step ms | p99 step ms | peak RSS MB | threads checked |\n\
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n\
+| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            int(r, "threads"),
+            int(r, "steps_per_thread"),
+            thousands(int(r, "skills")),
+            thousands(int(r, "model_calls")),
+            num(r, "elapsed_ms") / 1000.0,
+            num(r, "steps_per_s"),
+            num(r, "step_p50_ms"),
+            num(r, "step_p99_ms"),
+            num(r, "peak_rss_mb"),
+            int(r, "threads_checked"),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_and_load_rows_become_tables() {
+        let rows = [
+            serde_json::json!({"bench": "process", "case": "run_steps", "steps": 40, "t_small_0_ms": 28.7,
+                "t_small_steps_ms": 141.3, "t_large_0_ms": 390.4, "t_large_steps_ms": 491.4,
+                "per_step_small_ms": 2.81, "per_step_large_ms": 2.53, "added_per_step_ms": 8.75,
+                "startup_added_ms": 361.7, "per_step_added_ms": -0.29, "peak_rss_mb_large": 38.8}),
+            serde_json::json!({"bench": "process", "case": "registry", "folders": 61000, "skills_listed": 45750,
+                "warnings": 60899, "floor_ms": 1940.2, "results": [{"output": "json", "cache": "warm",
+                "median_ms": 4480.0, "ratio_to_floor": 2.31, "peak_rss_mb": 616.0}]}),
+            serde_json::json!({"bench": "process", "case": "latency_proxy", "skipped": "TRELLIS_S3_ENDPOINT is not set"}),
+        ];
+        let mut md = String::new();
+        process_section(&mut md, rows.iter());
+        assert!(
+            md.contains("| added per step, (t5000 − t10) / 40 (ms) | 8.75 | ≤ 1 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| of which startup, once per process (ms) | 361.7 | |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| registry | 61,000 | 45,750 | 60,899 | 1940.2 | json | warm | 4480.0 | 2.31 | 616.0 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("Latency proxy: skipped (TRELLIS_S3_ENDPOINT is not set)."),
+            "{md}"
+        );
+        let load = [
+            serde_json::json!({"bench": "load", "threads": 200, "steps_per_thread": 10, "skills": 5000,
+            "model_calls": 2200, "elapsed_ms": 12000.0, "steps_per_s": 183.3, "step_p50_ms": 20.5,
+            "step_p99_ms": 90.1, "peak_rss_mb": 150.2, "threads_checked": 200}),
+        ];
+        let mut md = String::new();
+        load_section(&mut md, load.iter());
+        assert!(
+            md.contains("| 200 | 10 | 5,000 | 2,200 | 12.0 | 183.3 | 20.5 | 90.1 | 150.2 | 200 |"),
+            "{md}"
+        );
+    }
+}
