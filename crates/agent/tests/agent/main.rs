@@ -32,6 +32,8 @@ mod providers_parsers_never_panic;
 mod providers_registry;
 mod providers_request_settings;
 mod providers_responses;
+mod providers_responses_streaming;
 mod providers_stop_reasons;
+mod providers_stream_error_ids;
 mod providers_streaming;
 mod telemetry;
