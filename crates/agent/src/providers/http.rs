@@ -137,6 +137,12 @@ impl HttpClient {
         })
     }
 
+    /// Authorize every request with `auth` (after the fixed headers are set).
+    pub(crate) fn with_auth(mut self, auth: Arc<dyn Authorize>) -> Self {
+        self.auth = Some(auth);
+        self
+    }
+
     /// The headers of one POST of `body` to `url`: the fixed ones, `extra`, then authorization.
     pub(crate) async fn request_headers(
         &self,
