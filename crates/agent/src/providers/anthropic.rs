@@ -58,6 +58,7 @@ use trellis_middleware::{
 pub use request::{MAX_CACHE_BREAKPOINTS, REDACTED_THINKING_PREFIX, STRUCTURED_OUTPUT_TOOL_DESCRIPTION};
 pub use response::{parse_error, parse_response};
 
+use super::event_stream::event_stream_reply;
 use super::http::{
     ApiKey, ErrorParser, HttpClient, HttpConfig, normalize_base_url, plain_header, secret_header,
 };
@@ -152,6 +153,15 @@ pub struct AnthropicModel {
     platform: Platform,
 }
 
+/// The framing of a streamed reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// Server-sent events, asked for with `"stream": true` (Anthropic, Vertex AI).
+    ServerSentEvents,
+    /// The AWS event-stream binary framing, each chunk one Anthropic event (Bedrock).
+    AwsEventStream,
+}
+
 /// Where a Messages body goes besides Anthropic's API, and what it carries there: a cloud
 /// platform takes the model in the URL and the API version in the body.
 #[derive(Debug, Clone)]
@@ -160,6 +170,8 @@ pub(crate) struct Platform {
     pub name: &'static str,
     /// Where streamed calls go; `None` streams by invoking (one plain call, deltas at the end).
     pub stream_endpoint: Option<String>,
+    /// How a streamed reply is framed there.
+    pub framing: Framing,
     /// The body's `anthropic_version`; when set, `model` is left out of the body.
     pub anthropic_version: Option<&'static str>,
     /// Beta flags travel in the body as `anthropic_beta` (Bedrock) rather than as a header.
@@ -187,6 +199,7 @@ impl AnthropicModel {
         let platform = Platform {
             name: "anthropic",
             stream_endpoint: Some(endpoint.clone()),
+            framing: Framing::ServerSentEvents,
             anthropic_version: None,
             beta_in_body: false,
             parse_error,
@@ -317,19 +330,31 @@ impl AnthropicModel {
             let response = parse_response(&reply)?;
             return Ok((reply.to_vec(), response));
         };
-        let mut body = body.clone();
-        if let Value::Object(map) = &mut body {
-            map.insert("stream".into(), Value::Bool(true));
-        }
-        let streamed = stream_reply::<stream::Assembler>(
-            &self.client,
-            stream_endpoint,
-            &body,
-            parse_error,
-            "Anthropic",
-            on_delta,
-        )
-        .await?;
+        let streamed = if self.platform.framing == Framing::AwsEventStream {
+            event_stream_reply::<stream::Assembler>(
+                &self.client,
+                stream_endpoint,
+                body,
+                parse_error,
+                "Bedrock",
+                on_delta,
+            )
+            .await?
+        } else {
+            let mut body = body.clone();
+            if let Value::Object(map) = &mut body {
+                map.insert("stream".into(), Value::Bool(true));
+            }
+            stream_reply::<stream::Assembler>(
+                &self.client,
+                stream_endpoint,
+                &body,
+                parse_error,
+                "Anthropic",
+                on_delta,
+            )
+            .await?
+        };
         let response = parse_response(streamed.body())?;
         streamed.deliver(&response, on_delta);
         Ok((streamed.body().to_vec(), response))

@@ -9,17 +9,18 @@
 //! Prompt caching is Bedrock's: the same `cache_control` breakpoints, on the models Bedrock caches
 //! for (see docs/providers.md).
 //!
-//! Not streamed: Bedrock streams in the AWS event-stream binary framing
-//! (`invoke-with-response-stream`), not server-sent events, so [`ChatModel::stream`] makes one
-//! plain call and sends the reply's deltas when it is there.
+//! Streamed calls go to `POST {endpoint}/model/{model id}/invoke-with-response-stream` (the same
+//! body: Bedrock takes no `stream` field). The reply is in the AWS event-stream binary framing,
+//! each `chunk` carrying one Anthropic streaming event (base64 in `bytes`), read by
+//! [`event_stream`](super::event_stream) into the same assembler as Anthropic's server-sent
+//! events; a mid-stream exception (`throttlingException`, `modelStreamErrorException`, …) is the
+//! error its type stands for. With [`AnthropicConfig::stream`] off, calls are plain.
 //!
 //! Errors are Bedrock's (`{"message": …}` with the exception in `x-amzn-ErrorType`), read by
 //! status as the Anthropic parser reads them: 400 `ValidationException` → `BadRequest` (or
 //! `ContextTooLong` for "Input is too long"), 403 `AccessDeniedException` → `Auth`, 429
 //! `ThrottlingException` → `RateLimited`, 503 `ServiceUnavailableException` → `Overloaded`, 500 →
 //! `Transport`. The request id is `x-amzn-RequestId`.
-//!
-//! [`ChatModel::stream`]: trellis_middleware::ChatModel::stream
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +30,7 @@ use serde_json::{Value, json};
 use trellis_middleware::ModelError;
 
 use super::ProviderError;
-use super::anthropic::{AnthropicConfig, AnthropicModel, Platform};
+use super::anthropic::{AnthropicConfig, AnthropicModel, Framing, Platform};
 use super::aws::{AwsCredentials, SigV4};
 use super::clock::Clock;
 use super::http::{HttpClient, normalize_base_url};
@@ -42,7 +43,7 @@ pub const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
 pub struct BedrockConfig {
     /// The Messages settings. `model` is the Bedrock model id or inference profile (id or ARN);
     /// `base_url` is the runtime endpoint (default `https://bedrock-runtime.{region}.amazonaws.com`);
-    /// `api_key` is not used; `stream` does not apply.
+    /// `api_key` is not used.
     pub anthropic: AnthropicConfig,
     /// The AWS region signed for.
     pub region: String,
@@ -83,11 +84,7 @@ impl AnthropicModel {
             });
         }
         anthropic.base_url = normalize_base_url(&anthropic.base_url)?;
-        let endpoint = format!(
-            "{}/model/{}/invoke",
-            anthropic.base_url,
-            encode_label(&anthropic.model)
-        );
+        let model_url = format!("{}/model/{}", anthropic.base_url, encode_label(&anthropic.model));
         let signer = SigV4 {
             credentials,
             region,
@@ -97,12 +94,18 @@ impl AnthropicModel {
         let client = HttpClient::new(&anthropic.http, HeaderMap::new())?.with_auth(Arc::new(signer));
         let platform = Platform {
             name: "bedrock",
-            stream_endpoint: None,
+            stream_endpoint: Some(format!("{model_url}/invoke-with-response-stream")),
+            framing: Framing::AwsEventStream,
             anthropic_version: Some(ANTHROPIC_VERSION),
             beta_in_body: true,
             parse_error,
         };
-        Ok(Self::on_platform(anthropic, endpoint, client, platform))
+        Ok(Self::on_platform(
+            anthropic,
+            format!("{model_url}/invoke"),
+            client,
+            platform,
+        ))
     }
 }
 

@@ -26,6 +26,7 @@ pub mod aws;
 pub mod bedrock;
 mod clock;
 mod error;
+mod event_stream;
 pub mod google_auth;
 pub(crate) mod http;
 pub mod ollama;

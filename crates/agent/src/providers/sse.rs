@@ -64,18 +64,52 @@ impl HttpClient {
         body: &Value,
         parse_error: ErrorParser,
     ) -> Result<Opened, ModelError> {
+        let mut response = self
+            .open_reply(
+                url,
+                body,
+                HeaderValue::from_static("text/event-stream"),
+                parse_error,
+            )
+            .await?;
+        // A JSON body is a whole reply; anything else (`text/event-stream`, or a proxy that drops
+        // the type) is read as events.
+        let is_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
+        if is_json {
+            tracing::debug!("POST {url}: asked for a stream, got one body");
+            return Ok(Opened::Whole(self.read_body(&mut response).await?));
+        }
+        let http = answered(response.status().as_u16(), request_id(response.headers()));
+        let events = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
+        Ok(Opened::Events(EventStream {
+            events,
+            idle: self.stream_idle_timeout(),
+            seen: 0,
+            limit: self.max_response_bytes(),
+            http,
+        }))
+    }
+
+    /// POST `body` to `url` accepting `accept`, and give the response of a success, whose body is
+    /// still to read. An error status is read whole and parsed with `parse_error`; failing to get
+    /// an answer is `ModelError::Transport`.
+    pub(crate) async fn open_reply(
+        &self,
+        url: &str,
+        body: &Value,
+        accept: HeaderValue,
+        parse_error: ErrorParser,
+    ) -> Result<reqwest::Response, ModelError> {
         let bytes = serde_json::to_vec(body).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the request: {e}"),
             http: None,
         })?;
         tracing::debug!(bytes = bytes.len(), "POST {url} (stream)");
-        let headers = self
-            .request_headers(
-                url,
-                Some((ACCEPT, HeaderValue::from_static("text/event-stream"))),
-                &bytes,
-            )
-            .await?;
+        let headers = self.request_headers(url, Some((ACCEPT, accept)), &bytes).await?;
         let mut response = self
             .client()
             .post(url)
@@ -95,26 +129,7 @@ impl HttpClient {
                 obey_should_retry(parse_error(status, retry, &body), should).with_http(answered(status, id))
             );
         }
-        // A JSON body is a whole reply; anything else (`text/event-stream`, or a proxy that drops
-        // the type) is read as events.
-        let is_json = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
-        if is_json {
-            tracing::debug!("POST {url}: asked for a stream, got one body");
-            return Ok(Opened::Whole(self.read_body(&mut response).await?));
-        }
-        let http = answered(status, request_id(response.headers()));
-        let events = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
-        Ok(Opened::Events(EventStream {
-            events,
-            idle: self.stream_idle_timeout(),
-            seen: 0,
-            limit: self.max_response_bytes(),
-            http,
-        }))
+        Ok(response)
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use reqwest::header::HeaderMap;
 
 use super::ProviderError;
-use super::anthropic::{AnthropicConfig, AnthropicModel, Platform, parse_error};
+use super::anthropic::{AnthropicConfig, AnthropicModel, Framing, Platform, parse_error};
 use super::clock::Clock;
 use super::google_auth::{GoogleAuth, GoogleCredentials};
 use super::http::{HttpClient, normalize_base_url, plain_header};
@@ -109,6 +109,7 @@ impl AnthropicModel {
         let platform = Platform {
             name: "vertex",
             stream_endpoint: Some(format!("{model_url}:streamRawPredict")),
+            framing: Framing::ServerSentEvents,
             anthropic_version: Some(ANTHROPIC_VERSION),
             beta_in_body: false,
             parse_error,

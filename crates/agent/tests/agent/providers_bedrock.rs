@@ -4,7 +4,8 @@
 //! with `anthropic_version: "bedrock-2023-05-31"` and no `model`; `anthropic_beta` in the body),
 //! the Bedrock runtime API reference (`POST /model/{modelId}/invoke`; errors
 //! `ThrottlingException` 429, `ValidationException` 400, `AccessDeniedException` 403;
-//! `x-amzn-RequestId`), and SigV4 (see `providers_sigv4.rs`, which recomputes the signature).
+//! `x-amzn-RequestId`; `InvokeModelWithResponseStream` at `/invoke-with-response-stream`, its
+//! `chunk` events' `bytes` holding Anthropic streaming events), and SigV4 (see `providers_sigv4.rs`, which recomputes the signature).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, SystemTime};
@@ -26,6 +27,7 @@ use crate::providers_sigv4::{Signed, parse_authorization, signature};
 const MODEL_ID: &str = "anthropic.claude-sonnet-4-5-20250929-v1:0";
 /// The model id as the path carries it (`:` percent-encoded, as the AWS SDKs encode labels).
 const INVOKE_PATH: &str = "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke";
+const STREAM_PATH: &str = "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke-with-response-stream";
 /// AWS's documentation example credentials.
 const KEY_ID: &str = "AKIDEXAMPLE";
 const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
@@ -155,30 +157,186 @@ async fn a_tampered_body_does_not_verify() {
     assert!(!verifies(&sent), "a changed body must not verify");
 }
 
-#[tokio::test]
-async fn streaming_makes_one_plain_signed_call() {
-    let server = server_with(ResponseTemplate::new(200).set_body_json(text_response())).await;
-    let model = AnthropicModel::bedrock(config(&server.uri())).unwrap();
-    let deltas = std::sync::Mutex::new(Vec::new());
-    let on_delta = |d: ModelDelta| deltas.lock().unwrap().push(d);
+/// CRC-32 (IEEE, as the event-stream prelude and message checksums use).
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = 0xFFFF_FFFFu32;
+    for byte in bytes {
+        crc ^= u32::from(*byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// One AWS event-stream message, framed by hand from the format's description (AWS SDK
+/// "Event stream encoding": total length, headers length, prelude CRC, headers as name length,
+/// name, type 7 = string, value length, value; the payload; the message CRC).
+fn frame(headers: &[(&str, &str)], payload: &[u8]) -> Vec<u8> {
+    let mut encoded = Vec::new();
+    for (name, value) in headers {
+        encoded.push(u8::try_from(name.len()).unwrap());
+        encoded.extend_from_slice(name.as_bytes());
+        encoded.push(7);
+        encoded.extend_from_slice(&u16::try_from(value.len()).unwrap().to_be_bytes());
+        encoded.extend_from_slice(value.as_bytes());
+    }
+    let total = u32::try_from(12 + encoded.len() + payload.len() + 4).unwrap();
+    let mut out = Vec::new();
+    out.extend_from_slice(&total.to_be_bytes());
+    out.extend_from_slice(&u32::try_from(encoded.len()).unwrap().to_be_bytes());
+    out.extend_from_slice(&crc32(&out).to_be_bytes());
+    out.extend_from_slice(&encoded);
+    out.extend_from_slice(payload);
+    out.extend_from_slice(&crc32(&out).to_be_bytes());
+    out
+}
+
+/// A `chunk` event carrying one Anthropic streaming event (InvokeModelWithResponseStream's
+/// `PayloadPart`: `{"bytes": base64}`).
+fn chunk(event: serde_json::Value) -> Vec<u8> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD.encode(event.to_string());
+    frame(
+        &[
+            (":event-type", "chunk"),
+            (":content-type", "application/json"),
+            (":message-type", "event"),
+        ],
+        json!({"bytes": bytes}).to_string().as_bytes(),
+    )
+}
+
+fn anthropic_events(text: &[&str]) -> Vec<Vec<u8>> {
+    let mut frames = vec![
+        chunk(
+            json!({"type": "message_start", "message": {"id": "msg_bdrk_1", "type": "message", "role": "assistant",
+              "model": "claude-sonnet-4-5-20250929", "content": [], "stop_reason": null,
+              "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+        ),
+        chunk(
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+    ];
+    for piece in text {
+        frames.push(chunk(json!({"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "text_delta", "text": piece}})));
+    }
+    frames
+}
+
+fn anthropic_tail() -> Vec<Vec<u8>> {
+    vec![
+        chunk(json!({"type": "content_block_stop", "index": 0})),
+        chunk(
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 6}}),
+        ),
+        chunk(json!({"type": "message_stop",
+                     "amazon-bedrock-invocationMetrics": {"inputTokenCount": 12, "outputTokenCount": 6}})),
+    ]
+}
+
+async fn stream_server(body: Vec<u8>) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(STREAM_PATH))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_bytes(body)
+                .insert_header("content-type", "application/vnd.amazon.eventstream")
+                .insert_header("x-amzn-RequestId", "stream-req-7"),
+        )
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn streamed(model: &AnthropicModel) -> (Result<trellis_middleware::ModelResponse, ModelError>, String) {
+    let text = std::sync::Mutex::new(String::new());
+    let on_delta = |d: ModelDelta| {
+        if let ModelDelta::Text { text: piece, .. } = d {
+            text.lock().unwrap().push_str(&piece);
+        }
+    };
     let sink: DeltaSink<'_> = &on_delta;
-    let response = model.stream(request(), sink).await.unwrap();
-    assert_eq!(response.message.text_content(), "Hi! My name is Claude.");
-    let deltas = deltas.into_inner().unwrap();
-    assert!(
-        deltas.contains(&ModelDelta::Text {
-            index: 0,
-            text: "Hi! My name is Claude.".into()
-        }),
-        "{deltas:?}"
-    );
-    assert!(matches!(deltas.last(), Some(ModelDelta::Finished { .. })));
+    let result = model.stream(request(), sink).await;
+    (result, text.into_inner().unwrap())
+}
+
+#[tokio::test]
+async fn streaming_reads_the_event_stream_of_invoke_with_response_stream() {
+    let frames: Vec<u8> = [anthropic_events(&["Hello from ", "Bedrock ✓"]), anthropic_tail()]
+        .concat()
+        .concat();
+    let server = stream_server(frames).await;
+    let model = AnthropicModel::bedrock(config(&server.uri())).unwrap();
+    let (response, text) = streamed(&model).await;
+    let response = response.unwrap();
+    assert_eq!(response.message.text_content(), "Hello from Bedrock ✓");
+    assert_eq!(text, "Hello from Bedrock ✓");
+    assert_eq!(response.usage.output_tokens, 6);
     let sent = only_request(&server).await;
+    assert_eq!(sent.url.path(), STREAM_PATH);
     assert!(
         body_json(&sent).get("stream").is_none(),
-        "invoke takes no `stream`"
+        "Bedrock takes no `stream` field"
     );
+    assert_eq!(body_json(&sent)["anthropic_version"], "bedrock-2023-05-31");
     assert_signed(&sent);
+}
+
+#[tokio::test]
+async fn a_mid_stream_exception_and_a_corrupt_frame_are_typed() {
+    // InvokeModelWithResponseStream's stream errors: `throttlingException` and others, as
+    // exception messages with a `{"message"}` payload.
+    let mut frames = anthropic_events(&["Half"]).concat();
+    frames.extend(frame(
+        &[
+            (":exception-type", "throttlingException"),
+            (":content-type", "application/json"),
+            (":message-type", "exception"),
+        ],
+        br#"{"message":"Too many tokens, please wait before trying again."}"#,
+    ));
+    let server = stream_server(frames).await;
+    let model = AnthropicModel::bedrock(config(&server.uri())).unwrap();
+    let err = streamed(&model).await.0.unwrap_err();
+    assert!(matches!(err, ModelError::RateLimited { .. }), "{err:?}");
+    assert_eq!(err.request_id(), Some("stream-req-7"));
+    assert!(err.message().contains("Too many tokens"), "{err}");
+
+    let mut frames = anthropic_events(&["Half"]).concat();
+    let last = frames.len() - 1;
+    frames[last] ^= 0xFF;
+    let server = stream_server(frames).await;
+    let model = AnthropicModel::bedrock(config(&server.uri())).unwrap();
+    let err = streamed(&model).await.0.unwrap_err();
+    assert!(matches!(err, ModelError::Other { .. }), "a bad checksum: {err:?}");
+
+    let server = stream_server(anthropic_events(&["Cut short"]).concat()).await;
+    let model = AnthropicModel::bedrock(config(&server.uri())).unwrap();
+    let err = streamed(&model).await.0.unwrap_err();
+    assert!(
+        matches!(err, ModelError::Transport { .. }),
+        "an early end is retried: {err:?}"
+    );
+    assert_eq!(err.request_id(), Some("stream-req-7"));
+}
+
+#[tokio::test]
+async fn with_streaming_off_stream_makes_one_plain_signed_call() {
+    let server = server_with(ResponseTemplate::new(200).set_body_json(text_response())).await;
+    let mut config = config(&server.uri());
+    config.anthropic.stream = false;
+    let model = AnthropicModel::bedrock(config).unwrap();
+    let (response, text) = streamed(&model).await;
+    assert_eq!(response.unwrap().message.text_content(), "Hi! My name is Claude.");
+    assert_eq!(text, "Hi! My name is Claude.");
+    assert_signed(&only_request(&server).await);
 }
 
 #[tokio::test]
