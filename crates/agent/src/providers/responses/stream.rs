@@ -357,6 +357,52 @@ mod tests {
         assert_eq!(streamed.unwrap().stop_reason, StopReason::MaxTokens);
     }
 
+    /// Events of every known type with arbitrary fields: never a panic, whatever arrives.
+    fn any_event() -> impl Strategy<Value = (String, String)> {
+        let kind = prop_oneof![
+            Just("response.created"),
+            Just("response.completed"),
+            Just("response.output_item.added"),
+            Just("response.output_item.done"),
+            Just("response.content_part.added"),
+            Just("response.output_text.delta"),
+            Just("response.function_call_arguments.delta"),
+            Just("response.reasoning_summary_text.delta"),
+            Just("response.failed"),
+            Just("error"),
+        ];
+        let field = prop_oneof![
+            Just(json!(null)),
+            Just(json!(0)),
+            Just(json!(u64::MAX)),
+            Just(json!("x")),
+            Just(json!({"type": "function_call"})),
+            Just(json!({"type": "reasoning"})),
+            Just(json!({"type": "output_text"})),
+            Just(json!({"output": "not a list"})),
+        ];
+        (kind, field.clone(), field.clone(), field).prop_map(|(kind, a, b, c)| {
+            let data = json!({"type": kind, "output_index": a, "content_index": b, "summary_index": a,
+                              "item": c, "part": b, "response": c, "delta": a, "code": b});
+            (kind.to_owned(), data.to_string())
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        #[test]
+        fn arbitrary_events_never_panic(events in proptest::collection::vec(any_event(), 0..24)) {
+            let mut reply = Assembler::default();
+            let ignore = |_: ModelDelta| {};
+            for (name, data) in &events {
+                if reply.take(Some(name), data, &ignore).is_err() {
+                    break;
+                }
+            }
+            let _ = parse_response(&reply.finish());
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         #[test]
