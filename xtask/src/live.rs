@@ -1,14 +1,16 @@
 //! `cargo xtask live`: an opt-in contract check against the real providers. Never part of
 //! `cargo xtask test`, and it reads no key it is not given in the environment.
 //!
-//! For each provider whose credentials are set (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`,
-//! `OLLAMA_HOST`), it runs `trellis run --json` twice on one thread with the example skills: the
+//! For each provider whose credentials are set (`ANTHROPIC_API_KEY`; `OPENAI_API_KEY` for Chat
+//! Completions and the Responses API; `OLLAMA_HOST`; `AWS_ACCESS_KEY_ID` and `AWS_REGION` for
+//! Bedrock; `GOOGLE_APPLICATION_CREDENTIALS` and `CLOUD_ML_REGION` for Vertex AI), it runs `trellis run --json` twice on one thread with the example skills: the
 //! task makes the model read a skill (a `read_file` tool call), and the second run's first model
 //! call should read the system prompt from the provider's cache. It prints one line per provider:
 //! what passed, what failed, or why it was not run; it fails when a run or a check failed.
 //! The model of each provider can be changed with `TRELLIS_LIVE_<PROVIDER>_MODEL`.
 //!
-//! Prompt caching is checked where the provider reports it: Anthropic always; OpenAI only caches
+//! Prompt caching is checked where the provider reports it: Claude always (Anthropic, Bedrock,
+//! Vertex AI); OpenAI only caches
 //! prompts of 1,024 tokens and more, and ollama has no cache, so there a miss is reported, not
 //! failed.
 
@@ -23,8 +25,8 @@ use crate::layout::Layout;
 /// One provider `live` knows.
 struct Provider {
     name: &'static str,
-    /// The variable that must be set for it to run.
-    needs: &'static str,
+    /// The variables that must all be set for it to run.
+    needs: &'static [&'static str],
     default_model: &'static str,
     /// A cache hit is required (false: reported only).
     cache_required: bool,
@@ -33,21 +35,39 @@ struct Provider {
 const PROVIDERS: &[Provider] = &[
     Provider {
         name: "anthropic",
-        needs: "ANTHROPIC_API_KEY",
+        needs: &["ANTHROPIC_API_KEY"],
         default_model: "anthropic:claude-haiku-4-5",
         cache_required: true,
     },
     Provider {
         name: "openai",
-        needs: "OPENAI_API_KEY",
+        needs: &["OPENAI_API_KEY"],
         default_model: "openai:gpt-4.1-mini",
         cache_required: false,
     },
     Provider {
+        name: "openai-responses",
+        needs: &["OPENAI_API_KEY"],
+        default_model: "openai-responses:gpt-4.1-mini",
+        cache_required: false,
+    },
+    Provider {
         name: "ollama",
-        needs: "OLLAMA_HOST",
+        needs: &["OLLAMA_HOST"],
         default_model: "ollama:qwen3:8b",
         cache_required: false,
+    },
+    Provider {
+        name: "bedrock",
+        needs: &["AWS_ACCESS_KEY_ID", "AWS_REGION"],
+        default_model: "bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0",
+        cache_required: true,
+    },
+    Provider {
+        name: "vertex",
+        needs: &["GOOGLE_APPLICATION_CREDENTIALS", "CLOUD_ML_REGION"],
+        default_model: "vertex:claude-haiku-4-5@20251001",
+        cache_required: true,
     },
 ];
 
@@ -72,15 +92,18 @@ fn plan(env: impl Fn(&str) -> Option<String>) -> Vec<Plan> {
     let set = |name: &str| env(name).filter(|v| !v.trim().is_empty());
     PROVIDERS
         .iter()
-        .map(|p| match set(p.needs) {
-            None => Plan::Skip {
+        .map(|p| match p.needs.iter().find(|var| set(var).is_none()) {
+            Some(missing) => Plan::Skip {
                 name: p.name,
-                why: format!("{} is not set", p.needs),
+                why: format!("{missing} is not set"),
             },
-            Some(_) => Plan::Run {
+            None => Plan::Run {
                 name: p.name,
-                model: set(&format!("TRELLIS_LIVE_{}_MODEL", p.name.to_ascii_uppercase()))
-                    .unwrap_or_else(|| p.default_model.to_owned()),
+                model: set(&format!(
+                    "TRELLIS_LIVE_{}_MODEL",
+                    p.name.to_ascii_uppercase().replace('-', "_")
+                ))
+                .unwrap_or_else(|| p.default_model.to_owned()),
                 cache_required: p.cache_required,
             },
         })
@@ -229,11 +252,52 @@ mod tests {
                     why: "OPENAI_API_KEY is not set".into()
                 },
                 Plan::Skip {
+                    name: "openai-responses",
+                    why: "OPENAI_API_KEY is not set".into()
+                },
+                Plan::Skip {
                     name: "ollama",
                     why: "OLLAMA_HOST is not set".into()
                 },
+                Plan::Skip {
+                    name: "bedrock",
+                    why: "AWS_ACCESS_KEY_ID is not set".into()
+                },
+                Plan::Skip {
+                    name: "vertex",
+                    why: "GOOGLE_APPLICATION_CREDENTIALS is not set".into()
+                },
             ]
         );
+    }
+
+    #[test]
+    fn cloud_platforms_need_credentials_and_a_region() {
+        let plans = plan(|name| match name {
+            "AWS_ACCESS_KEY_ID" => Some("AKIA".into()),
+            "GOOGLE_APPLICATION_CREDENTIALS" => Some("/k.json".into()),
+            "CLOUD_ML_REGION" => Some("us-east5".into()),
+            _ => None,
+        });
+        assert!(plans.contains(&Plan::Skip {
+            name: "bedrock",
+            why: "AWS_REGION is not set".into()
+        }));
+        assert!(plans.contains(&Plan::Run {
+            name: "vertex",
+            model: "vertex:claude-haiku-4-5@20251001".into(),
+            cache_required: true
+        }));
+        let plans = plan(|name| match name {
+            "OPENAI_API_KEY" => Some("k".into()),
+            "TRELLIS_LIVE_OPENAI_RESPONSES_MODEL" => Some("openai-responses:gpt-5".into()),
+            _ => None,
+        });
+        assert!(plans.contains(&Plan::Run {
+            name: "openai-responses",
+            model: "openai-responses:gpt-5".into(),
+            cache_required: false
+        }));
     }
 
     #[test]

@@ -51,9 +51,10 @@ commands:
                     (default 60), seeded from fuzz/seeds/; one JSON line per target with
                     executions and crashes (artifacts in fuzz/artifacts/); see docs/fuzzing.md
   live              opt-in, never part of `test`: for each provider whose credentials are set
-                    (ANTHROPIC_API_KEY, OPENAI_API_KEY, OLLAMA_HOST), two real `trellis run`s
-                    checking a skill read, a tool call and a prompt-cache hit; prints what it
-                    could not run (models: TRELLIS_LIVE_<PROVIDER>_MODEL)
+                    (ANTHROPIC_API_KEY, OPENAI_API_KEY, OLLAMA_HOST, AWS_ACCESS_KEY_ID +
+                    AWS_REGION, GOOGLE_APPLICATION_CREDENTIALS + CLOUD_ML_REGION), two real
+                    `trellis run`s checking a skill read, a tool call and a prompt-cache hit;
+                    prints what it could not run (models: TRELLIS_LIVE_<PROVIDER>_MODEL)
   layers            fail when a crate under crates/ names a trellis crate other than the one
                     directly below it (agent → middleware → fs-tools → backend), in any
                     dependency section

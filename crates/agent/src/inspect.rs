@@ -84,10 +84,23 @@ type ParsedModel = (ModelSpec, ModelOptions);
 fn stand_in(model: &str) -> Result<(Arc<dyn ChatModel>, Option<ParsedModel>)> {
     let spec = ModelSpec::parse(model)?;
     let (_, options) = ModelOptions::split(model)?;
+    // Stand-ins for what a provider needs to be built but inspect never uses: keys, and the
+    // region and project of the cloud platforms.
     let real = providers::from_model_string_with_env(model, |var| {
         std::env::var(var)
             .ok()
-            .or_else(|| var.ends_with("_API_KEY").then(|| "inspect-no-key".to_owned()))
+            .filter(|v| !v.trim().is_empty())
+            .or_else(|| {
+                let stand_in = match var {
+                    "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => "inspect-no-key",
+                    "AWS_REGION" => "us-east-1",
+                    "GOOGLE_CLOUD_PROJECT" => "inspect-project",
+                    "CLOUD_ML_REGION" => "us-east5",
+                    _ if var.ends_with("_API_KEY") => "inspect-no-key",
+                    _ => return None,
+                };
+                Some(stand_in.to_owned())
+            })
     })?;
     Ok((real, Some((spec, options))))
 }
@@ -105,6 +118,28 @@ fn provider_body((spec, options): &ParsedModel, request: &ModelRequest) -> Optio
         ModelSpec::OpenAi { model } => {
             let config = providers::openai::OpenAiConfig::openai(model.clone(), "inspect-no-key");
             providers::openai::OpenAiModel::new(config)
+                .ok()?
+                .request_body(request)
+                .ok()
+        }
+        ModelSpec::Bedrock { model } => {
+            let credentials = providers::AwsCredentials::new("inspect-no-key", "inspect-no-key", None);
+            let mut config = providers::BedrockConfig::new(model.clone(), "us-east-1", credentials);
+            config.anthropic.prompt_caching = options.cache;
+            providers::AnthropicModel::bedrock(config)
+                .ok()?
+                .request_body(request)
+                .ok()
+        }
+        ModelSpec::Vertex { model } => {
+            // Never asked: rendering a body needs no token.
+            let credentials = providers::GoogleCredentials::MetadataServer {
+                base_url: "http://127.0.0.1:9".to_owned(),
+            };
+            let mut config =
+                providers::VertexConfig::new(model.clone(), "inspect-project", "us-east5", credentials);
+            config.anthropic.prompt_caching = options.cache;
+            providers::AnthropicModel::vertex(config)
                 .ok()?
                 .request_body(request)
                 .ok()

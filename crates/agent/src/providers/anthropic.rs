@@ -58,7 +58,10 @@ use trellis_middleware::{
 pub use request::{MAX_CACHE_BREAKPOINTS, REDACTED_THINKING_PREFIX, STRUCTURED_OUTPUT_TOOL_DESCRIPTION};
 pub use response::{parse_error, parse_response};
 
-use super::http::{ApiKey, HttpClient, HttpConfig, normalize_base_url, plain_header, secret_header};
+use super::event_stream::event_stream_reply;
+use super::http::{
+    ApiKey, ErrorParser, HttpClient, HttpConfig, normalize_base_url, plain_header, secret_header,
+};
 use super::sse::stream_reply;
 use super::{ProviderError, merge_extra};
 
@@ -140,12 +143,41 @@ impl AnthropicConfig {
     }
 }
 
-/// A Claude model behind the Anthropic Messages API.
+/// A Claude model behind the Anthropic Messages API: Anthropic's own ([`AnthropicModel::new`]),
+/// Amazon Bedrock's ([`AnthropicModel::bedrock`]) or Google Vertex AI's ([`AnthropicModel::vertex`]).
 #[derive(Debug, Clone)]
 pub struct AnthropicModel {
     config: AnthropicConfig,
     endpoint: String,
     client: HttpClient,
+    platform: Platform,
+}
+
+/// The framing of a streamed reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// Server-sent events, asked for with `"stream": true` (Anthropic, Vertex AI).
+    ServerSentEvents,
+    /// The AWS event-stream binary framing, each chunk one Anthropic event (Bedrock).
+    AwsEventStream,
+}
+
+/// Where a Messages body goes besides Anthropic's API, and what it carries there: a cloud
+/// platform takes the model in the URL and the API version in the body.
+#[derive(Debug, Clone)]
+pub(crate) struct Platform {
+    /// [`ChatModel::provider`]: `anthropic`, `bedrock`, `vertex`.
+    pub name: &'static str,
+    /// Where streamed calls go; `None` streams by invoking (one plain call, deltas at the end).
+    pub stream_endpoint: Option<String>,
+    /// How a streamed reply is framed there.
+    pub framing: Framing,
+    /// The body's `anthropic_version`; when set, `model` is left out of the body.
+    pub anthropic_version: Option<&'static str>,
+    /// Beta flags travel in the body as `anthropic_beta` (Bedrock) rather than as a header.
+    pub beta_in_body: bool,
+    /// Reads the platform's error bodies.
+    pub parse_error: ErrorParser,
 }
 
 impl AnthropicModel {
@@ -164,11 +196,35 @@ impl AnthropicModel {
         }
         let client = HttpClient::new(&config.http, headers)?;
         let endpoint = format!("{}/v1/messages", config.base_url);
+        let platform = Platform {
+            name: "anthropic",
+            stream_endpoint: Some(endpoint.clone()),
+            framing: Framing::ServerSentEvents,
+            anthropic_version: None,
+            beta_in_body: false,
+            parse_error,
+        };
         Ok(Self {
             config,
             endpoint,
             client,
+            platform,
         })
+    }
+
+    /// A model on a cloud platform: `client` authorizes each request, `endpoint` takes plain calls.
+    pub(crate) fn on_platform(
+        config: AnthropicConfig,
+        endpoint: String,
+        client: HttpClient,
+        platform: Platform,
+    ) -> Self {
+        Self {
+            config,
+            endpoint,
+            client,
+            platform,
+        }
     }
 
     /// The configuration (its `Debug` output hides the key).
@@ -213,6 +269,13 @@ impl AnthropicModel {
             http: None,
         })?;
         merge_extra(&mut body, &request.extra);
+        if let (Some(version), Value::Object(map)) = (self.platform.anthropic_version, &mut body) {
+            map.remove("model");
+            map.insert("anthropic_version".into(), Value::String(version.to_owned()));
+            if self.platform.beta_in_body && !self.config.beta.is_empty() {
+                map.insert("anthropic_beta".into(), serde_json::json!(self.config.beta));
+            }
+        }
         Ok(body)
     }
 
@@ -261,24 +324,37 @@ impl AnthropicModel {
         body: &Value,
         on_delta: Option<DeltaSink<'_>>,
     ) -> Result<(Vec<u8>, ModelResponse), ModelError> {
-        let Some(on_delta) = on_delta else {
+        let parse_error = self.platform.parse_error;
+        let (Some(on_delta), Some(stream_endpoint)) = (on_delta, &self.platform.stream_endpoint) else {
             let reply = self.client.exchange(&self.endpoint, body, parse_error).await?;
             let response = parse_response(&reply)?;
             return Ok((reply.to_vec(), response));
         };
-        let mut body = body.clone();
-        if let Value::Object(map) = &mut body {
-            map.insert("stream".into(), Value::Bool(true));
-        }
-        let streamed = stream_reply::<stream::Assembler>(
-            &self.client,
-            &self.endpoint,
-            &body,
-            parse_error,
-            "Anthropic",
-            on_delta,
-        )
-        .await?;
+        let streamed = if self.platform.framing == Framing::AwsEventStream {
+            event_stream_reply::<stream::Assembler>(
+                &self.client,
+                stream_endpoint,
+                body,
+                parse_error,
+                "Bedrock",
+                on_delta,
+            )
+            .await?
+        } else {
+            let mut body = body.clone();
+            if let Value::Object(map) = &mut body {
+                map.insert("stream".into(), Value::Bool(true));
+            }
+            stream_reply::<stream::Assembler>(
+                &self.client,
+                stream_endpoint,
+                &body,
+                parse_error,
+                "Anthropic",
+                on_delta,
+            )
+            .await?
+        };
         let response = parse_response(streamed.body())?;
         streamed.deliver(&response, on_delta);
         Ok((streamed.body().to_vec(), response))
@@ -288,7 +364,7 @@ impl AnthropicModel {
 #[async_trait]
 impl ChatModel for AnthropicModel {
     fn provider(&self) -> Option<&str> {
-        Some("anthropic")
+        Some(self.platform.name)
     }
 
     fn id(&self) -> &str {
@@ -319,7 +395,7 @@ impl ChatModel for AnthropicModel {
         request: ModelRequest,
         on_delta: DeltaSink<'_>,
     ) -> Result<ModelResponse, ModelError> {
-        if !self.config.stream {
+        if !self.config.stream || self.platform.stream_endpoint.is_none() {
             return stream_by_invoking(self, request, on_delta).await;
         }
         self.call(&request, Some(on_delta)).await

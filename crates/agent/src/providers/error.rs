@@ -15,6 +15,16 @@ pub enum ProviderError {
         /// The model string that needed it.
         model: String,
     },
+    /// A cloud platform's credentials (AWS keys, Google credentials) were not found.
+    #[error("no {provider} credentials for `{model}`: {looked_at}")]
+    MissingCredentials {
+        /// The platform (`Amazon Bedrock`, `Google Vertex AI`).
+        provider: &'static str,
+        /// The model string that needed them.
+        model: String,
+        /// Where they were looked for, and what to set.
+        looked_at: String,
+    },
     /// The part before `:` names no provider this crate knows.
     #[error("unknown model provider `{prefix}` in `{input}`; known providers: {}", .known.join(", "))]
     UnknownProvider {

@@ -97,6 +97,15 @@ impl HttpReply {
     }
 }
 
+/// Authorizes each request of a provider whose credentials are per request: a signature over
+/// the body (SigV4 on Bedrock) or a token that expires (OAuth on Vertex AI). Called with the
+/// final URL, the headers so far and the exact body bytes, just before sending.
+#[async_trait::async_trait]
+pub(crate) trait Authorize: Send + Sync + fmt::Debug {
+    /// Add the authorizing headers. A failure to get credentials is the call's error.
+    async fn authorize(&self, url: &str, headers: &mut HeaderMap, body: &[u8]) -> Result<(), ModelError>;
+}
+
 /// A reqwest client plus the headers sent with every request.
 #[derive(Debug, Clone)]
 pub(crate) struct HttpClient {
@@ -104,6 +113,7 @@ pub(crate) struct HttpClient {
     headers: HeaderMap,
     max_response_bytes: usize,
     stream_idle_timeout: Duration,
+    auth: Option<Arc<dyn Authorize>>,
 }
 
 impl HttpClient {
@@ -123,7 +133,31 @@ impl HttpClient {
             headers,
             max_response_bytes: config.max_response_bytes,
             stream_idle_timeout: config.stream_idle_timeout,
+            auth: None,
         })
+    }
+
+    /// Authorize every request with `auth` (after the fixed headers are set).
+    pub(crate) fn with_auth(mut self, auth: Arc<dyn Authorize>) -> Self {
+        self.auth = Some(auth);
+        self
+    }
+
+    /// The headers of one POST of `body` to `url`: the fixed ones, `extra`, then authorization.
+    pub(crate) async fn request_headers(
+        &self,
+        url: &str,
+        extra: Option<(reqwest::header::HeaderName, HeaderValue)>,
+        body: &[u8],
+    ) -> Result<HeaderMap, ModelError> {
+        let mut headers = self.headers.clone();
+        if let Some((name, value)) = extra {
+            headers.insert(name, value);
+        }
+        if let Some(auth) = &self.auth {
+            auth.authorize(url, &mut headers, body).await?;
+        }
+        Ok(headers)
     }
 
     /// POST a JSON request body to `url` and return the body of a successful reply. A non-2xx answer
@@ -153,10 +187,11 @@ impl HttpClient {
     /// (connection, TLS, timeout, a body cut short) are `Err(ModelError::Transport)`; a body over the
     /// configured limit is `Err(ModelError::Other)`.
     pub(crate) async fn post_json(&self, url: &str, body: Vec<u8>) -> Result<HttpReply, ModelError> {
+        let headers = self.request_headers(url, None, &body).await?;
         let mut response = self
             .client
             .post(url)
-            .headers(self.headers.clone())
+            .headers(headers)
             .body(body)
             .send()
             .await
@@ -180,10 +215,6 @@ impl HttpClient {
 impl HttpClient {
     pub(crate) fn client(&self) -> &reqwest::Client {
         &self.client
-    }
-
-    pub(crate) fn headers(&self) -> &HeaderMap {
-        &self.headers
     }
 
     pub(crate) fn max_response_bytes(&self) -> usize {
@@ -333,8 +364,6 @@ pub(crate) fn transport(error: reqwest::Error) -> ModelError {
     }
 }
 
-/// The provider's id of the request: `request-id` (Anthropic) or `x-request-id` (OpenAI, and
-/// most OpenAI-compatible servers and proxies).
 /// Put the provider's request id on the current span (the runtime's `chat` span declares
 /// `trellis.provider.request_id`), so a trace leads to the provider's own logs.
 pub(crate) fn note_request_id(id: Option<&str>) {
@@ -343,8 +372,10 @@ pub(crate) fn note_request_id(id: Option<&str>) {
     }
 }
 
+/// The provider's id of the request: `request-id` (Anthropic), `x-request-id` (OpenAI, and
+/// most OpenAI-compatible servers and proxies) or `x-amzn-requestid` (AWS, Bedrock).
 pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
-    ["request-id", "x-request-id"]
+    ["request-id", "x-request-id", "x-amzn-requestid"]
         .iter()
         .find_map(|name| headers.get(*name)?.to_str().ok())
         .map(str::trim)

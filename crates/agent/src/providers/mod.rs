@@ -6,10 +6,12 @@
 //! * [`openai`]: OpenAI Chat Completions, which also serves ollama, vLLM and llama.cpp servers through
 //!   a configurable base URL.
 //! * [`responses`]: the OpenAI Responses API, stateless (`store: false`, reasoning items passed
-//!   back).
+//!   back), streamed.
+//! * [`bedrock`] and [`vertex`]: Claude on Amazon Bedrock (SigV4, [`aws`]) and Google Vertex AI
+//!   (OAuth tokens, [`google_auth`]): the Anthropic Messages body on each platform's endpoint.
 //! * [`from_model_string`]: `anthropic:claude-sonnet-4-5`, `openai:gpt-4.1`, `openai-responses:gpt-5`,
-//!   `openai-compatible:<model>@<base_url>`, `ollama:<model>` → a provider, with keys from the usual
-//!   environment variables.
+//!   `openai-compatible:<model>@<base_url>`, `ollama:<model>`, `bedrock:<model id>`,
+//!   `vertex:<model>` → a provider, with credentials from the usual environment variables.
 //!
 //! Providers never retry (the retry middleware does) and never panic on what a server sends: every
 //! failure is a [`ModelError`](trellis_middleware::ModelError) of the right kind, with the
@@ -20,7 +22,12 @@
 //! [`SYSTEM_REMINDER_OPEN`] and [`SYSTEM_REMINDER_CLOSE`].
 
 pub mod anthropic;
+pub mod aws;
+pub mod bedrock;
+mod clock;
 mod error;
+mod event_stream;
+pub mod google_auth;
 pub(crate) mod http;
 pub mod ollama;
 pub mod openai;
@@ -28,13 +35,18 @@ mod options;
 mod registry;
 pub mod responses;
 mod sse;
+pub mod vertex;
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
 pub use anthropic::{AnthropicConfig, AnthropicModel};
+pub use aws::AwsCredentials;
+pub use bedrock::BedrockConfig;
+pub use clock::Clock;
 pub use error::ProviderError;
+pub use google_auth::GoogleCredentials;
 pub use http::{ApiKey, HttpConfig};
 pub use openai::{OpenAiConfig, OpenAiModel};
 pub use options::ModelOptions;
@@ -43,6 +55,7 @@ pub use registry::{
     from_model_string_with_env,
 };
 pub use responses::ResponsesModel;
+pub use vertex::VertexConfig;
 
 /// Opens the marker around the text of a mid-conversation system message sent as user content.
 pub const SYSTEM_REMINDER_OPEN: &str = "<system-reminder>";

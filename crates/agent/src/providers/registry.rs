@@ -7,6 +7,8 @@
 //! | `openai-responses:<model>` | [`ResponsesModel`] (the Responses API) | `OPENAI_API_KEY` (required) | `OPENAI_BASE_URL`, else `https://api.openai.com/v1` |
 //! | `openai-compatible:<model>@<base_url>` | [`OpenAiModel`] ([`OpenAiConfig::compatible`]) | `OPENAI_API_KEY` (optional) | the URL after `@` (which must start with `http://` or `https://`); without `@<base_url>`, `OPENAI_BASE_URL` |
 //! | `ollama:<model>` | [`OpenAiModel`] ([`OpenAiConfig::compatible`], `max_tokens`) | none | `OLLAMA_HOST` (read as ollama reads it: no scheme means port 11434) + `/v1`, else `http://127.0.0.1:11434/v1` |
+//! | `bedrock:<model id>` | [`AnthropicModel::bedrock`] | AWS keys or profile ([`aws`](super::aws)); region `AWS_REGION` / `AWS_DEFAULT_REGION` / the profile's | `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, else `AWS_ENDPOINT_URL`, else `https://bedrock-runtime.<region>.amazonaws.com` |
+//! | `vertex:<model>` | [`AnthropicModel::vertex`] | Google credentials ([`google_auth`](super::google_auth)); project `ANTHROPIC_VERTEX_PROJECT_ID` / `GOOGLE_CLOUD_PROJECT` / the key's; region `CLOUD_ML_REGION` / `GOOGLE_CLOUD_LOCATION` | `ANTHROPIC_VERTEX_BASE_URL`, else `https://<region>-aiplatform.googleapis.com` |
 //!
 //! Options may follow after `?` (`anthropic:claude-sonnet-4-5?cache=off`, see [`ModelOptions`]).
 //!
@@ -20,8 +22,12 @@ use std::sync::Arc;
 use trellis_middleware::ChatModel;
 
 use super::anthropic::{AnthropicConfig, AnthropicModel};
+use super::aws::AwsEnv;
+use super::bedrock::BedrockConfig;
+use super::google_auth::GoogleCredentials;
 use super::openai::{MaxTokensField, OpenAiConfig, OpenAiModel};
 use super::responses::ResponsesModel;
+use super::vertex::VertexConfig;
 use super::{ModelOptions, ProviderError};
 
 /// The provider prefixes [`from_model_string`] knows.
@@ -31,6 +37,8 @@ pub const KNOWN_PROVIDERS: &[&str] = &[
     "openai-responses",
     "openai-compatible",
     "ollama",
+    "bedrock",
+    "vertex",
 ];
 
 /// A parsed model string (no environment read yet).
@@ -63,6 +71,17 @@ pub enum ModelSpec {
         /// The model id as ollama names it (e.g. `qwen3:8b`).
         model: String,
     },
+    /// `bedrock:<model id>`: Claude on Amazon Bedrock.
+    Bedrock {
+        /// The Bedrock model id or inference profile (e.g.
+        /// `us.anthropic.claude-sonnet-4-5-20250929-v1:0`).
+        model: String,
+    },
+    /// `vertex:<model>`: Claude on Google Vertex AI.
+    Vertex {
+        /// The Vertex model name (e.g. `claude-sonnet-4-5@20250929`).
+        model: String,
+    },
 }
 
 impl ModelSpec {
@@ -93,6 +112,8 @@ impl ModelSpec {
             "openai" => Self::OpenAi { model },
             "openai-responses" => Self::OpenAiResponses { model },
             "ollama" => Self::Ollama { model },
+            "bedrock" => Self::Bedrock { model },
+            "vertex" => Self::Vertex { model },
             "openai-compatible" => {
                 let at = ["@http://", "@https://"]
                     .iter()
@@ -128,6 +149,8 @@ impl ModelSpec {
             Self::OpenAiResponses { .. } => "openai-responses",
             Self::OpenAiCompatible { .. } => "openai-compatible",
             Self::Ollama { .. } => "ollama",
+            Self::Bedrock { .. } => "bedrock",
+            Self::Vertex { .. } => "vertex",
         }
     }
 
@@ -138,7 +161,9 @@ impl ModelSpec {
             | Self::OpenAi { model }
             | Self::OpenAiResponses { model }
             | Self::OpenAiCompatible { model, .. }
-            | Self::Ollama { model } => model,
+            | Self::Ollama { model }
+            | Self::Bedrock { model }
+            | Self::Vertex { model } => model,
         }
     }
 
@@ -210,6 +235,52 @@ impl ModelSpec {
                 config.max_tokens_field = MaxTokensField::MaxTokens;
                 config.context_window = options.context_window;
                 Arc::new(OpenAiModel::new(config)?)
+            }
+            Self::Bedrock { model } => {
+                let aws = AwsEnv::new(&var);
+                let credentials = aws.credentials(&self.to_string())?;
+                let region = aws.region().ok_or_else(|| ProviderError::InvalidConfig {
+                    message: format!(
+                        "no AWS region for `{self}`: set AWS_REGION (or `region` in the profile of ~/.aws/config)"
+                    ),
+                })?;
+                let mut config = BedrockConfig::new(model.clone(), region, credentials);
+                if let Some(url) = aws.endpoint("BEDROCK_RUNTIME") {
+                    config.anthropic.base_url = url;
+                }
+                config.anthropic.prompt_caching = options.cache;
+                if let Some(tokens) = options.context_window {
+                    config.anthropic.context_window = tokens;
+                }
+                Arc::new(AnthropicModel::bedrock(config)?)
+            }
+            Self::Vertex { model } => {
+                let credentials = GoogleCredentials::from_env(&var)?;
+                let project = var("ANTHROPIC_VERTEX_PROJECT_ID")
+                    .or_else(|| var("GOOGLE_CLOUD_PROJECT"))
+                    .or_else(|| credentials.project_id().map(str::to_owned))
+                    .ok_or_else(|| ProviderError::InvalidConfig {
+                        message: format!(
+                            "no Google Cloud project for `{self}`: set GOOGLE_CLOUD_PROJECT \
+                             (or ANTHROPIC_VERTEX_PROJECT_ID)"
+                        ),
+                    })?;
+                let region = var("CLOUD_ML_REGION")
+                    .or_else(|| var("GOOGLE_CLOUD_LOCATION"))
+                    .ok_or_else(|| ProviderError::InvalidConfig {
+                        message: format!(
+                            "no Vertex AI region for `{self}`: set CLOUD_ML_REGION (e.g. us-east5 or global)"
+                        ),
+                    })?;
+                let mut config = VertexConfig::new(model.clone(), project, region, credentials);
+                if let Some(url) = var("ANTHROPIC_VERTEX_BASE_URL") {
+                    config.anthropic.base_url = url;
+                }
+                config.anthropic.prompt_caching = options.cache;
+                if let Some(tokens) = options.context_window {
+                    config.anthropic.context_window = tokens;
+                }
+                Arc::new(AnthropicModel::vertex(config)?)
             }
         })
     }

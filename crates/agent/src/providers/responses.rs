@@ -8,14 +8,18 @@
 //! `request.rs`, how a response is read in `response.rs`; error bodies have the Chat Completions
 //! shape and are read by [`openai::parse_error`](super::openai::parse_error).
 //!
-//! Not streamed yet: [`ChatModel::stream`] sends the whole reply's deltas once it is there.
+//! [`ChatModel::stream`] sends `"stream": true` and assembles the event stream (`stream.rs`)
+//! into the same `Response` object; with [`OpenAiConfig::stream`] off it makes one plain request.
 
 mod request;
 mod response;
+mod stream;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use trellis_middleware::{ChatModel, ModelCapabilities, ModelError, ModelRequest, ModelResponse};
+use trellis_middleware::{
+    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, stream_by_invoking,
+};
 
 pub use request::REASONING_PREFIX;
 pub use response::parse_response;
@@ -23,10 +27,11 @@ pub use response::parse_response;
 use super::ProviderError;
 use super::http::HttpClient;
 use super::openai::{OpenAiConfig, bearer_client, parse_error};
+use super::sse::stream_reply;
 
 /// A model behind the OpenAI Responses API. Configured like the Chat Completions provider
-/// ([`OpenAiConfig`]: key, base URL, context window, timeouts); `max_tokens_field`,
-/// `inline_system` and `stream` do not apply.
+/// ([`OpenAiConfig`]: key, base URL, context window, timeouts, `stream`); `max_tokens_field` and
+/// `inline_system` do not apply.
 #[derive(Debug, Clone)]
 pub struct ResponsesModel {
     config: OpenAiConfig,
@@ -81,6 +86,35 @@ impl ChatModel for ResponsesModel {
         if request.response_format.is_some() {
             super::openai::response::take_structured_output(&mut response, &self.config.model);
         }
+        Ok(response)
+    }
+
+    async fn stream(
+        &self,
+        request: ModelRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        if !self.config.stream {
+            return stream_by_invoking(self, request, on_delta).await;
+        }
+        let mut body = self.request_body(&request)?;
+        if let Value::Object(map) = &mut body {
+            map.insert("stream".into(), Value::Bool(true));
+        }
+        let streamed = stream_reply::<stream::Assembler>(
+            &self.client,
+            &self.endpoint,
+            &body,
+            parse_error,
+            "Responses API",
+            on_delta,
+        )
+        .await?;
+        let mut response = parse_response(streamed.body())?;
+        if request.response_format.is_some() {
+            super::openai::response::take_structured_output(&mut response, &self.config.model);
+        }
+        streamed.deliver(&response, on_delta);
         Ok(response)
     }
 }

@@ -15,7 +15,7 @@ use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, HeaderValue};
 use serde_json::Value;
 use sse_stream::{Sse, SseStream};
-use trellis_middleware::ModelError;
+use trellis_middleware::{HttpDetails, ModelError};
 
 use trellis_middleware::{DeltaSink, ModelDelta, ModelResponse, deltas_of};
 
@@ -32,6 +32,9 @@ pub(crate) struct EventStream {
     idle: Duration,
     seen: usize,
     limit: usize,
+    /// The status and request id of the answer that opened the stream, put on every error the
+    /// stream ends with (a mid-stream `error` event has no id of its own).
+    http: HttpDetails,
 }
 
 impl std::fmt::Debug for EventStream {
@@ -61,13 +64,52 @@ impl HttpClient {
         body: &Value,
         parse_error: ErrorParser,
     ) -> Result<Opened, ModelError> {
+        let mut response = self
+            .open_reply(
+                url,
+                body,
+                HeaderValue::from_static("text/event-stream"),
+                parse_error,
+            )
+            .await?;
+        // A JSON body is a whole reply; anything else (`text/event-stream`, or a proxy that drops
+        // the type) is read as events.
+        let is_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
+        if is_json {
+            tracing::debug!("POST {url}: asked for a stream, got one body");
+            return Ok(Opened::Whole(self.read_body(&mut response).await?));
+        }
+        let http = answered(response.status().as_u16(), request_id(response.headers()));
+        let events = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
+        Ok(Opened::Events(EventStream {
+            events,
+            idle: self.stream_idle_timeout(),
+            seen: 0,
+            limit: self.max_response_bytes(),
+            http,
+        }))
+    }
+
+    /// POST `body` to `url` accepting `accept`, and give the response of a success, whose body is
+    /// still to read. An error status is read whole and parsed with `parse_error`; failing to get
+    /// an answer is `ModelError::Transport`.
+    pub(crate) async fn open_reply(
+        &self,
+        url: &str,
+        body: &Value,
+        accept: HeaderValue,
+        parse_error: ErrorParser,
+    ) -> Result<reqwest::Response, ModelError> {
         let bytes = serde_json::to_vec(body).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the request: {e}"),
             http: None,
         })?;
         tracing::debug!(bytes = bytes.len(), "POST {url} (stream)");
-        let mut headers = self.headers().clone();
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let headers = self.request_headers(url, Some((ACCEPT, accept)), &bytes).await?;
         let mut response = self
             .client()
             .post(url)
@@ -87,30 +129,23 @@ impl HttpClient {
                 obey_should_retry(parse_error(status, retry, &body), should).with_http(answered(status, id))
             );
         }
-        // A JSON body is a whole reply; anything else (`text/event-stream`, or a proxy that drops
-        // the type) is read as events.
-        let is_json = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.to_ascii_lowercase().contains("json"));
-        if is_json {
-            tracing::debug!("POST {url}: asked for a stream, got one body");
-            return Ok(Opened::Whole(self.read_body(&mut response).await?));
-        }
-        let events = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
-        Ok(Opened::Events(EventStream {
-            events,
-            idle: self.stream_idle_timeout(),
-            seen: 0,
-            limit: self.max_response_bytes(),
-        }))
+        Ok(response)
     }
 }
 
 impl EventStream {
-    /// The next event with data; `None` at the end of the stream.
+    /// `error` with the status and request id of the answer that opened this stream.
+    pub(crate) fn with_exchange(&self, error: ModelError) -> ModelError {
+        error.with_http(self.http.clone())
+    }
+
+    /// The next event with data; `None` at the end of the stream. Errors carry the exchange's
+    /// status and request id.
     pub(crate) async fn next(&mut self) -> Result<Option<Sse>, ModelError> {
+        self.next_event().await.map_err(|e| self.with_exchange(e))
+    }
+
+    async fn next_event(&mut self) -> Result<Option<Sse>, ModelError> {
         loop {
             let item = match tokio::time::timeout(self.idle, self.events.next()).await {
                 Ok(item) => item,
@@ -223,17 +258,19 @@ pub(crate) async fn stream_reply<A: Assemble>(
     };
     let mut reply = A::default();
     while let Some(event) = events.next().await? {
-        reply.take(
-            event.event.as_deref(),
-            event.data.as_deref().unwrap_or(""),
-            on_delta,
-        )?;
+        reply
+            .take(
+                event.event.as_deref(),
+                event.data.as_deref().unwrap_or(""),
+                on_delta,
+            )
+            .map_err(|e| events.with_exchange(e))?;
         if reply.is_done() {
             break;
         }
     }
     if !reply.is_complete() {
-        return Err(ended_early(provider));
+        return Err(events.with_exchange(ended_early(provider)));
     }
     Ok(Streamed::Events(reply.finish()))
 }
@@ -255,4 +292,33 @@ pub(crate) fn split_events(body: &str, cuts: &[usize]) -> impl Stream<Item = Res
         from = cut;
     }
     SseStream::from_bytes_stream(futures::stream::iter(chunks))
+}
+
+/// What [`assemble_split`] gives: the reply body and whether the stream said it was complete
+/// (or the error), and every delta sent.
+#[cfg(test)]
+pub(crate) type Assembled = (Result<(Vec<u8>, bool), ModelError>, Vec<ModelDelta>);
+
+/// A split-point test's assembly: `body` split at `cuts`, read with `A`.
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+pub(crate) fn assemble_split<A: Assemble>(body: &str, cuts: &[usize]) -> Assembled {
+    let deltas = std::sync::Mutex::new(Vec::new());
+    let on_delta = |d: ModelDelta| deltas.lock().unwrap().push(d);
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let result = rt.block_on(async {
+        let mut events = std::pin::pin!(split_events(body, cuts));
+        let mut reply = A::default();
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| ModelError::Transport {
+                message: e.to_string(),
+                http: None,
+            })?;
+            let Some(data) = event.data else { continue };
+            reply.take(event.event.as_deref(), &data, &on_delta)?;
+        }
+        let complete = reply.is_complete();
+        Ok((reply.finish(), complete))
+    });
+    (result, deltas.into_inner().unwrap())
 }

@@ -60,6 +60,37 @@ async fn inspect_the_example_agent() {
     );
 }
 
+/// Claude on Bedrock and Vertex AI: inspect needs no AWS or Google credentials, and renders the
+/// platform's body (the Anthropic one without `model`, with the platform's `anthropic_version`)
+/// with the same cache breakpoints.
+#[tokio::test]
+async fn inspect_renders_the_bedrock_and_vertex_bodies() {
+    let ws = workspace::assemble(&[example("skills")], &[example("AGENTS.md")], None).unwrap();
+    let none = Selected::none("--sandbox none");
+    let anthropic = inspect::inspect("anthropic:claude-sonnet-4-5", &ws, &none, "hi")
+        .await
+        .unwrap();
+    let anthropic = anthropic.provider_body.unwrap();
+    for (model, version) in [
+        (
+            "bedrock:anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "bedrock-2023-05-31",
+        ),
+        ("vertex:claude-sonnet-4-5@20250929", "vertex-2023-10-16"),
+    ] {
+        let report = inspect::inspect(model, &ws, &none, "hi").await.unwrap();
+        assert!(report.capabilities.prompt_caching, "{model}");
+        let body = report.provider_body.expect("a body is rendered");
+        assert_eq!(body["anthropic_version"], version);
+        assert!(body.get("model").is_none(), "{model}");
+        assert_eq!(
+            body["system"], anthropic["system"],
+            "{model}: the same system blocks and breakpoints"
+        );
+        assert_eq!(body["messages"], anthropic["messages"], "{model}");
+    }
+}
+
 /// With bubblewrap (required under `cargo xtask test`), `execute` is offered: the filesystem
 /// section says so, the tool describes the isolated sandbox and the example's skill source, and the
 /// report lists every limit as enforced.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use trellis_agent::providers::{anthropic, openai, responses};
+use trellis_agent::providers::{anthropic, bedrock, openai, responses};
 
 /// Arbitrary JSON values, a few levels deep.
 fn json_value() -> impl Strategy<Value = Value> {
@@ -116,6 +116,7 @@ proptest! {
         let _ = openai::parse_response(&bytes);
         let _ = responses::parse_response(&bytes);
         let _ = anthropic::parse_error(status, Some(Duration::from_secs(1)), &bytes);
+        let _ = bedrock::parse_error(status, None, &bytes);
         let _ = openai::parse_error(status, None, &bytes);
     }
 
@@ -126,6 +127,7 @@ proptest! {
         let _ = openai::parse_response(&bytes);
         let _ = responses::parse_response(&bytes);
         let _ = anthropic::parse_error(status, None, &bytes);
+        let _ = bedrock::parse_error(status, None, &bytes);
         let _ = openai::parse_error(status, None, &bytes);
     }
 

@@ -173,7 +173,10 @@ enum Class {
 
 fn says_prompt_too_long(text: &str) -> bool {
     let text = text.to_ascii_lowercase();
-    text.contains("prompt is too long") || text.contains("exceed context limit")
+    // "Input is too long for requested model." is Bedrock's ValidationException for the same.
+    text.contains("prompt is too long")
+        || text.contains("exceed context limit")
+        || text.contains("input is too long")
 }
 
 /// Move the structured-output tool call named `name` out of the message: its input becomes

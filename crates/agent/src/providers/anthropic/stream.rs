@@ -208,15 +208,13 @@ fn append(block: &mut Value, key: &str, piece: &str) {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use std::sync::Mutex;
 
-    use futures::StreamExt;
     use proptest::prelude::*;
     use trellis_middleware::{ContentBlock, ModelResponse};
 
     use super::*;
     use crate::providers::anthropic::parse_response;
-    use crate::providers::sse::split_events;
+    use crate::providers::sse::assemble_split;
 
     /// A reply with reasoning (and its signature), text with multi-byte characters, and a tool call,
     /// as the Messages API documents its non-streaming body.
@@ -267,24 +265,12 @@ data: {\"type\":\"message_stop\"}\n\n";
 
     /// Assemble `body` delivered in chunks split at the given byte offsets.
     fn assemble(body: &str, cuts: &[usize]) -> (Result<ModelResponse, ModelError>, Vec<ModelDelta>) {
-        let deltas = Mutex::new(Vec::new());
-        let on_delta = |d: ModelDelta| deltas.lock().unwrap().push(d);
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let result = rt.block_on(async {
-            let mut events = std::pin::pin!(split_events(body, cuts));
-            let mut reply = Assembler::default();
-            while let Some(event) = events.next().await {
-                let event = event.map_err(|e| ModelError::Transport {
-                    message: e.to_string(),
-                    http: None,
-                })?;
-                let Some(data) = event.data else { continue };
-                reply.take(event.event.as_deref(), &data, &on_delta)?;
-            }
-            assert!(reply.is_done());
-            parse_response(&reply.finish())
+        let (result, deltas) = assemble_split::<Assembler>(body, cuts);
+        let result = result.and_then(|(body, complete)| {
+            assert!(complete);
+            parse_response(&body)
         });
-        (result, deltas.into_inner().unwrap())
+        (result, deltas)
     }
 
     #[test]

@@ -235,15 +235,13 @@ impl Assembler {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use std::sync::Mutex;
 
-    use futures::StreamExt;
     use proptest::prelude::*;
     use trellis_middleware::ModelResponse;
 
     use super::*;
     use crate::providers::openai::parse_response;
-    use crate::providers::sse::split_events;
+    use crate::providers::sse::assemble_split;
 
     /// Reasoning (as vLLM and ollama send it), text and two tool calls, with cached-token usage, as
     /// the Chat Completions API documents its non-streaming body.
@@ -286,25 +284,13 @@ mod tests {
     }
 
     fn assemble(body: &str, cuts: &[usize]) -> (Result<ModelResponse, ModelError>, Vec<ModelDelta>, bool) {
-        let deltas = Mutex::new(Vec::new());
-        let on_delta = |d: ModelDelta| deltas.lock().unwrap().push(d);
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let (result, deltas) = assemble_split::<Assembler>(body, cuts);
         let mut complete = false;
-        let result = rt.block_on(async {
-            let mut events = std::pin::pin!(split_events(body, cuts));
-            let mut reply = Assembler::default();
-            while let Some(event) = events.next().await {
-                let event = event.map_err(|e| ModelError::Transport {
-                    message: e.to_string(),
-                    http: None,
-                })?;
-                let Some(data) = event.data else { continue };
-                reply.take(None, &data, &on_delta)?;
-            }
-            complete = reply.is_complete();
-            parse_response(&reply.finish())
+        let result = result.and_then(|(body, done)| {
+            complete = done;
+            parse_response(&body)
         });
-        (result, deltas.into_inner().unwrap(), complete)
+        (result, deltas, complete)
     }
 
     #[test]
