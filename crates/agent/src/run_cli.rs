@@ -19,16 +19,14 @@ use serde::{Deserialize, Serialize};
 use trellis_middleware::backend::sandbox::Network;
 use trellis_middleware::skills::PIN_SKILLS;
 use trellis_middleware::tools::{CommandPolicy, UserFiles, UserIdentity};
-use trellis_middleware::{
-    Agent, BackendCheckpointer, ChatModel, Decisions, RunInput, SkillSource, ThreadId,
-};
+use trellis_middleware::{Agent, BackendCheckpointer, ChatModel, Decisions, RunInput, SkillSource, ThreadId};
 
 use crate::agent_file::{LimitsSettings, PermissionSpec, SubagentConfig, SummarizationSettings};
 use crate::approval_cli::{self, ApproveRule, EXIT_WAITING, LinePrompter, Outcome, Prompter};
 use crate::builder::{DeclaredSubagent, DeepAgentBuilder, deep_agent};
 use crate::mcp::{McpServerConfig, McpServers};
-use crate::pin::{self, Leading};
 use crate::model_settings::{ModelSettings, ModelSettingsMiddleware};
+use crate::pin::{self, Leading};
 use crate::run_output::{self, OutputMode};
 use crate::run_summary::Prices;
 use crate::sandbox_cli::{self, SandboxChoice};
