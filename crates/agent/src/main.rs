@@ -234,6 +234,8 @@ struct AgentArgs {
     /// repeated; `none` for no approvals; default execute,write_file,edit_file).
     #[arg(long, value_name = "TOOL,...")]
     ask: Vec<String>,
+    #[command(flatten)]
+    cache: CacheArgs,
 }
 
 impl AgentArgs {
@@ -257,7 +259,9 @@ impl AgentArgs {
             ask: self.ask,
         };
         let cwd = std::env::current_dir()?;
-        let config = agent_file::resolve(self.agent_file.as_deref(), &cwd, flags)?.absolute(&cwd);
+        let mut config = agent_file::resolve(self.agent_file.as_deref(), &cwd, flags)?;
+        config.skills_cache = self.cache.choice();
+        let config = config.absolute(&cwd);
         Ok((config, self.state_dir, self.thread, self.fork))
     }
 }

@@ -30,6 +30,7 @@ use crate::pin::{self, Leading};
 use crate::run_output::{self, OutputMode};
 use crate::run_summary::Prices;
 use crate::sandbox_cli::{self, SandboxChoice};
+use crate::skills_cli::{self, CacheChoice};
 use crate::{providers, threads_cli, workspace};
 
 /// What `trellis run` was told, as saved for `trellis resume`.
@@ -85,6 +86,11 @@ pub struct RunConfig {
     /// `[[subagents]]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<SubagentConfig>,
+    /// Where the skill sources' persisted catalogs are kept (`--cache-dir`, `--no-cache`; by
+    /// default the user's cache directory), so a new process reads only the `SKILL.md` files
+    /// that changed since the last one.
+    #[serde(default)]
+    pub skills_cache: CacheChoice,
 }
 
 impl RunConfig {
@@ -102,6 +108,11 @@ impl RunConfig {
             sub.skills.iter_mut().for_each(fix);
         }
         if let Some(dir) = &mut self.workdir
+            && dir.is_relative()
+        {
+            *dir = cwd.join(&*dir);
+        }
+        if let Some(dir) = &mut self.skills_cache.dir
             && dir.is_relative()
         {
             *dir = cwd.join(&*dir);
@@ -258,6 +269,7 @@ pub async fn build(config: &RunConfig, state_dir: &Path, servers: Option<Arc<Mcp
         .file_layout(ws.layout())
         .checkpointer(checkpointer.clone());
     builder = configure(builder, config, &ws, sub_skills, sub_models)?;
+    builder = builder.skills_persisted(skills_cli::persistence(&ws, &config.skills, &config.skills_cache));
     for path in &ws.memory {
         builder = builder.memory_source(path.clone());
     }
@@ -541,6 +553,7 @@ mod tests {
             summarization: SummarizationSettings::default(),
             limits: LimitsSettings::default(),
             subagents: Vec::new(),
+            skills_cache: CacheChoice::default(),
         }
     }
 

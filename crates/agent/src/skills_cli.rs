@@ -29,8 +29,8 @@ use trellis_middleware::skills::{
 
 use crate::workspace;
 
-/// Where `list` and `validate` keep persisted catalogs.
-#[derive(Debug, Clone, Default)]
+/// Where `list`, `validate` and `run` keep persisted catalogs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CacheChoice {
     /// `--no-cache`: scan from scratch, write nothing.
     pub disabled: bool,
@@ -47,8 +47,13 @@ fn origin(source: &str) -> String {
     std::fs::canonicalize(source).map_or_else(|_| source.to_owned(), |p| p.display().to_string())
 }
 
-/// How each source of `ws` is persisted under `cache`.
-fn persistence(ws: &workspace::Workspace, sources: &[String], cache: &CacheChoice) -> Vec<Option<Persisted>> {
+/// How each source of `ws` is persisted under `cache` (none with `--no-cache`): the local cache
+/// directory, and for a bucket its published index.
+pub fn persistence(
+    ws: &workspace::Workspace,
+    sources: &[String],
+    cache: &CacheChoice,
+) -> Vec<Option<Persisted>> {
     if cache.disabled {
         return Vec::new();
     }

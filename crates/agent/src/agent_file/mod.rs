@@ -36,6 +36,7 @@ use crate::model_settings::ModelSettings;
 use crate::providers::ModelSpec;
 use crate::run_cli::RunConfig;
 use crate::sandbox_cli::SandboxChoice;
+use crate::skills_cli::CacheChoice;
 
 /// The file looked for in the working directory when `--agent` is not given.
 pub const DEFAULT_FILE: &str = "trellis.toml";
@@ -328,6 +329,7 @@ pub fn resolve(agent: Option<&Path>, cwd: &Path, flags: Flags) -> Result<RunConf
         permissions: file.permissions,
         summarization: file.summarization,
         limits: file.limits,
+        skills_cache: CacheChoice::default(),
         subagents,
     };
     Ok(config)

@@ -31,7 +31,7 @@ use trellis_middleware::ToolGate;
 use trellis_middleware::backend::sandbox::{Network, Sandbox};
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath};
 use trellis_middleware::skills::render::SEARCH_TOOL;
-use trellis_middleware::skills::{BoundTools, PersonalSkills, SkillSource};
+use trellis_middleware::skills::{BoundTools, Persisted, PersonalSkills, SkillSource};
 use trellis_middleware::subagents::TASK_TOOL_NAME;
 use trellis_middleware::tools::{
     CommandPolicy, ExecuteTool, FileAccess, FileLayout, Limits, Permissions, UserSpaces,
@@ -64,6 +64,7 @@ pub struct DeepAgentBuilder {
     system_prompt: String,
     skills: Vec<SkillSource>,
     skills_middleware: Option<SkillsMiddleware>,
+    skills_persisted: Vec<Option<Persisted>>,
     memory: Vec<String>,
     memory_budget_chars: Option<usize>,
     user_memory: Vec<String>,
@@ -99,6 +100,7 @@ pub fn deep_agent(model: Arc<dyn ChatModel>) -> DeepAgentBuilder {
         system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
         skills: Vec::new(),
         skills_middleware: None,
+        skills_persisted: Vec::new(),
         memory: Vec::new(),
         memory_budget_chars: None,
         user_memory: Vec::new(),
@@ -184,6 +186,16 @@ impl DeepAgentBuilder {
     /// Add a skills source (later sources override earlier ones by skill name).
     pub fn skills_source(mut self, source: SkillSource) -> Self {
         self.skills.push(source);
+        self
+    }
+
+    /// Seed the skills sources' first discovery with their persisted catalogs (`persisted[i]`
+    /// for the `i`-th [`DeepAgentBuilder::skills_source`]; see
+    /// `trellis_middleware::skills::persist`), so a new process reads only the `SKILL.md` files
+    /// that changed. Every load still lists each source, so nothing changed goes unseen. Ignored
+    /// with [`DeepAgentBuilder::skills_middleware`].
+    pub fn skills_persisted(mut self, persisted: Vec<Option<Persisted>>) -> Self {
+        self.skills_persisted = persisted;
         self
     }
 
@@ -406,7 +418,7 @@ impl DeepAgentBuilder {
         let skills: Option<Arc<dyn Middleware>> = match self.skills_middleware {
             Some(s) => Some(Arc::new(s)),
             None if !self.skills.is_empty() || personal.is_some() => {
-                let mut skills = SkillsMiddleware::new(self.skills);
+                let mut skills = SkillsMiddleware::new(self.skills).with_persisted(self.skills_persisted);
                 if let Some(personal) = personal {
                     skills = skills.with_personal_skills(personal);
                 }

@@ -1,4 +1,4 @@
-//! `trellis skills list` with its persisted catalog, and `trellis skills index URL` publishing one
+//! `trellis skills list` and `trellis run` with their persisted catalog, and `trellis skills index URL` publishing one
 //! into an S3 source (the emulator) that a worker with no local cache then reads.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -196,4 +196,101 @@ fn skills_index_then_list_reads_the_index() {
     let out = trellis().args(["skills", "index", "/tmp"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("give a URL"));
+}
+
+/// One `trellis run --json` of a new thread; the `read` and `reused` counts of its skills
+/// `loaded` event.
+fn run_counting(skills: &Path, state: &Path, cache: &Path, uri: &str, extra: &[&str]) -> (u64, u64) {
+    let output = crate::cli_threads::trellis()
+        .args([
+            "run",
+            "--json",
+            "--model",
+            "anthropic:claude-sonnet-4-5",
+            "--sandbox",
+            "none",
+        ])
+        .arg("--skills")
+        .arg(skills)
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(extra)
+        .arg("hello")
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", uri)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let loaded = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["event"] == "middleware" && e["middleware"] == "skills" && e["kind"] == "loaded")
+        .expect("a skills loaded event");
+    (
+        loaded["data"]["read"].as_u64().unwrap(),
+        loaded["data"]["reused"].as_u64().unwrap(),
+    )
+}
+
+/// `trellis run` keeps each skills source's catalog in the cache directory, so the next process
+/// reads only what changed: the second run reads no `SKILL.md`, a run after an edit reads just
+/// that one, and `--no-cache` reads them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trellis_run_reuses_the_persisted_catalog_and_sees_every_change() {
+    use crate::cli_threads::{messages, reply};
+    let server = wiremock::MockServer::start().await;
+    messages()
+        .respond_with(reply(
+            serde_json::json!([{"type": "text", "text": "ok"}]),
+            "end_turn",
+        ))
+        .mount(&server)
+        .await;
+    let skills = tempfile::tempdir().unwrap();
+    for i in 0..5 {
+        let dir = skills.path().join(format!("skill-{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\nname: skill-{i}\ndescription: Does thing {i}.\n---\nBody {i}.\n"),
+        )
+        .unwrap();
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let uri = server.uri();
+    let runs = tokio::task::spawn_blocking(move || {
+        let run = |extra: &[&str]| run_counting(skills.path(), state.path(), cache.path(), &uri, extra);
+        let first = run(&[]);
+        let written = std::fs::read_dir(cache.path()).unwrap().count();
+        let second = run(&[]);
+        // A changed description (a different size, so any file system sees the change).
+        std::fs::write(
+            skills.path().join("skill-2").join("SKILL.md"),
+            "---\nname: skill-2\ndescription: Does a changed thing, now.\n---\nBody.\n",
+        )
+        .unwrap();
+        let after_edit = run(&[]);
+        let uncached = run(&["--no-cache"]);
+        (first, written, second, after_edit, uncached)
+    })
+    .await
+    .unwrap();
+    let (first, written, second, after_edit, uncached) = runs;
+    assert_eq!(first, (5, 0), "the first process reads every SKILL.md");
+    assert!(written >= 1, "the catalog is persisted in the cache directory");
+    assert_eq!(second, (0, 5), "the next process reads none");
+    assert_eq!(
+        after_edit,
+        (1, 4),
+        "an edit is seen at once, and only that file is read"
+    );
+    assert_eq!(uncached, (5, 0), "--no-cache scans from scratch");
 }
