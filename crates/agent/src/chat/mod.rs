@@ -17,7 +17,9 @@
 //!
 //! Scopes: pins and the reload request are set on the next run of this session's thread (thread
 //! state, in its checkpoint); another thread never gets them. The editor's input history is the
-//! local person's, kept in `STATE_DIR/chat-history`.
+//! person's at the terminal, kept in `STATE_DIR/chat-history`, or per user with `--user ID` in
+//! `STATE_DIR/chat-history.users/ID` (outside the user's workspace, so the agent never sees it),
+//! so one user's typed lines never come back in another user's session.
 //!
 //! [`Agent::run_until`]: trellis_middleware::Agent::run_until
 //! [`AgentError::Cancelled`]: trellis_middleware::AgentError::Cancelled
@@ -26,7 +28,7 @@ pub mod command;
 pub mod editor;
 
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -102,7 +104,11 @@ async fn session(
     // From here on SIGINT is caught (it cancels a run), never the end of the process.
     let _sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let catalog = pin::catalog(&built.ws).await;
-    let mut editor = LineEditor::new(Some(state_dir.join("chat-history")))?;
+    let history = history_file(state_dir, config.user.as_deref());
+    if let Some(dir) = history.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut editor = LineEditor::new(Some(history))?;
     editor.set_words(command::words(&catalog));
     let mut s = Session {
         built,
@@ -430,5 +436,30 @@ async fn show_file(backend: &dyn Backend, path: &str, what: &str) {
             }
         }
         Err(e) => eprintln!("── {what}: {} (not loaded: {})", safe(path), safe(&e)),
+    }
+}
+
+/// Where the editor keeps the input history: one file per `--user` (an id already validated by
+/// the workspace, so it names one file under the directory), else one for the state dir.
+fn history_file(state_dir: &Path, user: Option<&str>) -> PathBuf {
+    match user {
+        Some(user) => state_dir.join("chat-history.users").join(user),
+        None => state_dir.join("chat-history"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_user_has_an_input_history_of_their_own() {
+        let dir = Path::new("/state");
+        let ann = history_file(dir, Some("ann"));
+        let bob = history_file(dir, Some("bob"));
+        assert_ne!(ann, bob);
+        assert_ne!(ann, history_file(dir, None));
+        assert!(ann.starts_with("/state/chat-history.users"));
+        assert!(!ann.starts_with("/state/users"), "outside the user's workspace");
     }
 }
