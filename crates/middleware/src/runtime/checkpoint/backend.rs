@@ -1,7 +1,6 @@
 //! [`BackendCheckpointer`]: threads stored as an append-only log of steps through a storage
 //! [`Backend`].
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -11,8 +10,8 @@ use bytes::Bytes;
 use super::blobs::{KnownBlobs, ensure_blob};
 use super::delta::{Previous, message_delta, slot_delta, slots_unchanged};
 use super::record::{
-    BodyOut, CHUNK_MESSAGES, EncodedSlot, ForkOrigin, Head, LOG_FORMAT, Replayed, SNAPSHOT_STEPS, SinceBase,
-    StepHeader, StepName, encode_step, summarize,
+    BodyOut, CHUNK_MESSAGES, Head, LOG_FORMAT, SNAPSHOT_STEPS, SinceBase, StepHeader, StepName, encode_step,
+    summarize,
 };
 use super::shared::{ContentBlob, ContentMemo, blob_of};
 use super::thread_cache::{Known, ThreadCache};
@@ -568,38 +567,4 @@ impl Checkpointer for BackendCheckpointer {
     ) -> Result<CheckpointVersion, CheckpointError> {
         self.fork_thread(from, seq, to).await
     }
-}
-
-/// The slots and fork origin of a base step written from a replayed log (a fork).
-pub(super) fn base_step(
-    thread_id: &ThreadId,
-    step: &StepName,
-    seq: u64,
-    replayed: &Replayed,
-    forked_from: ForkOrigin,
-    saved_at_ms: u64,
-) -> Result<Vec<u8>, serde_json::Error> {
-    let header = StepHeader {
-        format: LOG_FORMAT,
-        thread_id: thread_id.clone(),
-        seq,
-        saved_at_ms,
-        summary: format!("forked from {}@{}", forked_from.thread_id, forked_from.seq),
-        messages: replayed.messages.len(),
-        forked_from: Some(forked_from),
-        step: Some(step.file_name()),
-        since_base: Some(SinceBase::default()),
-    };
-    let set: &BTreeMap<String, EncodedSlot> = &replayed.slots;
-    encode_step(
-        &header,
-        &BodyOut {
-            base: true,
-            chunks: &[],
-            keep: 0,
-            append: &replayed.messages,
-            set,
-            unset: &[],
-        },
-    )
 }

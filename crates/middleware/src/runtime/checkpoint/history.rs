@@ -1,12 +1,15 @@
 //! A [`BackendCheckpointer`] thread's past: listing its checkpoints, reading the state at one,
 //! forking a new thread from one, and collecting what no checkpoint refers to.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime};
 
-use super::backend::{BackendCheckpointer, base_step, nonce};
+use super::backend::{BackendCheckpointer, nonce};
 use super::log_read::{parse_header, step_bytes};
-use super::record::{ForkOrigin, SinceBase, StepHeader, StepName, split_header};
+use super::record::{
+    BodyOut, EncodedSlot, ForkOrigin, LOG_FORMAT, Replayed, SinceBase, StepHeader, StepName, encode_step,
+    split_header,
+};
 use super::{
     CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion, Checkpointer,
     copy_files,
@@ -254,4 +257,38 @@ impl BackendCheckpointer {
         self.known_blobs.forget_below(&blob_dir);
         Ok(report)
     }
+}
+
+/// The slots and fork origin of a base step written from a replayed log (a fork).
+fn base_step(
+    thread_id: &ThreadId,
+    step: &StepName,
+    seq: u64,
+    replayed: &Replayed,
+    forked_from: ForkOrigin,
+    saved_at_ms: u64,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let header = StepHeader {
+        format: LOG_FORMAT,
+        thread_id: thread_id.clone(),
+        seq,
+        saved_at_ms,
+        summary: format!("forked from {}@{}", forked_from.thread_id, forked_from.seq),
+        messages: replayed.messages.len(),
+        forked_from: Some(forked_from),
+        step: Some(step.file_name()),
+        since_base: Some(SinceBase::default()),
+    };
+    let set: &BTreeMap<String, EncodedSlot> = &replayed.slots;
+    encode_step(
+        &header,
+        &BodyOut {
+            base: true,
+            chunks: &[],
+            keep: 0,
+            append: &replayed.messages,
+            set,
+            unset: &[],
+        },
+    )
 }
