@@ -5,7 +5,9 @@
 //!   scratch ([`discover`]); later new threads [`rescan`] against the newest catalog any thread
 //!   loaded, so only `SKILL.md` files whose version tag changed are read again (on object stores
 //!   that is one listing instead of one GET per skill), and when nothing changed they share that
-//!   catalog outright. A run input of [`RELOAD_SKILLS`]
+//!   catalog outright. These loads are single-flight: threads that start while one runs wait for
+//!   it and share its catalog (so a change stays unseen by a new thread for at most one scan).
+//!   A run input of [`RELOAD_SKILLS`]
 //!   `true` rescans before the next call, re-reading only `SKILL.md` files whose version changed
 //!   ([`rescan`]), and recomputes the disclosed tools against the new catalog.
 //! * **The section.** The catalog, filtered for the run's viewer, is rendered once per catalog (and
@@ -38,6 +40,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::Backend;
@@ -47,7 +50,7 @@ use async_trait::async_trait;
 use super::SkillMetadata;
 use super::activation::{activations, disclose_in_messages, pinned_message};
 use super::catalog::{SkillCatalog, SkillVisibility, Viewer};
-use super::discovery::{DiscoveryOptions, discover, rescan};
+use super::discovery::{Discovery, DiscoveryOptions, discover, rescan};
 use super::layers::{Layer, LayeredCatalog};
 use super::persist::{Persisted, discover_persisted};
 use super::personal::PersonalSkills;
@@ -81,6 +84,7 @@ pub struct SkillsMiddleware {
     persisted: Arc<[Option<Persisted>]>,
     views: Arc<Views>,
     latest: Arc<Mutex<Option<Latest>>>,
+    loads: Arc<Loads>,
 }
 
 /// The newest catalog any thread loaded through this middleware (shared by its clones).
@@ -88,6 +92,15 @@ pub struct SkillsMiddleware {
 struct Latest {
     catalog: Arc<SkillCatalog>,
     generation: u64,
+}
+
+/// Serializes the loads of new threads (shared by a middleware's clones).
+#[derive(Default)]
+struct Loads {
+    /// Held while a new thread's load runs.
+    turn: tokio::sync::Mutex<()>,
+    /// Loads finished so far.
+    completed: AtomicU64,
 }
 
 fn next_generation() -> u64 {
@@ -126,6 +139,7 @@ impl SkillsMiddleware {
             persisted: Arc::new([]),
             views: Arc::default(),
             latest: Arc::default(),
+            loads: Arc::default(),
         }
     }
 
@@ -236,6 +250,77 @@ impl SkillsMiddleware {
         skills.needs_search = rendered.needs_search();
         skills.section = rendered.text;
         skills.section_viewer = Self::viewer(cx.extensions()).and_then(|v| v.user_id);
+    }
+
+    /// The catalog for a thread that has none yet. Loads are single-flight: while one runs, new
+    /// threads wait for it and take its result instead of scanning too (200 threads starting
+    /// at once share one catalog, one search index and one checkpoint blob, not 200). A thread
+    /// that finds no load running scans itself (a rescan against the newest catalog, or a first
+    /// discovery), so a change to a source is seen by every thread that starts after the load
+    /// in flight when it was made: it stays unseen at most for the length of one scan.
+    async fn load_for_new_thread(&self, cx: &RunContext) -> Latest {
+        let ticket = self.loads.completed.load(Ordering::Acquire);
+        let _turn = self.loads.turn.lock().await;
+        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(latest) = latest.clone()
+            && self.loads.completed.load(Ordering::Acquire) != ticket
+        {
+            let skills = latest.catalog.len();
+            cx.emit_middleware(
+                "skills",
+                "loaded",
+                || serde_json::json!({ "skills": skills, "joined": true }),
+            );
+            return latest;
+        }
+        let found = match &latest {
+            Some(l) => rescan(&self.sources, &l.catalog, &self.discovery).await,
+            None if self.persisted.iter().any(Option::is_some) => {
+                discover_persisted(&self.sources, &self.persisted, &self.discovery)
+                    .await
+                    .discovery
+            }
+            None => discover(&self.sources, &self.discovery).await,
+        };
+        let latest = self.publish(found, latest, "loaded", cx);
+        self.loads.completed.fetch_add(1, Ordering::AcqRel);
+        latest
+    }
+
+    /// A reload (the [`RELOAD_SKILLS`] run input): always its own rescan of `previous`, never
+    /// another load's result, so a reload sees every change made before it started.
+    async fn reload(&self, previous: &SkillCatalog, cx: &RunContext) -> Latest {
+        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let found = rescan(&self.sources, previous, &self.discovery).await;
+        self.publish(found, latest, "reloaded", cx)
+    }
+
+    /// Report a scan and make its catalog the newest. Unchanged since another thread loaded it:
+    /// share that catalog and its generation, and with them the per-viewer views (rendered
+    /// section, search index) and the checkpoint blob.
+    fn publish(
+        &self,
+        found: Discovery,
+        latest: Option<Latest>,
+        event: &'static str,
+        cx: &RunContext,
+    ) -> Latest {
+        let stats = &found.stats;
+        cx.emit_middleware("skills", event, || {
+            serde_json::json!({
+                "skills": stats.loaded, "read": stats.read, "reused": stats.reused,
+                "skipped": stats.skipped, "unlisted_sources": stats.unlisted_sources,
+            })
+        });
+        let latest = match latest {
+            Some(l) if *l.catalog == found.catalog => l,
+            _ => Latest {
+                catalog: Arc::new(found.catalog),
+                generation: next_generation(),
+            },
+        };
+        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(latest.clone());
+        latest
     }
 
     /// Tools bound by `skill` for this run.
@@ -394,38 +479,10 @@ impl Middleware for SkillsMiddleware {
             }
             (Some(s), false) => s,
             (previous, _) => {
-                let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                let found = match (&previous, &latest) {
-                    (Some(p), _) => rescan(&self.sources, &p.catalog, &self.discovery).await,
-                    (None, Some(l)) => rescan(&self.sources, &l.catalog, &self.discovery).await,
-                    (None, None) if self.persisted.iter().any(Option::is_some) => {
-                        discover_persisted(&self.sources, &self.persisted, &self.discovery)
-                            .await
-                            .discovery
-                    }
-                    (None, None) => discover(&self.sources, &self.discovery).await,
+                let latest = match &previous {
+                    Some(p) => self.reload(&p.catalog, cx).await,
+                    None => self.load_for_new_thread(cx).await,
                 };
-                let stats = found.stats.clone();
-                cx.emit_middleware(
-                    "skills",
-                    if previous.is_some() { "reloaded" } else { "loaded" },
-                    || {
-                        serde_json::json!({
-                            "skills": stats.loaded, "read": stats.read, "reused": stats.reused,
-                            "skipped": stats.skipped, "unlisted_sources": stats.unlisted_sources,
-                        })
-                    },
-                );
-                // Unchanged since another thread loaded it: share that catalog and its generation,
-                // and with them the per-viewer views (rendered section, search index).
-                let latest = match latest {
-                    Some(l) if *l.catalog == found.catalog => l,
-                    _ => Latest {
-                        catalog: Arc::new(found.catalog),
-                        generation: next_generation(),
-                    },
-                };
-                *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(latest.clone());
                 let (personal, personal_owner) = self.load_personal(cx).await?;
                 let mut fresh = SkillsState {
                     catalog: latest.catalog,
