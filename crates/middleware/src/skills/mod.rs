@@ -81,7 +81,7 @@ pub use render::{
     RenderOptions, RenderedSection, escape_controls, escape_untrusted, estimate_tokens, inline_untrusted,
     render, render_layered,
 };
-pub use search::{SearchHit, SkillIndex};
+pub use search::{LazySkillIndex, SearchHit, SkillIndex};
 pub use skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};
 pub use source::{SkillSource, SourceError, SourceInfo, derive_label};
 pub use tools::{BoundTools, SearchSkillsTool, ToolResolver};

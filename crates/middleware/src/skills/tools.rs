@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::catalog::SkillCatalog;
 use super::layers::LayeredCatalog;
 use super::render::inline_untrusted;
-use super::search::{SearchHit, SkillIndex};
+use super::search::{LazySkillIndex, SearchHit};
 use crate::runtime::context::RunContext;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 
@@ -88,8 +88,8 @@ impl BoundTools {
 #[derive(Debug, Clone)]
 pub struct SearchSkillsTool {
     catalog: Arc<LayeredCatalog>,
-    org_index: Arc<SkillIndex>,
-    personal_index: Option<Arc<SkillIndex>>,
+    org_index: Arc<LazySkillIndex>,
+    personal_index: Option<Arc<LazySkillIndex>>,
     parameters: Value,
 }
 
@@ -99,15 +99,15 @@ pub const MAX_SEARCH_RESULTS: usize = 20;
 impl SearchSkillsTool {
     /// Search `catalog` (already filtered for the viewer).
     pub fn new(catalog: Arc<SkillCatalog>) -> Self {
-        let index = Arc::new(SkillIndex::new(&catalog));
-        Self::layered(Arc::new(LayeredCatalog::org_only(catalog)), index)
+        Self::layered(Arc::new(LayeredCatalog::org_only(catalog)), Arc::default())
     }
 
     /// Search a user's layered catalog; `org_index` is the shared index of its organisation
-    /// catalog (built once, whoever searches), the personal skills get a small index of their own.
-    /// Shadowed organisation skills are never returned.
-    pub fn layered(catalog: Arc<LayeredCatalog>, org_index: Arc<SkillIndex>) -> Self {
-        let personal_index = catalog.personal().map(|p| Arc::new(SkillIndex::new(p)));
+    /// catalog (built by the first search, whoever searches), the personal skills get a small
+    /// index of their own (also built by the first search). Shadowed organisation skills are
+    /// never returned.
+    pub fn layered(catalog: Arc<LayeredCatalog>, org_index: Arc<LazySkillIndex>) -> Self {
+        let personal_index = catalog.personal().map(|_| Arc::new(LazySkillIndex::new()));
         Self {
             catalog,
             org_index,
@@ -131,11 +131,12 @@ impl SearchSkillsTool {
         let layers = &self.catalog;
         let shadowed = layers.shadowed();
         let mut hits: Vec<SearchHit> = match (layers.personal(), &self.personal_index) {
-            (Some(personal), Some(index)) => index.search(personal, query, limit),
+            (Some(personal), Some(index)) => index.get(personal).search(personal, query, limit),
             _ => Vec::new(),
         };
         let org = self
             .org_index
+            .get(layers.org())
             .search(layers.org(), query, limit + shadowed.len())
             .into_iter()
             .filter(|h| !shadowed.contains(&h.name));

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::catalog::{SkillCatalog, SkillVisibility, Viewer};
 use super::layers::LayeredCatalog;
-use super::search::SkillIndex;
+use super::search::LazySkillIndex;
 use super::tools::SearchSkillsTool;
 use crate::backend::VirtualPath;
 use crate::tools::{HiddenPaths, Tool};
@@ -39,7 +39,7 @@ struct OrgView {
     viewer: Option<String>,
     visible: Arc<SkillCatalog>,
     hidden: Vec<VirtualPath>,
-    index: Arc<SkillIndex>,
+    index: Arc<LazySkillIndex>,
 }
 
 /// The caches of views (shared by a middleware's clones).
@@ -97,7 +97,7 @@ impl Views {
         generation: u64,
         viewer: Option<&Viewer>,
         policy: Option<&Arc<dyn SkillVisibility>>,
-    ) -> ((Arc<SkillCatalog>, Arc<SkillIndex>), Vec<VirtualPath>) {
+    ) -> ((Arc<SkillCatalog>, Arc<LazySkillIndex>), Vec<VirtualPath>) {
         // Without a policy, everyone sees the same skills: one view for all.
         let key = policy.and(viewer.and_then(|v| v.user_id.clone()));
         let mut views = self.org.lock().unwrap_or_else(|p| p.into_inner());
@@ -109,7 +109,7 @@ impl Views {
         }
         let mut hidden = Vec::new();
         let visible = visible_part(catalog, policy, viewer, &mut hidden);
-        let index = Arc::new(SkillIndex::new(&visible));
+        let index = Arc::new(LazySkillIndex::new());
         if views.len() >= MAX_ORG_VIEWS {
             views.remove(0);
         }

@@ -415,3 +415,15 @@ fn every_skill_is_findable_by_name_at_twenty_thousand() {
     let hits = index.search(&catalog, "task number 777", 5);
     assert!(hits.iter().any(|h| h.name == "task-00777"), "{hits:?}");
 }
+
+#[test]
+fn a_lazy_index_is_built_by_its_first_search_and_then_kept() {
+    let catalog = many(50);
+    let lazy = trellis_middleware::skills::LazySkillIndex::new();
+    assert!(!lazy.is_built(), "making the index costs nothing");
+    let first = lazy.get(&catalog).search(&catalog, "task-00007", 1);
+    assert!(lazy.is_built());
+    assert_eq!(first[0].name, "task-00007");
+    let again: *const SkillIndex = lazy.get(&catalog);
+    assert!(std::ptr::eq(again, lazy.get(&catalog)), "built once");
+}
