@@ -3,7 +3,8 @@
 //! loopback port (`bench_util/load.rs` says what each thread does and what is checked after).
 //! Reports steps per second (model calls over the wall time), p50/p99 step latency (from a
 //! thread's model reply to its next request: its tools and checkpoint under the load) and this
-//! process's peak RSS (`VmHWM`, which includes the loopback model server; target ≤ 200 MB).
+//! process's peak RSS (`VmHWM`, which includes the loopback model server; target ≤ 200 MB), both
+//! while serving (`serving_peak_rss_mb`) and after every thread was loaded back for checking.
 //! Needs `TRELLIS_S3_ENDPOINT` (as `cargo xtask bench` sets it); prints a `skipped` row without.
 //! Under `cargo test --all-targets` (no `--bench`): 4 threads of 3 steps over 20 skills.
 //! `TRELLIS_BENCH_THREADS` sets the thread count.
@@ -95,6 +96,7 @@ fn main() {
                 "steps_per_s": ((out.model_calls as f64 / out.elapsed.as_secs_f64()) * 10.0).round() / 10.0,
                 "step_p50_ms": pct(0.5).map(|d| ms(*d)),
                 "step_p99_ms": pct(0.99).map(|d| ms(*d)),
+                "serving_peak_rss_mb": out.serving_peak_rss_mb,
                 "peak_rss_mb": peak_rss_mb(),
                 "threads_checked": threads - out.wrong.len(),
                 "target_peak_rss_mb": 200,

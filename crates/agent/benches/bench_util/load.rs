@@ -35,6 +35,9 @@ pub struct Load {
     pub crossed: usize,
     /// Step latencies, sorted.
     pub gaps: Vec<Duration>,
+    /// This process's peak RSS (`VmHWM`, MB) when the last run finished, before the threads
+    /// are loaded back for checking; `None` where `/proc` does not say.
+    pub serving_peak_rss_mb: Option<f64>,
 }
 
 /// The id of thread `i` of a run tagged `tag`.
@@ -87,6 +90,13 @@ pub async fn serve(
         }
     }
     let elapsed = started.elapsed();
+    let serving_peak_rss_mb = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?.to_owned();
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        })
+        .map(|kb| (kb / 1024.0 * 10.0).round() / 10.0);
     let mut wrong = Vec::new();
     for i in 0..threads {
         let id = thread_id(tag, i);
@@ -101,6 +111,7 @@ pub async fn serve(
         model_calls: scripted.requests() - calls_before,
         crossed: scripted.crossed(),
         gaps: scripted.gaps(),
+        serving_peak_rss_mb,
     }
 }
 

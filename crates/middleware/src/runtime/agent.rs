@@ -160,7 +160,7 @@ impl Agent {
         let Some(checkpointer) = &self.inner.checkpointer else {
             return Ok(None);
         };
-        match checkpointer.load(thread_id).await? {
+        match checkpointer.peek(thread_id).await? {
             Some(stored) => Ok(Some(stored.checkpoint.state.public_view()?)),
             None => Ok(None),
         }
@@ -172,7 +172,7 @@ impl Agent {
         let Some(checkpointer) = &self.inner.checkpointer else {
             return Ok(None);
         };
-        let Some(stored) = checkpointer.load(thread_id).await? else {
+        let Some(stored) = checkpointer.peek(thread_id).await? else {
             return Ok(None);
         };
         Ok(stored

@@ -483,3 +483,59 @@ async fn an_agent_with_a_large_skills_catalog_stores_it_once() {
         "the catalog did not change: {again:?}"
     );
 }
+
+/// `load` remembers the thread so its next save is a delta written without reading anything back;
+/// `peek` (what `Agent::state` uses) reads the same checkpoint but remembers nothing, so reading
+/// many threads does not grow the process by their states: the next save reads the head again.
+#[tokio::test]
+async fn peeking_returns_the_checkpoint_without_remembering_the_thread() {
+    let spy = Spy::new(Arc::new(StateBackend::new()));
+    let backend: Arc<dyn Backend> = spy.clone();
+    let thread = ThreadId::new("peeked").unwrap();
+    let mut state = State::with_messages(vec![Message::human("first")]);
+    state.set(&NOTES, vec!["kept".into()]);
+    let writer = BackendCheckpointer::new(backend.clone(), root()).unwrap();
+    writer
+        .save(Checkpoint::new(thread.clone(), 0, state.clone()), None)
+        .await
+        .unwrap();
+
+    let reads_before_saving = |cp: BackendCheckpointer, how: &'static str| {
+        let spy = spy.clone();
+        let thread = thread.clone();
+        async move {
+            let stored = match how {
+                "peek" => cp.peek(&thread).await,
+                _ => cp.load(&thread).await,
+            }
+            .unwrap()
+            .unwrap();
+            assert_eq!(
+                stored.checkpoint.state.get(&NOTES).unwrap(),
+                Some(&vec!["kept".to_owned()])
+            );
+            let mut next = stored.checkpoint.state.clone();
+            next.messages.push(Message::ai("more"));
+            spy.take();
+            let version = cp
+                .save(
+                    Checkpoint::new(thread.clone(), stored.checkpoint.seq + 1, next),
+                    Some(&stored.version),
+                )
+                .await
+                .unwrap();
+            let reads = spy.take().iter().filter(|o| o.op == "read").count();
+            (reads, version)
+        }
+    };
+    // A fresh checkpointer each time, so only what `load` / `peek` remembered counts.
+    let (after_load, _) =
+        reads_before_saving(BackendCheckpointer::new(backend.clone(), root()).unwrap(), "load").await;
+    assert_eq!(after_load, 0, "a loaded thread is saved without reading it back");
+    let (after_peek, _) =
+        reads_before_saving(BackendCheckpointer::new(backend.clone(), root()).unwrap(), "peek").await;
+    assert!(
+        after_peek > 0,
+        "a peeked thread is read again before its next save"
+    );
+}

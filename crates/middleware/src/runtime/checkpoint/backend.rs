@@ -378,29 +378,35 @@ pub(super) fn nonce() -> String {
     id.trim_start_matches("n-").chars().take(16).collect()
 }
 
-#[async_trait]
-impl Checkpointer for BackendCheckpointer {
-    async fn load(&self, thread_id: &ThreadId) -> Result<Option<StoredCheckpoint>, CheckpointError> {
+impl BackendCheckpointer {
+    /// The latest checkpoint; remembered for the next save's delta when `remember`.
+    async fn load_latest(
+        &self,
+        thread_id: &ThreadId,
+        remember: bool,
+    ) -> Result<Option<StoredCheckpoint>, CheckpointError> {
         let Some((head, step, version)) = self.read_head(thread_id).await? else {
             return self.load_legacy(thread_id).await;
         };
         let chain = self.recent_chain(thread_id, &head, &step).await?;
         let (replayed, _) = self.replay(thread_id, &chain).await?;
         let state = self.materialize(thread_id, &replayed, head.seq).await?;
-        let previous = Previous {
-            state: state.clone(),
-            slots: replayed.slots,
-        };
-        let from = chain.iter().rposition(|s| s.base).unwrap_or(0);
-        let since_base = chain[from..].to_vec();
-        self.remember(
-            thread_id,
-            version.clone(),
-            since_base,
-            replayed.chunks,
-            previous,
-            false,
-        );
+        if remember {
+            let previous = Previous {
+                state: state.clone(),
+                slots: replayed.slots,
+            };
+            let from = chain.iter().rposition(|s| s.base).unwrap_or(0);
+            let since_base = chain[from..].to_vec();
+            self.remember(
+                thread_id,
+                version.clone(),
+                since_base,
+                replayed.chunks,
+                previous,
+                false,
+            );
+        }
         Ok(Some(StoredCheckpoint {
             checkpoint: Checkpoint {
                 format: CHECKPOINT_FORMAT,
@@ -411,6 +417,17 @@ impl Checkpointer for BackendCheckpointer {
             },
             version,
         }))
+    }
+}
+
+#[async_trait]
+impl Checkpointer for BackendCheckpointer {
+    async fn load(&self, thread_id: &ThreadId) -> Result<Option<StoredCheckpoint>, CheckpointError> {
+        self.load_latest(thread_id, true).await
+    }
+
+    async fn peek(&self, thread_id: &ThreadId) -> Result<Option<StoredCheckpoint>, CheckpointError> {
+        self.load_latest(thread_id, false).await
     }
 
     async fn save(

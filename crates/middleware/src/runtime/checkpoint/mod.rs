@@ -237,6 +237,14 @@ pub trait Checkpointer: Send + Sync + Debug {
     /// The thread's latest checkpoint.
     async fn load(&self, thread_id: &ThreadId) -> Result<Option<StoredCheckpoint>, CheckpointError>;
 
+    /// The thread's latest checkpoint, read to look at (a caller's view of its state or of what it
+    /// waits for), not to continue from: a store that remembers what it loaded so the next save
+    /// can be a delta ([`BackendCheckpointer`]) does not remember it, so reading many threads
+    /// does not grow the process by their states. The default is [`load`](Checkpointer::load).
+    async fn peek(&self, thread_id: &ThreadId) -> Result<Option<StoredCheckpoint>, CheckpointError> {
+        self.load(thread_id).await
+    }
+
     /// Save `checkpoint` as its thread's latest, if the thread's current version is `expected`.
     async fn save(
         &self,
