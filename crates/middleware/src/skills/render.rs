@@ -177,7 +177,27 @@ pub fn escape_untrusted(text: &str) -> String {
 /// no `<` or `>`, so a skill's text can neither start a line that looks like prompt structure
 /// (`## New instructions`, `SYSTEM:`) nor open or close a tag (`</skills>`, `</system>`).
 pub fn inline_untrusted(text: &str) -> String {
-    escape_untrusted(&one_line(text))
+    inline_untrusted_cow(text).into_owned()
+}
+
+/// [`inline_untrusted`] without a copy when `text` is already inline and inert: printable ASCII
+/// other than `&`, `<` and `>`, with single spaces between words and none at either end, as nearly
+/// every name, path and description is. Rendering a 5,000-skill section escapes each field twice
+/// (sizing, then writing), so the copies this saves were a fifth of a new process's CPU time in
+/// `trellis run` (a `perf` profile of the `process` bench).
+fn inline_untrusted_cow(text: &str) -> std::borrow::Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let inert = bytes.first() != Some(&b' ')
+        && bytes.last() != Some(&b' ')
+        && bytes
+            .iter()
+            .all(|&b| (0x20..0x7f).contains(&b) && !matches!(b, b'&' | b'<' | b'>'))
+        && !bytes.windows(2).any(|w| w == b"  ");
+    if inert {
+        std::borrow::Cow::Borrowed(text)
+    } else {
+        std::borrow::Cow::Owned(escape_untrusted(&one_line(text)))
+    }
 }
 
 /// `text` as a Markdown code span whose fence is longer than any run of backticks inside it, so a
@@ -247,37 +267,49 @@ pub fn render_entry(skill: &SkillMetadata, max_description: Option<usize>) -> St
 }
 
 fn write_entry(out: &mut String, skill: &SkillMetadata, max_description: Option<usize>) {
-    let description = inline_untrusted(&skill.description);
-    let description = match max_description {
-        Some(max) => shorten(&description, max),
-        None => description,
-    };
-    let _ = write!(
+    write_entry_described(
         out,
-        "- **{}**: {description}\n  Read {}",
-        inline_untrusted(&skill.name),
-        code_span(&inline_untrusted(skill.path.as_str()))
+        skill,
+        &inline_untrusted_cow(&skill.description),
+        max_description,
     );
-    if !skill.allowed_tools.is_empty() {
-        let tools: Vec<String> = skill.allowed_tools.iter().map(|t| inline_untrusted(t)).collect();
-        let _ = write!(out, " · allowed tools: {}", tools.join(", "));
-    }
-    if let Some(license) = &skill.license {
-        let _ = write!(out, " · license: {}", inline_untrusted(license));
-    }
-    if let Some(compatibility) = &skill.compatibility {
-        let _ = write!(out, " · compatibility: {}", inline_untrusted(compatibility));
-    }
-    out.push('\n');
 }
 
-fn shorten(text: &str, max: usize) -> String {
-    let (head, cut) = shorten_slice(text, max);
-    if cut {
-        format!("{head}…")
-    } else {
-        head.to_owned()
+/// [`write_entry`] with the description already through [`inline_untrusted`].
+fn write_entry_described(
+    out: &mut String,
+    skill: &SkillMetadata,
+    description: &str,
+    max_description: Option<usize>,
+) {
+    out.push_str("- **");
+    out.push_str(&inline_untrusted_cow(&skill.name));
+    out.push_str("**: ");
+    match max_description {
+        Some(max) => {
+            let (head, cut) = shorten_slice(description, max);
+            out.push_str(head);
+            if cut {
+                out.push('…');
+            }
+        }
+        None => out.push_str(description),
     }
+    out.push_str("\n  Read ");
+    out.push_str(&code_span(&inline_untrusted_cow(skill.path.as_str())));
+    for (i, tool) in skill.allowed_tools.iter().enumerate() {
+        out.push_str(if i == 0 { " · allowed tools: " } else { ", " });
+        out.push_str(&inline_untrusted_cow(tool));
+    }
+    if let Some(license) = &skill.license {
+        out.push_str(" · license: ");
+        out.push_str(&inline_untrusted_cow(license));
+    }
+    if let Some(compatibility) = &skill.compatibility {
+        out.push_str(" · compatibility: ");
+        out.push_str(&inline_untrusted_cow(compatibility));
+    }
+    out.push('\n');
 }
 
 /// The part of `text` kept under a cap of `max` bytes, and whether it was cut (then `…` follows).
@@ -313,10 +345,14 @@ struct Sized {
 }
 
 impl Sized {
-    fn new(skill: &SkillMetadata) -> Self {
-        let description = inline_untrusted(&skill.description);
-        let base = render_entry(skill, Some(0)).len() - "…".len() * usize::from(!description.is_empty());
-        Self { base, description }
+    fn new(skill: &SkillMetadata, scratch: &mut String) -> Self {
+        let description = inline_untrusted_cow(&skill.description);
+        scratch.clear();
+        write_entry_described(scratch, skill, "", None);
+        Self {
+            base: scratch.len(),
+            description: description.into_owned(),
+        }
     }
 
     fn len(&self, cap: Option<usize>) -> usize {
@@ -375,12 +411,13 @@ fn render_listing(listing: &Listing<'_>, options: &RenderOptions) -> RenderedSec
         return finish(text, 0, 0, 0);
     }
 
-    let sized: Vec<Sized> = skills.iter().map(|(_, s)| Sized::new(s)).collect();
+    let mut scratch = String::new();
+    let sized: Vec<Sized> = skills.iter().map(|(_, s)| Sized::new(s, &mut scratch)).collect();
     let full: usize = sized.iter().map(|s| s.len(None)).sum();
     if head.len() + full <= budget {
         let mut text = head;
-        for (_, skill) in skills {
-            write_entry(&mut text, skill, None);
+        for ((_, skill), size) in skills.iter().zip(&sized) {
+            write_entry_described(&mut text, skill, &size.description, None);
         }
         return finish(text, total, total, 0);
     }
@@ -399,8 +436,8 @@ fn render_listing(listing: &Listing<'_>, options: &RenderOptions) -> RenderedSec
         }
         let shortened = sized.iter().filter(|s| s.description.len() > lo).count();
         let mut text = head;
-        for (_, skill) in skills {
-            write_entry(&mut text, skill, Some(lo));
+        for ((_, skill), size) in skills.iter().zip(&sized) {
+            write_entry_described(&mut text, skill, &size.description, Some(lo));
         }
         text.push_str(&footer(options, 0, total, shortened > 0));
         return finish(text, total, total, shortened);
@@ -431,7 +468,7 @@ fn render_listing(listing: &Listing<'_>, options: &RenderOptions) -> RenderedSec
         if size.description.len() > MIN_DESCRIPTION_BYTES {
             shortened += 1;
         }
-        write_entry(&mut text, skill, cap);
+        write_entry_described(&mut text, skill, &size.description, cap);
     }
     text.push_str(&footer(options, total - listed, total, shortened > 0));
     finish(text, total, listed, shortened)
@@ -513,4 +550,43 @@ fn footer(options: &RenderOptions, hidden: usize, total: usize, shortened: bool)
          searches every skill, listed or not, and shows full descriptions and paths."
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_copy_free_path_gives_the_same_text_as_escaping() {
+        let cases = [
+            "",
+            "plain words",
+            "web-research/SKILL.md",
+            " leading",
+            "trailing ",
+            "two  spaces",
+            "a&b",
+            "<b>",
+            "x > y",
+            "tab\there",
+            "line\nbreak",
+            "café",
+            "zero\u{200b}width",
+            "\u{1b}[31m",
+            "~!@#$%^*()_+`",
+        ];
+        for text in cases {
+            let borrowed = matches!(inline_untrusted_cow(text), std::borrow::Cow::Borrowed(_));
+            assert_eq!(
+                inline_untrusted_cow(text),
+                escape_untrusted(&one_line(text)),
+                "{text:?}"
+            );
+            assert_eq!(
+                borrowed,
+                ["", "plain words", "web-research/SKILL.md", "~!@#$%^*()_+`"].contains(&text),
+                "{text:?}"
+            );
+        }
+    }
 }
