@@ -116,11 +116,9 @@ impl State {
     /// What callers and parent agents may see: the messages and the public slots as JSON.
     pub fn public_view(&self) -> Result<PublicState, StateError> {
         let mut slots = BTreeMap::new();
-        for entry in self.slots.iter_json() {
-            let (name, private, json) = entry?;
-            if !private {
-                slots.insert(name.to_owned(), json);
-            }
+        for entry in self.slots.iter_public_json() {
+            let (name, json) = entry?;
+            slots.insert(name.to_owned(), json);
         }
         Ok(PublicState {
             messages: self.messages.clone(),
