@@ -2,14 +2,14 @@
 //!
 //! * **Loading.** The first run of a thread scans every source and keeps the catalog in the
 //!   thread's private state; later runs reuse it. The first thread of a middleware discovers from
-//!   scratch ([`discover`]); later new threads [`rescan`] against the newest catalog any thread
+//!   scratch ([`discover`](super::discover)); later new threads [`rescan`](super::rescan) against the newest catalog any thread
 //!   loaded, so only `SKILL.md` files whose version tag changed are read again (on object stores
 //!   that is one listing instead of one GET per skill), and when nothing changed they share that
 //!   catalog outright. These loads are single-flight: threads that start while one runs wait for
-//!   it and share its catalog (so a change stays unseen by a new thread for at most one scan).
-//!   A run input of [`RELOAD_SKILLS`]
+//!   it and share its catalog (so a change stays unseen by a new thread for at most one scan; see
+//!   `skills/shared_catalog.rs`). A run input of [`RELOAD_SKILLS`]
 //!   `true` rescans before the next call, re-reading only `SKILL.md` files whose version changed
-//!   ([`rescan`]), and recomputes the disclosed tools against the new catalog.
+//!   ([`rescan`](super::rescan)), and recomputes the disclosed tools against the new catalog.
 //! * **The section.** The catalog, filtered for the run's viewer, is rendered once per catalog (and
 //!   viewer) under a token budget and cached in state: every call sends the same bytes.
 //! * **Activation.** A successful `read_file` of a skill's `SKILL.md` (a partial read counts) or
@@ -40,8 +40,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::backend::Backend;
 
@@ -50,11 +49,12 @@ use async_trait::async_trait;
 use super::SkillMetadata;
 use super::activation::{activations, disclose_in_messages, pinned_message};
 use super::catalog::{SkillCatalog, SkillVisibility, Viewer};
-use super::discovery::{Discovery, DiscoveryOptions, discover, rescan};
+use super::discovery::DiscoveryOptions;
 use super::layers::{Layer, LayeredCatalog};
-use super::persist::{Persisted, discover_persisted};
+use super::persist::Persisted;
 use super::personal::PersonalSkills;
 use super::render::{RenderOptions, render_layered};
+use super::shared_catalog::{SharedCatalog, Sources};
 use super::source::SkillSource;
 use super::tools::BoundTools;
 use super::views::{View, Views};
@@ -83,36 +83,8 @@ pub struct SkillsMiddleware {
     personal: Option<Arc<PersonalSkills>>,
     persisted: Arc<[Option<Persisted>]>,
     views: Arc<Views>,
-    latest: Arc<Mutex<Option<Latest>>>,
-    loads: Arc<Loads>,
-}
-
-/// The newest catalog any thread loaded through this middleware (shared by its clones).
-#[derive(Clone)]
-struct Latest {
-    catalog: Arc<SkillCatalog>,
-    generation: u64,
-}
-
-/// Serializes the loads of new threads (shared by a middleware's clones).
-#[derive(Default)]
-struct Loads {
-    /// Held while a new thread's load runs.
-    turn: tokio::sync::Mutex<()>,
-    /// Loads finished so far.
-    completed: AtomicU64,
-}
-
-fn next_generation() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    nanos
-        ^ NEXT
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            .rotate_left(48)
+    /// The newest catalog of the sources (agent-scoped, shared by the clones).
+    shared: Arc<SharedCatalog>,
 }
 
 impl fmt::Debug for SkillsMiddleware {
@@ -138,8 +110,7 @@ impl SkillsMiddleware {
             personal: None,
             persisted: Arc::new([]),
             views: Arc::default(),
-            latest: Arc::default(),
-            loads: Arc::default(),
+            shared: Arc::default(),
         }
     }
 
@@ -252,75 +223,13 @@ impl SkillsMiddleware {
         skills.section_viewer = Self::viewer(cx.extensions()).and_then(|v| v.user_id);
     }
 
-    /// The catalog for a thread that has none yet. Loads are single-flight: while one runs, new
-    /// threads wait for it and take its result instead of scanning too (200 threads starting
-    /// at once share one catalog, one search index and one checkpoint blob, not 200). A thread
-    /// that finds no load running scans itself (a rescan against the newest catalog, or a first
-    /// discovery), so a change to a source is seen by every thread that starts after the load
-    /// in flight when it was made: it stays unseen at most for the length of one scan.
-    async fn load_for_new_thread(&self, cx: &RunContext) -> Latest {
-        let ticket = self.loads.completed.load(Ordering::Acquire);
-        let _turn = self.loads.turn.lock().await;
-        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(latest) = latest.clone()
-            && self.loads.completed.load(Ordering::Acquire) != ticket
-        {
-            let skills = latest.catalog.len();
-            cx.emit_middleware(
-                "skills",
-                "loaded",
-                || serde_json::json!({ "skills": skills, "joined": true }),
-            );
-            return latest;
+    /// The sources, as [`SharedCatalog`] reads them.
+    fn shared_sources(&self) -> Sources<'_> {
+        Sources {
+            sources: &self.sources,
+            persisted: &self.persisted,
+            discovery: &self.discovery,
         }
-        let found = match &latest {
-            Some(l) => rescan(&self.sources, &l.catalog, &self.discovery).await,
-            None if self.persisted.iter().any(Option::is_some) => {
-                discover_persisted(&self.sources, &self.persisted, &self.discovery)
-                    .await
-                    .discovery
-            }
-            None => discover(&self.sources, &self.discovery).await,
-        };
-        let latest = self.publish(found, latest, "loaded", cx);
-        self.loads.completed.fetch_add(1, Ordering::AcqRel);
-        latest
-    }
-
-    /// A reload (the [`RELOAD_SKILLS`] run input): always its own rescan of `previous`, never
-    /// another load's result, so a reload sees every change made before it started.
-    async fn reload(&self, previous: &SkillCatalog, cx: &RunContext) -> Latest {
-        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let found = rescan(&self.sources, previous, &self.discovery).await;
-        self.publish(found, latest, "reloaded", cx)
-    }
-
-    /// Report a scan and make its catalog the newest. Unchanged since another thread loaded it:
-    /// share that catalog and its generation, and with them the per-viewer views (rendered
-    /// section, search index) and the checkpoint blob.
-    fn publish(
-        &self,
-        found: Discovery,
-        latest: Option<Latest>,
-        event: &'static str,
-        cx: &RunContext,
-    ) -> Latest {
-        let stats = &found.stats;
-        cx.emit_middleware("skills", event, || {
-            serde_json::json!({
-                "skills": stats.loaded, "read": stats.read, "reused": stats.reused,
-                "skipped": stats.skipped, "unlisted_sources": stats.unlisted_sources,
-            })
-        });
-        let latest = match latest {
-            Some(l) if *l.catalog == found.catalog => l,
-            _ => Latest {
-                catalog: Arc::new(found.catalog),
-                generation: next_generation(),
-            },
-        };
-        *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = Some(latest.clone());
-        latest
     }
 
     /// Tools bound by `skill` for this run.
@@ -480,8 +389,8 @@ impl Middleware for SkillsMiddleware {
             (Some(s), false) => s,
             (previous, _) => {
                 let latest = match &previous {
-                    Some(p) => self.reload(&p.catalog, cx).await,
-                    None => self.load_for_new_thread(cx).await,
+                    Some(p) => self.shared.reload(self.shared_sources(), &p.catalog, cx).await,
+                    None => self.shared.for_new_thread(self.shared_sources(), cx).await,
                 };
                 let (personal, personal_owner) = self.load_personal(cx).await?;
                 let mut fresh = SkillsState {

@@ -38,6 +38,7 @@ pub mod persist;
 pub mod personal;
 pub mod render;
 pub mod search;
+mod shared_catalog;
 pub mod skill;
 pub mod source;
 pub mod thread_state;
