@@ -337,21 +337,20 @@ fn shorten_slice(text: &str, max: usize) -> (&str, bool) {
 }
 
 /// Per-skill sizes, computed once so budget probes cost no allocation.
-struct Sized {
+struct Sized<'a> {
     /// Entry bytes without the description.
     base: usize,
-    /// The one-line, escaped description.
-    description: String,
+    /// The one-line, escaped description (borrowed from the skill when it needs no escaping).
+    description: std::borrow::Cow<'a, str>,
 }
 
-impl Sized {
-    fn new(skill: &SkillMetadata, scratch: &mut String) -> Self {
-        let description = inline_untrusted_cow(&skill.description);
+impl<'a> Sized<'a> {
+    fn new(skill: &'a SkillMetadata, scratch: &mut String) -> Self {
         scratch.clear();
         write_entry_described(scratch, skill, "", None);
         Self {
             base: scratch.len(),
-            description: description.into_owned(),
+            description: inline_untrusted_cow(&skill.description),
         }
     }
 
