@@ -1,5 +1,6 @@
 //! One agent serving many concurrent threads against the scripted model (`scripted.rs`), shared by
-//! the `load` bench and the load test of this crate (included with `#[path]`; not a bench target).
+//! the `load` bench and the load test of this crate (included with `#[path]`, beside the
+//! middleware benches' `bench_util` as `bench_util`; not a bench target).
 //!
 //! The agent is what `trellis run` assembles (the default stack, skills mounted from one local
 //! source, per-thread files beside the checkpoints) with a `BackendCheckpointer` on the store it
@@ -36,8 +37,8 @@ pub struct Load {
     /// Step latencies, sorted.
     pub gaps: Vec<Duration>,
     /// This process's peak RSS (`VmHWM`, MB) when the last run finished, before the threads
-    /// are loaded back for checking; `None` where `/proc` does not say.
-    pub serving_peak_rss_mb: Option<f64>,
+    /// are loaded back for checking; 0 where `/proc` does not say.
+    pub serving_peak_rss_mb: f64,
 }
 
 /// The id of thread `i` of a run tagged `tag`.
@@ -90,13 +91,7 @@ pub async fn serve(
         }
     }
     let elapsed = started.elapsed();
-    let serving_peak_rss_mb = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?.to_owned();
-            line.split_whitespace().nth(1)?.parse::<f64>().ok()
-        })
-        .map(|kb| (kb / 1024.0 * 10.0).round() / 10.0);
+    let serving_peak_rss_mb = super::bench_util::peak_rss_mb();
     let mut wrong = Vec::new();
     for i in 0..threads {
         let id = thread_id(tag, i);

@@ -13,6 +13,9 @@ mod bench_load;
 #[path = "../../../middleware/benches/bench_util/library.rs"]
 mod library;
 
+#[path = "../../../middleware/benches/bench_util/mod.rs"]
+mod bench_util;
+
 use std::sync::Arc;
 
 use trellis_agent::backend::{Backend, ObjectStoreBackend, StoreOptions};
