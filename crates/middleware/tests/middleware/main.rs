@@ -34,6 +34,7 @@ mod skills_discovery_listing;
 mod skills_middleware;
 mod skills_parse;
 mod skills_render;
+mod skills_shared_catalog;
 mod subagents;
 mod summarization;
 mod summarization_cut_points;
