@@ -125,7 +125,8 @@ impl FilesystemBackend {
         tokio::task::spawn_blocking(move || {
             let file = std::fs::OpenOptions::new()
                 .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
+                // Non-blocking: a FIFO must not hang the open (read_range refuses it).
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(&real)
                 .map_err(|e| BackendError::from_io(&shown, e))?;
             let (bytes, meta) = read_range(file, range).map_err(|e| BackendError::from_io(&shown, e))?;
@@ -206,10 +207,11 @@ async fn in_batches<T: Send + 'static>(
     batches.into_iter().flatten().collect()
 }
 
-/// Metadata of a file opened beneath the root, or `None` when the fast path cannot decide (a
-/// directory, or a symlink to resolve the checked way).
+/// Metadata of a path opened beneath the root as a path only (`O_PATH`: no read permission
+/// needed, nothing opened for reading, so a FIFO does not block), or `None` when the fast path
+/// cannot decide (a symlink to resolve the checked way).
 fn fast_metadata(beneath: &Beneath, relative: &str) -> Option<std::io::Result<std::fs::Metadata>> {
-    match beneath.open(relative) {
+    match beneath.open_path(relative) {
         Ok(Opened::File(file)) => Some(file.metadata()),
         Ok(Opened::Undecided) => None,
         Err(e) => Some(Err(e)),

@@ -9,5 +9,6 @@ mod fuzz_regressions;
 mod grep_path_filter;
 mod local_links;
 mod local_races;
+mod local_special_files;
 mod sandbox;
 mod scoped;
