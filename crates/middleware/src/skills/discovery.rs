@@ -21,7 +21,6 @@
 //! object stores (a flat key space) the tags come from one paged recursive listing of the source;
 //! elsewhere from `ls` of the source plus one concurrent `stat` per skill directory.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +31,7 @@ use futures::StreamExt;
 
 use super::catalog::{SkillCatalog, SkippedFile};
 use super::frontmatter::{self, MAX_FRONTMATTER_BYTES, Split};
+use super::previous::PreviousIndex;
 use super::skill::{IssueCode, SkillIssue, SkillMetadata};
 use super::source::SkillSource;
 use super::validate;
@@ -108,19 +108,31 @@ pub async fn rescan(
     previous: &SkillCatalog,
     options: &DiscoveryOptions,
 ) -> Discovery {
-    scan(sources, Some(previous), options).await
+    scan(sources, Some(PreviousIndex::borrowed(previous)), options).await
+}
+
+/// [`rescan`], consuming `previous`: entries still valid move into the result instead of being
+/// copied. For a previous catalog nothing else holds (one decoded from a persisted cache), this
+/// keeps one copy of the library in memory instead of two (at 61,000 skills of the registry
+/// shape, about 60 MB less at the peak) and saves a clone of every reused entry.
+pub async fn rescan_owned(
+    sources: &[SkillSource],
+    previous: SkillCatalog,
+    options: &DiscoveryOptions,
+) -> Discovery {
+    scan(sources, Some(PreviousIndex::owned(previous)), options).await
 }
 
 #[derive(Debug, Clone)]
-struct Candidate {
-    source: usize,
-    path: VirtualPath,
+pub(super) struct Candidate {
+    pub(super) source: usize,
+    pub(super) path: VirtualPath,
     /// The version seen by a listing or stat (rescan), before reading.
-    listed: Option<Version>,
+    pub(super) listed: Option<Version>,
 }
 
 #[derive(Debug)]
-enum Outcome {
+pub(super) enum Outcome {
     NotASkill,
     Loaded(SkillMetadata, Vec<SkillIssue>),
     Skipped(SkippedFile, Vec<SkillIssue>),
@@ -128,7 +140,7 @@ enum Outcome {
 
 async fn scan(
     sources: &[SkillSource],
-    previous: Option<&SkillCatalog>,
+    previous: Option<PreviousIndex<'_>>,
     options: &DiscoveryOptions,
 ) -> Discovery {
     let started = Instant::now();
@@ -136,8 +148,9 @@ async fn scan(
         sources: sources.len(),
         ..DiscoveryStats::default()
     };
+    let with_versions = previous.is_some();
     let listings = futures::future::join_all(sources.iter().enumerate().map(|(i, s)| async move {
-        if previous.is_some() {
+        if with_versions {
             list_with_versions(i, s).await
         } else {
             list_dirs(i, s).await
@@ -160,9 +173,9 @@ async fn scan(
 
     let mut outcomes: Vec<(usize, Outcome)> = Vec::with_capacity(candidates.len());
     let mut to_read = Vec::new();
-    let reusable = previous.map(PreviousIndex::new);
+    let mut reusable = previous;
     for candidate in candidates {
-        match reusable.as_ref().and_then(|p| p.reuse(&candidate)) {
+        match reusable.as_mut().and_then(|p| p.reuse(&candidate)) {
             Some(outcome) => {
                 stats.reused += 1;
                 outcomes.push((candidate.source, outcome));
@@ -171,6 +184,8 @@ async fn scan(
         }
     }
     stats.read = to_read.len();
+    // What was not reused is gone from the sources or changed: let it go before reading.
+    drop(reusable);
 
     let read_on = read_batch(
         sources,
@@ -276,63 +291,6 @@ async fn list_with_versions(index: usize, source: &SkillSource) -> Result<Vec<Ca
             _ => Some(c),
         })
         .collect())
-}
-
-/// What an earlier scan learned, by path.
-struct PreviousIndex<'a> {
-    loaded: HashMap<&'a VirtualPath, &'a SkillMetadata>,
-    skipped: HashMap<&'a VirtualPath, &'a SkippedFile>,
-    issues: HashMap<&'a VirtualPath, Vec<&'a SkillIssue>>,
-}
-
-impl<'a> PreviousIndex<'a> {
-    fn new(catalog: &'a SkillCatalog) -> Self {
-        let mut issues: HashMap<&VirtualPath, Vec<&SkillIssue>> = HashMap::new();
-        for issue in catalog.issues() {
-            if issue.code != IssueCode::DuplicateName {
-                issues.entry(&issue.path).or_default().push(issue);
-            }
-        }
-        Self {
-            loaded: catalog
-                .skills()
-                .iter()
-                .chain(catalog.shadowed())
-                .map(|s| (&s.path, s))
-                .collect(),
-            skipped: catalog.skipped().iter().map(|s| (&s.path, s)).collect(),
-            issues,
-        }
-    }
-
-    fn reuse(&self, candidate: &Candidate) -> Option<Outcome> {
-        let version = candidate.listed.as_ref()?;
-        let issues = || {
-            self.issues
-                .get(&candidate.path)
-                .map(|v| v.iter().map(|&i| i.clone()).collect())
-                .unwrap_or_default()
-        };
-        if let Some(skill) = self.loaded.get(&candidate.path)
-            && skill.version.as_ref() == Some(version)
-        {
-            let skill = SkillMetadata {
-                source: candidate.source,
-                ..(*skill).clone()
-            };
-            return Some(Outcome::Loaded(skill, issues()));
-        }
-        if let Some(skipped) = self.skipped.get(&candidate.path)
-            && skipped.version.as_ref() == Some(version)
-        {
-            let skipped = SkippedFile {
-                source: candidate.source,
-                ..(*skipped).clone()
-            };
-            return Some(Outcome::Skipped(skipped, issues()));
-        }
-        None
-    }
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -36,6 +36,7 @@ pub mod layers;
 pub mod middleware;
 pub mod persist;
 pub mod personal;
+mod previous;
 pub mod render;
 pub mod search;
 mod shared_catalog;
@@ -67,7 +68,7 @@ pub mod fuzzing {
 }
 
 pub use catalog::{RolesFromMetadata, SkillCatalog, SkillVisibility, SkippedFile, Viewer};
-pub use discovery::{Discovery, DiscoveryOptions, DiscoveryStats, discover, rescan};
+pub use discovery::{Discovery, DiscoveryOptions, DiscoveryStats, discover, rescan, rescan_owned};
 pub use layers::{Layer, LayeredCatalog};
 pub use middleware::{
     DISCLOSURE_SOURCE, Disclosure, PIN_SKILLS, PINNED_SOURCE, RELOAD_SKILLS, SKILLS, SKILLS_ACTIVATED,

@@ -109,6 +109,20 @@ async fn warm_then_changes(b: Shared) {
     assert_eq!(found.reports[0].saved, 1, "the cache follows the change");
     let (read, ..) = load(&b, &p).await;
     assert_eq!(read, 0, "the rewritten cache is warm");
+
+    // A deletion alone reads nothing, yet the catalog changed: the cache must still follow it
+    // (a load that reads nothing skips re-encoding only when every entry was reused).
+    b.delete(&vp(&format!("{LIB}/skill-05/SKILL.md"))).await.unwrap();
+    let (read, _, report) = load(&b, &p).await;
+    assert_eq!((read, report.saved), (0, 1), "a deletion alone rewrites the cache");
+    let s = sources(&b);
+    let found = discover_persisted(&s, &p, &DiscoveryOptions::default()).await;
+    assert!(found.discovery.catalog.get("skill-05").is_none());
+    assert_eq!(
+        (found.discovery.stats.read, found.reports[0].saved),
+        (0, 0),
+        "and is warm again"
+    );
 }
 
 async fn corrupt_and_foreign_caches_are_ignored(b: Shared) {
