@@ -20,7 +20,9 @@
 //!
 //! Under `cargo test --all-targets` (no `--bench`) it does a quick smoke run: 3 skills, 2 steps,
 //! no registry or S3 case. `TRELLIS_BENCH_REGISTRY=N` sets the registry's folder count;
-//! `TRELLIS_BENCH_CASES=registry,latency_proxy` runs only the cases named.
+//! `TRELLIS_BENCH_CASES=registry,latency_proxy` runs only the cases named; `TRELLIS_BENCH_ROOT=DIR`
+//! generates the libraries under `DIR` and keeps them (reused by the next run, and there to profile
+//! by hand), instead of in a temporary directory.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -36,7 +38,7 @@ mod bench_util;
 #[path = "../../backend/benches/bench_util/latency_proxy.rs"]
 mod latency_proxy;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -300,16 +302,18 @@ fn main() {
         .build()
         .unwrap();
     let (_server, model_url, _scripted) = rt.block_on(scripted::start());
-    let root = tempfile::tempdir().unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let root =
+        std::env::var_os("TRELLIS_BENCH_ROOT").map_or_else(|| temp.path().to_path_buf(), PathBuf::from);
     if wanted("run_steps") || smoke() {
-        run_steps(&model_url, root.path());
+        run_steps(&model_url, &root);
     }
     if smoke() {
-        skills_list("skills_list", &root.path().join("lib-3/skills"), 3, 1);
+        skills_list("skills_list", &root.join("lib-3/skills"), 3, 1);
         return;
     }
     if wanted("skills_list") {
-        let lib = root.path().join("lib-5000");
+        let lib = root.join("lib-5000");
         if !lib.exists() {
             library::generate_local(&lib, 5_000);
         }
@@ -320,13 +324,15 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(61_000);
     if wanted("registry") {
-        let registry = root.path().join("registry");
-        let started = Instant::now();
-        library::generate_registry(&registry, folders);
-        eprintln!(
-            "generated the registry shape ({folders} folders) in {:.1} s",
-            started.elapsed().as_secs_f64()
-        );
+        let registry = root.join(format!("registry-{folders}"));
+        if !registry.exists() {
+            let started = Instant::now();
+            library::generate_registry(&registry, folders);
+            eprintln!(
+                "generated the registry shape ({folders} folders) in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
         skills_list("registry", &registry.join("skills"), folders, 3);
     }
     if !wanted("latency_proxy") {
