@@ -359,6 +359,29 @@ pub trait Backend: Send + Sync + Debug {
         None
     }
 
+    /// [`Backend::list_files`] of one range of `base`'s key space: only the files whose path
+    /// comes after `after` (exclusive) and not after `until` (inclusive), comparing paths as
+    /// strings byte by byte (the order object stores list keys in), sorted by path, at most
+    /// `limit`. It lets a caller that knows roughly what is there (a previous listing) list one
+    /// large prefix in several ranges at once: on a store that pages 1,000 keys per request, 20,000
+    /// keys are 20 requests one after another, or 4 ranges of 5 requests side by side.
+    ///
+    /// `None` (the default) means the store cannot start a listing at a key without reading every
+    /// key before it; the caller then lists `base` whole with [`Backend::list_files`]. Stores that
+    /// start at a key server-side override it (S3's `start-after`, GCS's `startOffset`), and a
+    /// range's listing stops at the first key past `until`. Unlike `list_files`, a `base` that is
+    /// itself a file is not special: only keys below `base` are listed.
+    async fn list_files_between(
+        &self,
+        base: &VirtualPath,
+        after: Option<&VirtualPath>,
+        until: Option<&VirtualPath>,
+        limit: usize,
+    ) -> Option<Result<FileListing>> {
+        let _ = (base, after, until, limit);
+        None
+    }
+
     /// Every file below `base` (recursively, dot-directories included), sorted by path; at most
     /// `limit` files. `base` may be a file, which lists just that file. A missing `base` lists
     /// nothing. The default walks [`Backend::ls`] level by level; stores with a flat listing

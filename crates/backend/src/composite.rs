@@ -288,6 +288,39 @@ impl Backend for CompositeBackend {
             .map_err(|e| Self::with_mount_path(e, &inner, path))
     }
 
+    async fn list_files_between(
+        &self,
+        base: &VirtualPath,
+        after: Option<&VirtualPath>,
+        until: Option<&VirtualPath>,
+        limit: usize,
+    ) -> Option<Result<FileListing>> {
+        // Only a range inside one mount with no deeper mount below `base` is one store's range.
+        let (backend, inner, mount) = self.route(base);
+        let at = mount?;
+        if self.mounts_below(base).next().is_some() {
+            return None;
+        }
+        let inward = |p: Option<&VirtualPath>| match p {
+            None => Some(None),
+            Some(p) => p.rebase(at, &VirtualPath::root()).map(Some),
+        };
+        let (after, until) = (inward(after)?, inward(until)?);
+        let listing = backend
+            .list_files_between(&inner, after.as_ref(), until.as_ref(), limit)
+            .await?;
+        Some(listing.map(|listing| {
+            FileListing {
+                files: listing
+                    .files
+                    .into_iter()
+                    .filter_map(|e| Self::outward(e, mount))
+                    .collect(),
+                truncated: listing.truncated,
+            }
+        }))
+    }
+
     async fn list_files(&self, base: &VirtualPath, limit: usize) -> Result<FileListing> {
         let (backend, inner, mount) = self.route(base);
         if mount.is_some() {

@@ -45,6 +45,8 @@ pub struct ObjectStoreBackend {
     store: Arc<dyn ObjectStore>,
     prefix: StorePath,
     emulate_update: bool,
+    /// The store starts a listing at a key server-side (see [`Backend::list_files_between`]).
+    lists_from_key: bool,
     update_locks: Arc<Mutex<HashMap<StorePath, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
@@ -56,10 +58,18 @@ impl ObjectStoreBackend {
             reason: e.to_string(),
         })?;
         let emulate_update = store.to_string().starts_with("LocalFileSystem");
+        // S3 (`start-after`) and GCS (`startOffset`) start a listing at a key; the in-memory store
+        // filters a map it holds anyway. Azure's `startFrom` is not served by Azurite and the
+        // client cannot tell an emulator from here, and a local directory is walked whole.
+        let name = store.to_string();
+        let lists_from_key = ["AmazonS3", "GoogleCloudStorage", "InMemory"]
+            .iter()
+            .any(|kind| name.starts_with(kind));
         Ok(Self {
             store,
             prefix,
             emulate_update,
+            lists_from_key,
             update_locks: Arc::default(),
         })
     }
@@ -284,6 +294,46 @@ pub(crate) fn map_error(path: &VirtualPath, err: object_store::Error) -> Backend
     }
 }
 
+impl ObjectStoreBackend {
+    /// One range of `base`'s keys (see [`Backend::list_files_between`]): listed from `after`
+    /// by the store, stopped at the first key past `until`, so only the pages of the range are
+    /// fetched. Keys compare as the store orders them: byte by byte, all under one prefix.
+    async fn list_between(
+        &self,
+        base: &VirtualPath,
+        after: Option<&VirtualPath>,
+        until: Option<&VirtualPath>,
+        limit: usize,
+    ) -> Result<FileListing> {
+        let key = self.key(base)?;
+        let prefix = (!key.as_ref().is_empty()).then_some(&key);
+        let mut stream = match after {
+            Some(after) => self.store.list_with_offset(prefix, &self.key(after)?),
+            None => self.store.list(prefix),
+        };
+        let until = until.map(|u| self.key(u)).transpose()?;
+        let mut files = Vec::new();
+        let mut truncated = false;
+        while let Some(meta) = stream.try_next().await.map_err(|e| map_error(base, e))? {
+            if until
+                .as_ref()
+                .is_some_and(|u| meta.location.as_ref().as_bytes() > u.as_ref().as_bytes())
+            {
+                break;
+            }
+            if files.len() >= limit {
+                truncated = true;
+                break;
+            }
+            if let Some(entry) = self.file_entry(&meta) {
+                files.push(entry);
+            }
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(FileListing { files, truncated })
+    }
+}
+
 #[async_trait]
 impl Backend for ObjectStoreBackend {
     fn capabilities(&self) -> Capabilities {
@@ -487,6 +537,19 @@ impl Backend for ObjectStoreBackend {
             Err(e) => return Err(map_error(path, e)),
         }
         self.store.delete(&key).await.map_err(|e| map_error(path, e))
+    }
+
+    async fn list_files_between(
+        &self,
+        base: &VirtualPath,
+        after: Option<&VirtualPath>,
+        until: Option<&VirtualPath>,
+        limit: usize,
+    ) -> Option<Result<FileListing>> {
+        if !self.lists_from_key {
+            return None;
+        }
+        Some(self.list_between(base, after, until, limit).await)
     }
 
     async fn list_files(&self, base: &VirtualPath, limit: usize) -> Result<FileListing> {

@@ -336,6 +336,33 @@ impl Backend for ScopedBackend {
             .map_err(|e| self.outward_error(e, path))
     }
 
+    async fn list_files_between(
+        &self,
+        base: &VirtualPath,
+        after: Option<&VirtualPath>,
+        until: Option<&VirtualPath>,
+        limit: usize,
+    ) -> Option<Result<FileListing>> {
+        let inward = |p: &VirtualPath| self.inward(p);
+        let bounds = (after.map(inward).transpose(), until.map(inward).transpose());
+        let (inner, after_inner, until_inner) = match (inward(base), bounds) {
+            (Ok(inner), (Ok(after), Ok(until))) => (inner, after, until),
+            (Err(e), _) | (_, (Err(e), _)) | (_, (_, Err(e))) => return Some(Err(e)),
+        };
+        let listing = self
+            .inner
+            .list_files_between(&inner, after_inner.as_ref(), until_inner.as_ref(), limit)
+            .await?;
+        Some(
+            listing
+                .map_err(|e| self.outward_error(e, base))
+                .map(|listing| FileListing {
+                    files: reroot::entries(listing.files, |p| self.outward(p)),
+                    truncated: listing.truncated,
+                }),
+        )
+    }
+
     async fn list_files(&self, base: &VirtualPath, limit: usize) -> Result<FileListing> {
         let inner = self.inward(base)?;
         let listing = self

@@ -269,3 +269,52 @@ async fn conditional_writes_carry_a_readable_write_tag() {
         assert_eq!(tag(&backend).await, None, "{url}: an overwrite carries no tag");
     }
 }
+
+/// Which stores list a key range natively (`Backend::list_files_between` answers), through the
+/// wrappers a skills source goes through: S3, GCS and the in-memory store do, also scoped and
+/// mounted; state, local disk and Azure (whose emulator ignores `startFrom`) do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_ranges_are_native_where_the_store_lists_from_a_key() {
+    async fn native(backend: Arc<dyn Backend>) -> bool {
+        let base = VirtualPath::parse("/lib").unwrap();
+        let after = VirtualPath::parse("/lib/a").unwrap();
+        match backend.list_files_between(&base, Some(&after), None, 10).await {
+            Some(listing) => {
+                listing.unwrap();
+                true
+            }
+            None => false,
+        }
+    }
+    let memory = || -> Arc<dyn Backend> {
+        Arc::new(ObjectStoreBackend::from_url("memory://", &StoreOptions::default()).unwrap())
+    };
+    assert!(native(memory()).await);
+    let scoped = trellis_backend::ScopedBackend::new(memory(), VirtualPath::parse("/users/u1").unwrap());
+    assert!(native(Arc::new(scoped)).await);
+    let mounted = CompositeBackend::new(Arc::new(StateBackend::new()))
+        .mount("/lib", memory())
+        .unwrap();
+    assert!(native(Arc::new(mounted)).await);
+    assert!(!native(Arc::new(StateBackend::new())).await);
+    let dir = tempfile::tempdir().unwrap();
+    assert!(!native(Arc::new(FilesystemBackend::new(dir.path()).unwrap())).await);
+
+    if let Some(endpoint) = emulator("TRELLIS_S3_ENDPOINT", "S3 key ranges (moto)") {
+        assert!(
+            native(Arc::new(s3_backend(&endpoint, &unique("ranges")))).await,
+            "S3 lists from start-after"
+        );
+    }
+    if let (Some(endpoint), Some(account)) = (
+        emulator("TRELLIS_GCS_ENDPOINT", "GCS key ranges (fake-gcs-server)"),
+        emulator("TRELLIS_GCS_SERVICE_ACCOUNT", "GCS key ranges (fake-gcs-server)"),
+    ) {
+        let options = StoreOptions::default()
+            .with("google_service_account", account)
+            .with("google_base_url", endpoint);
+        let gcs = ObjectStoreBackend::from_url(&format!("gs://{}/{}", bucket(), unique("ranges")), &options)
+            .unwrap();
+        assert!(native(Arc::new(gcs)).await, "GCS lists from startOffset");
+    }
+}

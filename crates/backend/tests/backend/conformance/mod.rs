@@ -15,9 +15,11 @@ use trellis_backend::{
 };
 
 mod batch;
+mod listing;
 mod search;
 
 use batch::{read_many_keeps_order_and_isolates_failures, stat_many_matches_stat_in_order};
+use listing::key_ranges_add_up_to_the_whole_listing;
 use search::{glob_matrix, grep_literal};
 
 /// A backend under test and the directory the suite works in.
@@ -34,7 +36,7 @@ impl Target {
         }
     }
 
-    fn path(&self, rel: &str) -> VirtualPath {
+    pub(super) fn path(&self, rel: &str) -> VirtualPath {
         self.base.join_relative(rel).unwrap()
     }
 }
@@ -71,11 +73,12 @@ where
     check!(glob_matrix);
     check!(grep_literal);
     check!(more_than_a_thousand_entries);
+    check!(key_ranges_add_up_to_the_whole_listing);
     check!(no_lost_updates);
     eprintln!("conformance[{name}]: all checks passed");
 }
 
-async fn put(t: &Target, rel: &str, data: impl Into<Bytes>) {
+pub(super) async fn put(t: &Target, rel: &str, data: impl Into<Bytes>) {
     t.backend
         .write(&t.path(rel), data.into(), WriteMode::Overwrite)
         .await
