@@ -32,6 +32,7 @@ use futures::StreamExt;
 use super::catalog::{SkillCatalog, SkippedFile};
 use super::frontmatter::{self, MAX_FRONTMATTER_BYTES, Split};
 use super::previous::PreviousIndex;
+use super::ranged_listing::{list_in_ranges, split_points};
 use super::skill::{IssueCode, SkillIssue, SkillMetadata};
 use super::source::SkillSource;
 use super::validate;
@@ -149,13 +150,22 @@ async fn scan(
         ..DiscoveryStats::default()
     };
     let with_versions = previous.is_some();
-    let listings = futures::future::join_all(sources.iter().enumerate().map(|(i, s)| async move {
-        if with_versions {
-            list_with_versions(i, s).await
-        } else {
-            list_dirs(i, s).await
-        }
-    }))
+    let splits: Vec<Vec<VirtualPath>> = sources
+        .iter()
+        .map(|s| match &previous {
+            Some(p) if !s.backend().capabilities().strict_hierarchy => split_points(p.paths_below(s.path())),
+            _ => Vec::new(),
+        })
+        .collect();
+    let listings = futures::future::join_all(sources.iter().zip(&splits).enumerate().map(
+        |(i, (s, splits))| async move {
+            if with_versions {
+                list_with_versions(i, s, splits).await
+            } else {
+                list_dirs(i, s).await
+            }
+        },
+    ))
     .await;
     let mut warnings = Vec::new();
     let mut candidates = Vec::new();
@@ -238,11 +248,28 @@ async fn list_dirs(index: usize, source: &SkillSource) -> Result<Vec<Candidate>,
 }
 
 /// Candidates with their current version tags, as cheaply as the backend allows.
-async fn list_with_versions(index: usize, source: &SkillSource) -> Result<Vec<Candidate>, String> {
+async fn list_with_versions(
+    index: usize,
+    source: &SkillSource,
+    splits: &[VirtualPath],
+) -> Result<Vec<Candidate>, String> {
     let backend = source.backend();
+    // A flat key space: one recursive listing, in ranges at once where a previous catalog says
+    // the source is large (see `ranged_listing`).
+    let listing = if backend.capabilities().strict_hierarchy {
+        None
+    } else {
+        let ranged = match splits {
+            [] => None,
+            _ => list_in_ranges(backend.as_ref(), source.path(), splits, DEFAULT_LIST_LIMIT).await,
+        };
+        match ranged {
+            Some(listing) => Some(listing),
+            None => Some(backend.list_files(source.path(), DEFAULT_LIST_LIMIT).await),
+        }
+    };
     // A listing that holds the source itself means the source is a file: `ls` reports that.
-    if !backend.capabilities().strict_hierarchy
-        && let Ok(listing) = backend.list_files(source.path(), DEFAULT_LIST_LIMIT).await
+    if let Some(Ok(listing)) = listing
         && !listing.truncated
         && !listing.files.iter().any(|f| &f.path == source.path())
     {

@@ -37,6 +37,7 @@ pub mod middleware;
 pub mod persist;
 pub mod personal;
 mod previous;
+mod ranged_listing;
 pub mod render;
 pub mod search;
 mod shared_catalog;

@@ -79,6 +79,16 @@ impl<'a> PreviousIndex<'a> {
         }
     }
 
+    /// The `SKILL.md` paths the earlier catalog holds below `dir` (loaded, shadowed or skipped).
+    pub(super) fn paths_below<'s>(&'s self, dir: &VirtualPath) -> Vec<&'s VirtualPath> {
+        self.loaded
+            .keys()
+            .chain(self.skipped.keys())
+            .map(AsRef::as_ref)
+            .filter(|p: &&VirtualPath| p.starts_with(dir))
+            .collect()
+    }
+
     /// The earlier outcome of `candidate`, taken out of the index, when the earlier catalog holds
     /// its path at the version listed now; `None` (read the file) otherwise, or when nothing was
     /// listed for it.

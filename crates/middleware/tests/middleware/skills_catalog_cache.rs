@@ -114,7 +114,11 @@ async fn warm_then_changes(b: Shared) {
     // (a load that reads nothing skips re-encoding only when every entry was reused).
     b.delete(&vp(&format!("{LIB}/skill-05/SKILL.md"))).await.unwrap();
     let (read, _, report) = load(&b, &p).await;
-    assert_eq!((read, report.saved), (0, 1), "a deletion alone rewrites the cache");
+    assert_eq!(
+        (read, report.saved),
+        (0, 1),
+        "a deletion alone rewrites the cache"
+    );
     let s = sources(&b);
     let found = discover_persisted(&s, &p, &DiscoveryOptions::default()).await;
     assert!(found.discovery.catalog.get("skill-05").is_none());

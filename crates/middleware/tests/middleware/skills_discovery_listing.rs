@@ -12,9 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 use bytes::Bytes;
 use trellis_middleware::backend::{
-    Backend, BackendError, ByteRange, Capabilities, Entry, ReadOutput, VirtualPath, WriteMode, WriteOutcome,
+    Backend, BackendError, ByteRange, Capabilities, Entry, FileListing, ObjectStoreBackend, ReadOutput,
+    StoreOptions, VirtualPath, WriteMode, WriteOutcome,
 };
-use trellis_middleware::skills::{DiscoveryOptions, IssueCode, SkillSource, SourceError, discover};
+use trellis_middleware::skills::{DiscoveryOptions, IssueCode, SkillSource, SourceError, discover, rescan};
 
 use crate::skills_discovery_common::*;
 
@@ -128,6 +129,7 @@ struct Probe {
     ls_calls: AtomicUsize,
     read_many_calls: AtomicUsize,
     read_many_paths: AtomicUsize,
+    key_ranges: AtomicUsize,
 }
 
 impl Probe {
@@ -139,6 +141,7 @@ impl Probe {
             ls_calls: AtomicUsize::new(0),
             read_many_calls: AtomicUsize::new(0),
             read_many_paths: AtomicUsize::new(0),
+            key_ranges: AtomicUsize::new(0),
         }
     }
 }
@@ -192,6 +195,23 @@ impl Backend for Probe {
     }
     async fn delete(&self, path: &VirtualPath) -> trellis_middleware::backend::Result<()> {
         self.inner.delete(path).await
+    }
+    async fn list_files(
+        &self,
+        base: &VirtualPath,
+        limit: usize,
+    ) -> trellis_middleware::backend::Result<FileListing> {
+        self.inner.list_files(base, limit).await
+    }
+    async fn list_files_between(
+        &self,
+        base: &VirtualPath,
+        after: Option<&VirtualPath>,
+        until: Option<&VirtualPath>,
+        limit: usize,
+    ) -> Option<trellis_middleware::backend::Result<FileListing>> {
+        self.key_ranges.fetch_add(1, Ordering::SeqCst);
+        self.inner.list_files_between(base, after, until, limit).await
     }
 }
 
@@ -325,4 +345,76 @@ fn sources_are_labelled_and_malformed_ones_rejected() {
             "{bad:?}"
         );
     }
+}
+
+// ---- rescans of a large object-store source list it in key ranges at once ----
+
+#[tokio::test]
+async fn a_large_object_store_source_is_relisted_in_key_ranges_that_add_up_to_the_whole() {
+    let inner: Shared =
+        Arc::new(ObjectStoreBackend::from_url("memory://", &StoreOptions::default()).unwrap());
+    for i in 0..600 {
+        let name = format!("s-{i:03}");
+        put(&inner, &format!("/skills/{name}/SKILL.md"), skill_md(&name, "d")).await;
+        if i % 50 == 0 {
+            put(&inner, &format!("/skills/{name}/scripts/run.sh"), "echo").await;
+        }
+    }
+    let probe = Arc::new(Probe::new(inner.clone()));
+    let shared: Shared = probe.clone();
+    let sources = vec![source(&shared, "/skills")];
+    let options = DiscoveryOptions::default();
+    let first = discover(&sources, &options).await.catalog;
+    assert_eq!(first.len(), 600);
+    assert_eq!(
+        probe.key_ranges.load(Ordering::SeqCst),
+        0,
+        "a first scan knows nothing to split by"
+    );
+
+    // 600 known skills make two ranges split at s-300's SKILL.md. Change the library around that
+    // key (delete it, add one just after it, change the one before it) and at both ends.
+    inner.delete(&vp("/skills/s-300/SKILL.md")).await.unwrap();
+    put(
+        &inner,
+        "/skills/s-300a/SKILL.md",
+        skill_md("s-300a", "added after the split"),
+    )
+    .await;
+    put(
+        &inner,
+        "/skills/s-299/SKILL.md",
+        skill_md("s-299", "changed before the split"),
+    )
+    .await;
+    put(
+        &inner,
+        "/skills/a-first/SKILL.md",
+        skill_md("a-first", "added before every key"),
+    )
+    .await;
+    put(
+        &inner,
+        "/skills/z-last/SKILL.md",
+        skill_md("z-last", "added after every key"),
+    )
+    .await;
+    let again = rescan(&sources, &first, &options).await;
+    assert_eq!(
+        probe.key_ranges.load(Ordering::SeqCst),
+        2,
+        "two ranges, listed at once"
+    );
+    assert_eq!(
+        again.stats.read, 4,
+        "only the changed and the added files are read"
+    );
+    let fresh = discover(&sources, &options).await.catalog;
+    assert_eq!(again.catalog, fresh, "the ranges add up to the whole listing");
+    assert!(again.catalog.get("s-300").is_none());
+    assert_eq!(
+        again.catalog.get("s-299").unwrap().description,
+        "changed before the split"
+    );
+    assert_eq!(again.catalog.len(), 602);
 }
