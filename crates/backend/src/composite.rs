@@ -84,6 +84,18 @@ impl CompositeBackend {
         }
     }
 
+    /// A listing of one mount's backend, in this backend's paths.
+    fn outward_listing(listing: FileListing, mount: Option<&VirtualPath>) -> FileListing {
+        FileListing {
+            files: listing
+                .files
+                .into_iter()
+                .filter_map(|e| Self::outward(e, mount))
+                .collect(),
+            truncated: listing.truncated,
+        }
+    }
+
     fn in_mount(&self, path: &VirtualPath) -> bool {
         self.mounts.iter().any(|(at, _)| path.starts_with(at))
     }
@@ -309,30 +321,14 @@ impl Backend for CompositeBackend {
         let listing = backend
             .list_files_between(&inner, after.as_ref(), until.as_ref(), limit)
             .await?;
-        Some(listing.map(|listing| {
-            FileListing {
-                files: listing
-                    .files
-                    .into_iter()
-                    .filter_map(|e| Self::outward(e, mount))
-                    .collect(),
-                truncated: listing.truncated,
-            }
-        }))
+        Some(listing.map(|listing| Self::outward_listing(listing, mount)))
     }
 
     async fn list_files(&self, base: &VirtualPath, limit: usize) -> Result<FileListing> {
         let (backend, inner, mount) = self.route(base);
         if mount.is_some() {
             let listing = backend.list_files(&inner, limit).await?;
-            return Ok(FileListing {
-                files: listing
-                    .files
-                    .into_iter()
-                    .filter_map(|e| Self::outward(e, mount))
-                    .collect(),
-                truncated: listing.truncated,
-            });
+            return Ok(Self::outward_listing(listing, mount));
         }
         let own = self.default.list_files(base, limit).await?;
         let mut truncated = own.truncated;

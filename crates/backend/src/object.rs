@@ -562,20 +562,6 @@ impl Backend for ObjectStoreBackend {
                 truncated: false,
             });
         }
-        let prefix = (!key.as_ref().is_empty()).then_some(&key);
-        let mut stream = self.store.list(prefix);
-        let mut files = Vec::new();
-        let mut truncated = false;
-        while let Some(meta) = stream.try_next().await.map_err(|e| map_error(base, e))? {
-            if files.len() >= limit {
-                truncated = true;
-                break;
-            }
-            if let Some(entry) = self.file_entry(&meta) {
-                files.push(entry);
-            }
-        }
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(FileListing { files, truncated })
+        self.list_between(base, None, None, limit).await
     }
 }
