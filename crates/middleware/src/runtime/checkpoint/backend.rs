@@ -312,7 +312,8 @@ impl BackendCheckpointer {
     }
 
     /// Remember the thread at `version`: the steps from its latest base (the last is the head's),
-    /// its message chunks and state.
+    /// its message chunks and state; `saved` by this process or loaded, and the blob bytes the
+    /// state decoded on its own (its weight in the thread cache).
     fn remember(
         &self,
         thread_id: &ThreadId,
@@ -320,7 +321,7 @@ impl BackendCheckpointer {
         since_base: Vec<StepName>,
         chunks: Vec<String>,
         previous: Previous,
-        saved: bool,
+        (saved, weight): (bool, usize),
     ) {
         let Some(step) = since_base.last().cloned() else {
             return;
@@ -334,6 +335,7 @@ impl BackendCheckpointer {
                 chunks,
                 previous,
                 saved,
+                weight,
             },
         );
     }
@@ -390,7 +392,7 @@ impl BackendCheckpointer {
         };
         let chain = self.recent_chain(thread_id, &head, &step).await?;
         let (replayed, _) = self.replay(thread_id, &chain).await?;
-        let state = self.materialize(thread_id, &replayed, head.seq).await?;
+        let (state, weight) = self.materialize(thread_id, &replayed, head.seq).await?;
         if remember {
             let previous = Previous {
                 state: state.clone(),
@@ -404,7 +406,7 @@ impl BackendCheckpointer {
                 since_base,
                 replayed.chunks,
                 previous,
-                false,
+                (false, weight),
             );
         }
         Ok(Some(StoredCheckpoint {
@@ -539,7 +541,16 @@ impl Checkpointer for BackendCheckpointer {
             let _ = self.backend.delete(&self.legacy_path(&thread_id)?).await;
         }
         let previous = Previous { state, slots: all };
-        self.remember(&thread_id, version.clone(), since_base, chunks, previous, true);
+        // A state loaded from the store still holds what it decoded then; one built here shares.
+        let weight = known.as_ref().map_or(0, |k| k.weight);
+        self.remember(
+            &thread_id,
+            version.clone(),
+            since_base,
+            chunks,
+            previous,
+            (true, weight),
+        );
         Ok(version)
     }
 

@@ -121,7 +121,7 @@ impl BackendCheckpointer {
             return Ok(legacy.map(|s| s.checkpoint).filter(|c| c.seq == seq));
         };
         let (replayed, header) = self.replay(thread_id, &chain).await?;
-        let state = self.materialize(thread_id, &replayed, seq).await?;
+        let (state, _) = self.materialize(thread_id, &replayed, seq).await?;
         Ok(Some(Checkpoint {
             format: CHECKPOINT_FORMAT,
             thread_id: thread_id.clone(),

@@ -226,7 +226,8 @@ impl BackendCheckpointer {
         thread_id: &ThreadId,
         replayed: &Replayed,
         seq: u64,
-    ) -> Result<State, CheckpointError> {
+    ) -> Result<(State, usize), CheckpointError> {
+        let mut blob_bytes = 0;
         let mut hashes: Vec<&str> = replayed
             .slots
             .values()
@@ -252,6 +253,7 @@ impl BackendCheckpointer {
                     }
                     Err(e) => return Err(Self::storage(thread_id, e)),
                 };
+                blob_bytes += bytes.len();
                 let value = serde_json::from_slice(&bytes)
                     .map_err(|e| Self::corrupt(thread_id, Some(seq), format!("blob {hash}: {e}")))?;
                 blobs.insert(hash, value);
@@ -277,7 +279,7 @@ impl BackendCheckpointer {
             }
             state.set_json(name.clone(), slot.private, value);
         }
-        Ok(state)
+        Ok((state, blob_bytes))
     }
 }
 
