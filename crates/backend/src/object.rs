@@ -57,11 +57,11 @@ impl ObjectStoreBackend {
             path: prefix.to_owned(),
             reason: e.to_string(),
         })?;
-        let emulate_update = store.to_string().starts_with("LocalFileSystem");
+        let name = store.to_string();
+        let emulate_update = name.starts_with("LocalFileSystem");
         // S3 (`start-after`) and GCS (`startOffset`) start a listing at a key; the in-memory store
         // filters a map it holds anyway. Azure's `startFrom` is not served by Azurite and the
         // client cannot tell an emulator from here, and a local directory is walked whole.
-        let name = store.to_string();
         let lists_from_key = ["AmazonS3", "GoogleCloudStorage", "InMemory"]
             .iter()
             .any(|kind| name.starts_with(kind));

@@ -143,6 +143,14 @@ impl ScopedBackend {
         view_path(&self.prefix, inner)
     }
 
+    /// An inner listing in view paths.
+    fn outward_listing(&self, listing: FileListing) -> FileListing {
+        FileListing {
+            files: reroot::entries(listing.files, |p| self.outward(p)),
+            truncated: listing.truncated,
+        }
+    }
+
     /// `err` naming the view's path: the same file when it named one in the scope (the prefix
     /// itself is the view's root), else `asked`.
     fn outward_error(&self, err: BackendError, asked: &VirtualPath) -> BackendError {
@@ -343,23 +351,19 @@ impl Backend for ScopedBackend {
         until: Option<&VirtualPath>,
         limit: usize,
     ) -> Option<Result<FileListing>> {
-        let inward = |p: &VirtualPath| self.inward(p);
-        let bounds = (after.map(inward).transpose(), until.map(inward).transpose());
-        let (inner, after_inner, until_inner) = match (inward(base), bounds) {
-            (Ok(inner), (Ok(after), Ok(until))) => (inner, after, until),
-            (Err(e), _) | (_, (Err(e), _)) | (_, (_, Err(e))) => return Some(Err(e)),
+        let inward = |p: Option<&VirtualPath>| p.map(|p| self.inward(p)).transpose();
+        let (inner, after, until) = match (self.inward(base), inward(after), inward(until)) {
+            (Ok(inner), Ok(after), Ok(until)) => (inner, after, until),
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => return Some(Err(e)),
         };
         let listing = self
             .inner
-            .list_files_between(&inner, after_inner.as_ref(), until_inner.as_ref(), limit)
+            .list_files_between(&inner, after.as_ref(), until.as_ref(), limit)
             .await?;
         Some(
             listing
                 .map_err(|e| self.outward_error(e, base))
-                .map(|listing| FileListing {
-                    files: reroot::entries(listing.files, |p| self.outward(p)),
-                    truncated: listing.truncated,
-                }),
+                .map(|listing| self.outward_listing(listing)),
         )
     }
 
@@ -370,10 +374,7 @@ impl Backend for ScopedBackend {
             .list_files(&inner, limit)
             .await
             .map_err(|e| self.outward_error(e, base))?;
-        Ok(FileListing {
-            files: reroot::entries(listing.files, |p| self.outward(p)),
-            truncated: listing.truncated,
-        })
+        Ok(self.outward_listing(listing))
     }
 
     async fn glob(&self, pattern: &str, base: &VirtualPath) -> Result<GlobOutput> {

@@ -263,10 +263,10 @@ async fn list_with_versions(
             [] => None,
             _ => list_in_ranges(backend.as_ref(), source.path(), splits, DEFAULT_LIST_LIMIT).await,
         };
-        match ranged {
-            Some(listing) => Some(listing),
-            None => Some(backend.list_files(source.path(), DEFAULT_LIST_LIMIT).await),
-        }
+        Some(match ranged {
+            Some(listing) => listing,
+            None => backend.list_files(source.path(), DEFAULT_LIST_LIMIT).await,
+        })
     };
     // A listing that holds the source itself means the source is a file: `ls` reports that.
     if let Some(Ok(listing)) = listing

@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use crate::backend::VirtualPath;
+use crate::backend::{Version, VirtualPath};
 
 use super::catalog::{SkillCatalog, SkippedFile};
 use super::discovery::{Candidate, Outcome};
@@ -94,31 +94,20 @@ impl<'a> PreviousIndex<'a> {
     /// listed for it.
     pub(super) fn reuse(&mut self, candidate: &Candidate) -> Option<Outcome> {
         let version = candidate.listed.as_ref()?;
-        if self
-            .loaded
-            .get(&candidate.path)
-            .is_some_and(|s| s.version.as_ref() == Some(version))
-        {
-            let skill = self.loaded.remove(&candidate.path)?.into_owned();
+        let at = &candidate.path;
+        if let Some(skill) = take_at(&mut self.loaded, at, version, |s| s.version.as_ref()) {
             let skill = SkillMetadata {
                 source: candidate.source,
                 ..skill
             };
-            return Some(Outcome::Loaded(skill, self.take_issues(&candidate.path)));
+            return Some(Outcome::Loaded(skill, self.take_issues(at)));
         }
-        if self
-            .skipped
-            .get(&candidate.path)
-            .is_some_and(|s| s.version.as_ref() == Some(version))
-        {
-            let skipped = self.skipped.remove(&candidate.path)?.into_owned();
-            let skipped = SkippedFile {
-                source: candidate.source,
-                ..skipped
-            };
-            return Some(Outcome::Skipped(skipped, self.take_issues(&candidate.path)));
-        }
-        None
+        let skipped = take_at(&mut self.skipped, at, version, |s| s.version.as_ref())?;
+        let skipped = SkippedFile {
+            source: candidate.source,
+            ..skipped
+        };
+        Some(Outcome::Skipped(skipped, self.take_issues(at)))
     }
 
     fn take_issues(&mut self, path: &VirtualPath) -> Vec<SkillIssue> {
@@ -127,4 +116,18 @@ impl<'a> PreviousIndex<'a> {
             .map(|found| found.into_iter().map(Cow::into_owned).collect())
             .unwrap_or_default()
     }
+}
+
+/// The entry at `path` taken out of `map` (moved if owned, cloned if borrowed), when it was
+/// recorded at `version`; otherwise it stays.
+fn take_at<'a, T: Clone>(
+    map: &mut HashMap<Cow<'a, VirtualPath>, Cow<'a, T>>,
+    path: &VirtualPath,
+    version: &Version,
+    version_of: impl Fn(&T) -> Option<&Version>,
+) -> Option<T> {
+    if version_of(map.get(path)?) != Some(version) {
+        return None;
+    }
+    map.remove(path).map(Cow::into_owned)
 }

@@ -19,21 +19,20 @@ pub(super) const MAX_RANGES: usize = 8;
 /// Fewest known skills per range: below that, one listing is as fast and costs fewer requests.
 pub(super) const SKILLS_PER_RANGE: usize = 250;
 
-/// Split points for `known` (the `SKILL.md` paths a previous catalog holds below one source, in
-/// any order): none when one listing will do, else up to `MAX_RANGES - 1` of them, sorted.
+/// Split points for `known` (the distinct `SKILL.md` paths a previous catalog holds below one
+/// source, in any order): none when one listing will do, else up to `MAX_RANGES - 1` of them,
+/// sorted.
 pub(super) fn split_points(mut known: Vec<&VirtualPath>) -> Vec<VirtualPath> {
     let ranges = (known.len() / SKILLS_PER_RANGE).clamp(1, MAX_RANGES);
     if ranges == 1 {
         return Vec::new();
     }
     // `VirtualPath` orders by its string's bytes: the order stores list keys in.
+    // Distinct paths and at least `SKILLS_PER_RANGE` per range: the points are distinct too.
     known.sort_unstable();
-    known.dedup();
-    let mut points: Vec<VirtualPath> = (1..ranges)
+    (1..ranges)
         .map(|i| known[i * known.len() / ranges].clone())
-        .collect();
-    points.dedup();
-    points
+        .collect()
 }
 
 /// Every file below `base`, listed as the ranges `splits` bounds, at once; sorted by path and
@@ -64,8 +63,8 @@ pub(super) async fn list_in_ranges(
             Err(e) => return Some(Err(e)),
         }
     }
-    merged.files.sort_by(|a, b| a.path.cmp(&b.path));
-    merged.files.dedup_by(|a, b| a.path == b.path);
+    // The ranges are disjoint and in key order, each sorted: their concatenation is the sorted
+    // whole listing.
     if merged.files.len() > limit {
         merged.files.truncate(limit);
         merged.truncated = true;
