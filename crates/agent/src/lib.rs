@@ -20,23 +20,12 @@ pub use trellis_middleware::backend;
 /// The tools layer (the one `Tool` trait, the file tools).
 pub use trellis_middleware::tools;
 
-pub mod agent_file;
-pub mod approval_cli;
 pub mod builder;
-pub mod chat;
-pub mod inspect;
+pub mod cli;
 pub mod mcp;
 pub mod model_settings;
-pub mod pin;
 pub mod providers;
-pub mod run_cli;
-pub mod run_output;
-pub mod run_summary;
-pub mod sandbox_cli;
-pub mod skills_cli;
 #[cfg(feature = "otel")]
 pub mod telemetry;
-pub mod threads_cli;
-pub mod workspace;
 
 pub use builder::{DEFAULT_SYSTEM_PROMPT, DeepAgentBuilder, deep_agent};

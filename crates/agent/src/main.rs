@@ -8,17 +8,17 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{ArgAction, Parser, Subcommand};
-use trellis_agent::agent_file::{self, Flags};
-use trellis_agent::approval_cli::ApproveRule;
+use trellis_agent::cli::approvals::ApproveRule;
+use trellis_agent::cli::config::{self as agent_file, Flags};
+use trellis_agent::cli::logging::{self, Otlp, init_logging};
+use trellis_agent::cli::run::{self as run_cli, Approvals, RunConfig, Start};
+use trellis_agent::cli::sandbox::{self as sandbox_cli, SandboxChoice};
+use trellis_agent::cli::skills as skills_cli;
+use trellis_agent::cli::summary::Prices;
+use trellis_agent::cli::threads as threads_cli;
+use trellis_agent::cli::{chat, inspect};
 use trellis_agent::model_settings::ModelSettingsArgs;
-use trellis_agent::run_cli::{self, Approvals, RunConfig, Start};
-use trellis_agent::run_summary::Prices;
-use trellis_agent::sandbox_cli::{self, SandboxChoice};
-use trellis_agent::{chat, inspect, skills_cli, threads_cli};
 use trellis_middleware::ThreadId;
-
-mod logging;
-use logging::{Otlp, init_logging};
 
 /// `trellis inspect`'s model when neither --model nor the agent file names one.
 const DEFAULT_INSPECT_MODEL: &str = "anthropic:claude-sonnet-4-5";

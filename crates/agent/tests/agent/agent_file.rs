@@ -6,9 +6,9 @@
 
 use std::path::Path;
 
-use trellis_agent::agent_file::{self, AgentFileError, Flags};
-use trellis_agent::run_cli::RunConfig;
-use trellis_agent::sandbox_cli::SandboxChoice;
+use trellis_agent::cli::config::{self as agent_file, AgentFileError, Flags};
+use trellis_agent::cli::run::RunConfig;
+use trellis_agent::cli::sandbox::SandboxChoice;
 use trellis_middleware::ReasoningEffort;
 
 /// Resolve `text` written as `dir/trellis.toml`, with `flags`.
@@ -375,7 +375,7 @@ fn without_a_file_the_flags_and_defaults_hold() {
     let err = agent_file::resolve(None, dir.path(), Flags::default()).unwrap_err();
     assert!(matches!(err, AgentFileError::NoModel), "{err}");
     let c = agent_file::resolve(None, dir.path(), with_model()).unwrap();
-    assert_eq!(c.ask, [trellis_agent::approval_cli::DEFAULT_ASK]);
+    assert_eq!(c.ask, [trellis_agent::cli::approvals::DEFAULT_ASK]);
     assert_eq!(c.mcp_timeout_secs, agent_file::DEFAULT_MCP_TIMEOUT_SECS);
     let err = agent_file::resolve(Some(Path::new("missing.toml")), dir.path(), with_model()).unwrap_err();
     assert!(err.to_string().contains("missing.toml"), "{err}");
@@ -442,7 +442,7 @@ async fn a_subagents_skills_are_listed_to_it_alone() {
     let text = "model = \"anthropic:claude-sonnet-4-5\"\nskills = [\"main-skills\"]\n[[subagents]]\n\
                 name = \"researcher\"\ndescription = \"Researches.\"\nprompt = \"Research.\"\nskills = [\"research-skills\"]\n";
     let config = resolve_in(dir.path(), text, Flags::default()).unwrap();
-    let (ws, sub_skills) = trellis_agent::run_cli::assemble(&config).unwrap();
+    let (ws, sub_skills) = trellis_agent::cli::run::assemble(&config).unwrap();
     let model = Arc::new(
         ScriptedModel::new()
             .then_tool_calls([ToolCall::new(
@@ -454,7 +454,7 @@ async fn a_subagents_skills_are_listed_to_it_alone() {
             .then_text("Done."),
     );
     let builder = trellis_agent::deep_agent(model.clone()).backend(ws.backend.clone());
-    let agent = trellis_agent::run_cli::configure(builder, &config, &ws, sub_skills, Vec::new())
+    let agent = trellis_agent::cli::run::configure(builder, &config, &ws, sub_skills, Vec::new())
         .unwrap()
         .build()
         .unwrap();

@@ -228,6 +228,6 @@ fn schema_prints_the_agent_file_schema() {
     let out = trellis().args(["schema", "agent-file"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let schema: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(schema, trellis_agent::agent_file::schema());
+    assert_eq!(schema, trellis_agent::cli::config::schema());
     assert!(schema["properties"]["model_settings"].is_object());
 }

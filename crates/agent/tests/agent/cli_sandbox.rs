@@ -111,7 +111,7 @@ async fn run_with_env(args: &[&str], env: &[(&str, &str)], call: Value, state: &
 }
 
 fn bwrap_or_skip(test: &str) -> bool {
-    match trellis_agent::sandbox_cli::select(Some(trellis_agent::sandbox_cli::SandboxChoice::Bwrap)) {
+    match trellis_agent::cli::sandbox::select(Some(trellis_agent::cli::sandbox::SandboxChoice::Bwrap)) {
         Ok(_) => true,
         Err(e) if std::env::var("TRELLIS_SANDBOX").as_deref() == Ok("required") => {
             panic!("{test}: bubblewrap unavailable but TRELLIS_SANDBOX=required: {e}")

@@ -1,10 +1,10 @@
 //! `trellis chat`: an interactive session on one thread, with the agent `trellis run` builds
-//! ([`run_cli::build`]) and the same flags.
+//! ([`run::build`]) and the same flags.
 //!
 //! * Each message is a run of the thread; the answer streams as it is written
-//!   ([`run_output`]). The thread is saved like `trellis run`'s: `trellis chat --thread ID`
+//!   ([`output`]). The thread is saved like `trellis run`'s: `trellis chat --thread ID`
 //!   shows its last messages and continues it, and `trellis run`/`resume --thread ID` work on it.
-//! * Calls that need approval are asked about inline ([`approval_cli`]: `y`, `n` and a reason, `e`
+//! * Calls that need approval are asked about inline ([`approvals`]: `y`, `n` and a reason, `e`
 //!   with the arguments to edit, `r`); `--approve` and `--decisions` decide first, as in `run`. A
 //!   call left undecided (Ctrl-C or Ctrl-D at the question) keeps the thread waiting; it is asked
 //!   about again before the next message is sent.
@@ -39,11 +39,11 @@ use trellis_middleware::skills::{
 };
 use trellis_middleware::{AgentError, Checkpointer, RunInput, ThreadId};
 
-use crate::approval_cli::{self, Outcome, Prompter};
+use crate::cli::approvals::{self, Outcome, Prompter};
 use crate::mcp::McpServers;
-use crate::run_cli::{self, Approvals, Built, RunConfig};
-use crate::run_output::{self, OutputMode};
-use crate::{pin, threads_cli};
+use crate::cli::run::{self, Approvals, Built, RunConfig};
+use crate::cli::output::{self, OutputMode};
+use crate::cli::{pin, threads};
 use command::{COMMANDS, Line};
 use editor::{LineEditor, Read};
 
@@ -68,7 +68,7 @@ pub async fn chat(
     start: ChatStart,
     approvals: Approvals,
 ) -> Result<ExitCode> {
-    let servers = run_cli::mcp_servers(&config)?;
+    let servers = run::mcp_servers(&config)?;
     let result = session(&config, state_dir, start, servers.clone(), &approvals).await;
     if let Some(servers) = servers {
         servers.shutdown().await;
@@ -98,9 +98,9 @@ async fn session(
     servers: Option<Arc<McpServers>>,
     approvals: &Approvals,
 ) -> Result<ExitCode> {
-    let built = run_cli::build(config, state_dir, servers).await?;
-    let thread = run_cli::start_thread(&built.checkpointer, start.thread, start.fork).await?;
-    run_cli::save_config(state_dir, &thread, config)?;
+    let built = run::build(config, state_dir, servers).await?;
+    let thread = run::start_thread(&built.checkpointer, start.thread, start.fork).await?;
+    run::save_config(state_dir, &thread, config)?;
     // From here on SIGINT is caught (it cancels a run), never the end of the process.
     let _sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let catalog = pin::catalog(&built.ws).await;
@@ -128,7 +128,7 @@ async fn session(
             Settled::Ran => continue,
             Settled::Leave => {
                 eprintln!("{}", s.come_back());
-                return Ok(ExitCode::from(approval_cli::EXIT_WAITING));
+                return Ok(ExitCode::from(approvals::EXIT_WAITING));
             }
         }
         let input = match s.editor.read("> ", "", true)? {
@@ -206,7 +206,7 @@ impl Session<'_> {
                     eprintln!("  … ({skip} earlier)");
                 }
                 for message in messages.iter().skip(skip) {
-                    eprintln!("  {}", threads_cli::brief(message));
+                    eprintln!("  {}", threads::brief(message));
                 }
             }
             None => eprintln!("thread {} (new)", self.thread),
@@ -244,7 +244,7 @@ impl Session<'_> {
             Outcome::Waiting(_) => {
                 eprintln!(
                     "Still undecided. Answer the questions to go on, or leave with Ctrl-D and use {}",
-                    approval_cli::resume_command(self.thread.as_str(), self.state_dir)
+                    approvals::resume_command(self.thread.as_str(), self.state_dir)
                 );
                 // Leave on a second Ctrl-D / end of input, else ask again.
                 match self
@@ -259,7 +259,7 @@ impl Session<'_> {
     }
 
     fn decide(&mut self, interrupt: &trellis_middleware::Interrupt) -> Result<Outcome> {
-        approval_cli::decide(
+        approvals::decide(
             interrupt,
             &self.approvals.rule,
             self.approvals.given.as_ref(),
@@ -288,7 +288,7 @@ impl Session<'_> {
             OutputMode::Plain
         };
         let started = std::time::Instant::now();
-        let (events, printed) = run_output::sink(mode, self.approvals.prices.clone());
+        let (events, printed) = output::sink(mode, self.approvals.prices.clone());
         let mut input = first;
         loop {
             let run = self.built.prepare(input, &self.thread).events(events.clone());
@@ -313,8 +313,8 @@ impl Session<'_> {
                 }
             };
             let Some(interrupt) = &out.interrupt else {
-                run_output::finish(&out, mode, &printed);
-                run_output::summary(&printed, mode, started.elapsed());
+                output::finish(&out, mode, &printed);
+                output::summary(&printed, mode, started.elapsed());
                 return Ok(());
             };
             match self.decide(interrupt)? {
@@ -391,7 +391,7 @@ impl Session<'_> {
             show_file(ws.backend.as_ref(), path, "memory").await;
         }
         if let Some(files) = &ws.user_files {
-            for path in crate::workspace::USER_MEMORY {
+            for path in crate::cli::mounts::USER_MEMORY {
                 show_file(files.as_ref(), &format!("/{path}"), "your memory").await;
             }
         }
@@ -413,8 +413,8 @@ impl Session<'_> {
             return Ok(());
         };
         let spec = format!("{}@{}", self.thread, stored.checkpoint.seq);
-        let to = threads_cli::fork(&self.built.checkpointer, &spec).await?;
-        run_cli::save_config(self.state_dir, &to, self.config)?;
+        let to = threads::fork(&self.built.checkpointer, &spec).await?;
+        run::save_config(self.state_dir, &to, self.config)?;
         eprintln!("now on thread {to}; thread {} stays as it was", self.thread);
         self.thread = to;
         Ok(())

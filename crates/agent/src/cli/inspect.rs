@@ -19,9 +19,9 @@ use trellis_middleware::{
 
 use crate::builder::deep_agent;
 use crate::providers::{self, ModelOptions, ModelSpec};
-use crate::run_cli::{self, RunConfig};
-use crate::sandbox_cli::{SandboxStatus, Selected};
-use crate::workspace::{PERSONAL_SKILLS_DIR, USER_MEMORY, Workspace};
+use crate::cli::run::{self, RunConfig};
+use crate::cli::sandbox::{SandboxStatus, Selected};
+use crate::cli::mounts::{PERSONAL_SKILLS_DIR, USER_MEMORY, Mounts};
 
 /// Everything `inspect` reports.
 #[derive(Debug, Clone, Serialize)]
@@ -153,7 +153,7 @@ fn provider_body((spec, options): &ParsedModel, request: &ModelRequest) -> Optio
 /// when it has one).
 pub async fn inspect(
     model: &str,
-    workspace: &Workspace,
+    workspace: &Mounts,
     sandbox: &Selected,
     task: &str,
 ) -> Result<InspectReport> {
@@ -169,7 +169,7 @@ pub async fn inspect(
 /// `trellis run`. Subagents run on the stand-in model (no model is called).
 pub async fn inspect_config(
     config: &RunConfig,
-    workspace: &Workspace,
+    workspace: &Mounts,
     sub_skills: Vec<Vec<SkillSource>>,
     sandbox: &Selected,
     task: &str,
@@ -187,7 +187,7 @@ pub async fn inspect_config(
     if let Some(sandbox) = &sandbox.sandbox {
         builder = builder.sandbox(sandbox.clone());
     }
-    builder = run_cli::configure(builder, config, workspace, sub_skills, Vec::new())?;
+    builder = run::configure(builder, config, workspace, sub_skills, Vec::new())?;
     for path in &workspace.memory {
         builder = builder.memory_source(path.clone());
     }

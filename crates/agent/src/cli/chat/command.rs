@@ -8,7 +8,7 @@
 
 use trellis_middleware::skills::SkillCatalog;
 
-use crate::pin;
+use crate::cli::pin;
 
 /// The chat's own commands, with their one-line help.
 pub const COMMANDS: [(&str, &str); 9] = [
@@ -136,7 +136,7 @@ pub fn words(catalog: &SkillCatalog) -> Vec<String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::pin::test_catalog as catalog;
+    use crate::cli::pin::test_catalog as catalog;
 
     #[test]
     fn commands_pins_text_and_unknown_words() {

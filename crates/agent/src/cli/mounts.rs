@@ -12,7 +12,7 @@
 //!
 //! Mount names come from the last path segment that is not `skills` (so a source's label reads like
 //! its team or project); clashes get `-2`, `-3`, …. The skill and memory mounts are shared by every
-//! thread ([`Workspace::layout`]); everything else a thread writes is its own and comes back when the
+//! thread ([`Mounts::layout`]); everything else a thread writes is its own and comes back when the
 //! thread resumes.
 
 use std::collections::BTreeSet;
@@ -30,7 +30,7 @@ use trellis_middleware::tools::{Access, FileLayout, PermissionRule, Permissions}
 
 /// The agent's backend and where its skills and memory are.
 #[derive(Debug, Clone)]
-pub struct Workspace {
+pub struct Mounts {
     /// The composite backend the tools, skills and memory share.
     pub backend: Arc<dyn Backend>,
     /// Skill sources, in the order given.
@@ -50,7 +50,7 @@ pub const USER_MEMORY: [&str; 3] = ["agents/AGENTS.md", "agents/USER.md", "agent
 /// The personal skills directory `--user` loads, relative to the user's workspace.
 pub const PERSONAL_SKILLS_DIR: &str = "agents/skills";
 
-impl Workspace {
+impl Mounts {
     /// The file layout for runs on this workspace: each thread's own files at `/`, the skill and
     /// memory mounts shared, the user's workspace at `/workspace` when there is one.
     pub fn layout(&self) -> FileLayout {
@@ -152,7 +152,7 @@ fn split_file(source: &str) -> Result<(String, String)> {
 }
 
 /// Build the workspace for the given sources.
-pub fn assemble(skills: &[String], memory: &[String], workdir: Option<&Path>) -> Result<Workspace> {
+pub fn assemble(skills: &[String], memory: &[String], workdir: Option<&Path>) -> Result<Mounts> {
     let user_files: Option<Arc<dyn Backend>> = match workdir {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -192,7 +192,7 @@ pub fn assemble(skills: &[String], memory: &[String], workdir: Option<&Path>) ->
         .iter()
         .map(|at| SkillSource::new(backend.clone(), at).map_err(anyhow::Error::from))
         .collect::<Result<Vec<_>>>()?;
-    Ok(Workspace {
+    Ok(Mounts {
         backend,
         skills,
         memory: memory_paths,

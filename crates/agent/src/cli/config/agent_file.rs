@@ -14,11 +14,8 @@
 //! * Without `--agent`, a missing `trellis.toml` is no error: the flags alone are used.
 //!
 //! The file is configuration of the agent, not state: nothing in it belongs to a thread or a
-//! user. What a run was built from is saved with the thread (see [`crate::run_cli`]), so a later
+//! user. What a run was built from is saved with the thread (see [`crate::cli::run`]), so a later
 //! `trellis resume` rebuilds the same agent even if the file changed.
-
-mod error;
-pub mod sections;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,17 +23,16 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-pub use error::AgentFileError;
-use error::line_of_key;
-pub use sections::{LimitsSettings, PermissionSpec, SubagentConfig, SummarizationSettings};
+use super::error::{self, AgentFileError, line_of_key};
+use super::sections::{LimitsSettings, PermissionSpec, SubagentConfig, SummarizationSettings};
 
-use crate::approval_cli;
+use crate::cli::approvals;
 use crate::mcp::McpServerConfig;
 use crate::model_settings::ModelSettings;
 use crate::providers::ModelSpec;
-use crate::run_cli::RunConfig;
-use crate::sandbox_cli::SandboxChoice;
-use crate::skills_cli::CacheChoice;
+use crate::cli::run::RunConfig;
+use crate::cli::sandbox::SandboxChoice;
+use crate::cli::skills::CacheChoice;
 
 /// The file looked for in the working directory when `--agent` is not given.
 pub const DEFAULT_FILE: &str = "trellis.toml";
@@ -215,7 +211,7 @@ pub fn parse(path: &Path, text: &str) -> Result<AgentFile, AgentFileError> {
             .map_err(|e| invalid("mcp.servers", 0, name, e.to_string()))?;
     }
     if let Some(ask) = &file.approvals.ask {
-        approval_cli::gate(ask).map_err(|e| invalid("approvals", 0, "ask", e.to_string()))?;
+        approvals::gate(ask).map_err(|e| invalid("approvals", 0, "ask", e.to_string()))?;
     }
     for (i, rule) in file.permissions.iter().enumerate() {
         rule.rule().map_err(|e| invalid("permissions", i, "pattern", e))?;
@@ -320,7 +316,7 @@ pub fn resolve(agent: Option<&Path>, cwd: &Path, flags: Flags) -> Result<RunConf
             flags.ask,
             file.approvals
                 .ask
-                .unwrap_or_else(|| vec![approval_cli::DEFAULT_ASK.to_owned()]),
+                .unwrap_or_else(|| vec![approvals::DEFAULT_ASK.to_owned()]),
         ),
         model_settings: file.model_settings.overridden_by(&flags.model_settings),
         system_prompt: file.system_prompt,

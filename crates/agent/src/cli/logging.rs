@@ -7,16 +7,16 @@ use std::io::IsTerminal;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 #[cfg(feature = "otel")]
-use trellis_agent::telemetry::{OtlpConfig, Telemetry};
+use crate::telemetry::{OtlpConfig, Telemetry};
 
 /// Without the `otel` feature there is nothing to shut down.
 #[cfg(not(feature = "otel"))]
 #[derive(Debug)]
-pub(crate) struct Telemetry;
+pub struct Telemetry;
 
 #[cfg(not(feature = "otel"))]
 impl Telemetry {
-    pub(crate) fn shutdown(self, _timeout: std::time::Duration) -> Shutdown {
+    pub fn shutdown(self, _timeout: std::time::Duration) -> Shutdown {
         Shutdown {
             dropped_spans: 0,
             flushed: true,
@@ -25,7 +25,7 @@ impl Telemetry {
 }
 
 #[cfg(not(feature = "otel"))]
-pub(crate) struct Shutdown {
+pub struct Shutdown {
     dropped_spans: u64,
     flushed: bool,
 }
@@ -35,19 +35,19 @@ const TELEMETRY_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(5
 
 /// `--otlp` and `--otlp-content`.
 #[derive(clap::Args, Debug, Clone)]
-pub(crate) struct Otlp {
+pub struct Otlp {
     /// Send traces and metrics to this OpenTelemetry collector (OTLP over HTTP, e.g.
     /// http://localhost:4318); the OTEL_EXPORTER_OTLP_* variables work too.
     #[arg(long = "otlp", value_name = "URL")]
-    pub(crate) url: Option<String>,
+    pub url: Option<String>,
     /// Put prompts, completions and tool arguments and results into the exported spans (off:
     /// only names, ids, token counts and timings are sent).
     #[arg(long = "otlp-content")]
-    pub(crate) content: bool,
+    pub content: bool,
 }
 
 /// Log to stderr at the level `-v`/`-q` ask for, unless `RUST_LOG` says otherwise.
-pub(crate) fn init_logging(verbose: u8, quiet: bool, otlp: Option<&Otlp>) -> Option<Telemetry> {
+pub fn init_logging(verbose: u8, quiet: bool, otlp: Option<&Otlp>) -> Option<Telemetry> {
     use tracing_subscriber::prelude::*;
     let default = default_level(verbose, quiet);
     let rust_log = std::env::var("RUST_LOG").unwrap_or_default();
@@ -103,7 +103,7 @@ fn use_color(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bo
 }
 
 /// Send the last spans (waiting at most [`TELEMETRY_SHUTDOWN`]) and say once what was lost.
-pub(crate) fn finish_telemetry(telemetry: Option<Telemetry>) {
+pub fn finish_telemetry(telemetry: Option<Telemetry>) {
     if let Some(telemetry) = telemetry {
         // The runtime's workers keep exporting while this thread waits.
         let report = telemetry.shutdown(TELEMETRY_SHUTDOWN);

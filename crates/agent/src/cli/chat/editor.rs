@@ -17,7 +17,7 @@ use rustyline::history::DefaultHistory;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{Context, Editor, Helper};
 
-use crate::approval_cli::Asker;
+use crate::cli::approvals::Asker;
 
 /// What a read gave.
 #[derive(Debug, PartialEq, Eq)]

@@ -21,7 +21,7 @@
 
 use trellis_middleware::skills::{DiscoveryOptions, SkillCatalog, SkillSource, discover};
 
-use crate::workspace::{PERSONAL_SKILLS_DIR, Workspace};
+use crate::cli::mounts::{PERSONAL_SKILLS_DIR, Mounts};
 
 /// How many close names an [`PinError::UnknownSkill`] lists at most.
 const CLOSE_NAMES: usize = 5;
@@ -115,7 +115,7 @@ pub fn close_names<'a>(word: &str, names: impl IntoIterator<Item = &'a str>) -> 
 
 /// The skills a pin may name in `ws`: its skill sources, and with a user their personal skills
 /// (which win over a shared skill of the same name, as in the agent).
-pub async fn catalog(ws: &Workspace) -> SkillCatalog {
+pub async fn catalog(ws: &Mounts) -> SkillCatalog {
     let mut sources = ws.skills.clone();
     if let Some(files) = &ws.user_files
         && let Ok(personal) =

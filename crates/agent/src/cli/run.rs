@@ -1,5 +1,5 @@
 //! `trellis run` and `trellis resume`: build the agent a [`RunConfig`] describes, run a thread,
-//! and carry it through approvals (see [`crate::approval_cli`]).
+//! and carry it through approvals (see [`crate::cli::approvals`]).
 //!
 //! `run` saves its configuration beside the thread (`<state-dir>/runs/<thread>.json`, local paths
 //! made absolute), so `trellis resume ID --state-dir DIR` rebuilds the same agent in another
@@ -21,17 +21,18 @@ use trellis_middleware::skills::PIN_SKILLS;
 use trellis_middleware::tools::{CommandPolicy, UserFiles, UserIdentity};
 use trellis_middleware::{Agent, BackendCheckpointer, ChatModel, Decisions, RunInput, SkillSource, ThreadId};
 
-use crate::agent_file::{LimitsSettings, PermissionSpec, SubagentConfig, SummarizationSettings};
-use crate::approval_cli::{self, ApproveRule, EXIT_WAITING, LinePrompter, Outcome, Prompter};
+use crate::cli::config::{LimitsSettings, PermissionSpec, SubagentConfig, SummarizationSettings};
+use crate::cli::approvals::{self, ApproveRule, EXIT_WAITING, LinePrompter, Outcome, Prompter};
 use crate::builder::{DeclaredSubagent, DeepAgentBuilder, deep_agent};
 use crate::mcp::{McpServerConfig, McpServers};
 use crate::model_settings::{ModelSettings, ModelSettingsMiddleware};
-use crate::pin::{self, Leading};
-use crate::run_output::{self, OutputMode};
-use crate::run_summary::Prices;
-use crate::sandbox_cli::{self, SandboxChoice};
-use crate::skills_cli::{self, CacheChoice};
-use crate::{providers, threads_cli, workspace};
+use crate::cli::pin::{self, Leading};
+use crate::cli::output::{self, OutputMode};
+use crate::cli::summary::Prices;
+use crate::cli::sandbox::{self, SandboxChoice};
+use crate::cli::skills::{self, CacheChoice};
+use crate::cli::{mounts, threads};
+use crate::providers;
 
 /// What `trellis run` was told, as saved for `trellis resume`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -224,7 +225,7 @@ pub struct Built {
     /// The agent.
     pub agent: Agent,
     /// The skills, memory and user files it was built from.
-    pub ws: workspace::Workspace,
+    pub ws: mounts::Mounts,
     /// The threads of the state dir.
     pub checkpointer: Arc<BackendCheckpointer>,
 }
@@ -245,7 +246,7 @@ impl Built {
 /// Build the agent of `config`, keeping threads in `state_dir` (created if missing).
 pub async fn build(config: &RunConfig, state_dir: &Path, servers: Option<Arc<McpServers>>) -> Result<Built> {
     let model = providers::connect_model_string(&config.model).await?;
-    let sandbox = sandbox_cli::select(config.sandbox)?;
+    let sandbox = sandbox::select(config.sandbox)?;
     if let Some(note) = &sandbox.status.note {
         tracing::warn!("{note}");
     }
@@ -261,7 +262,7 @@ pub async fn build(config: &RunConfig, state_dir: &Path, servers: Option<Arc<Mcp
         });
     }
     std::fs::create_dir_all(state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
-    let checkpointer = Arc::new(threads_cli::checkpointer(state_dir)?);
+    let checkpointer = Arc::new(threads::checkpointer(state_dir)?);
     // The thread's own files live in the state dir beside its checkpoints; skills and memory are
     // shared mounts; --workdir is the user's workspace at /workspace.
     let mut builder = deep_agent(model)
@@ -269,7 +270,7 @@ pub async fn build(config: &RunConfig, state_dir: &Path, servers: Option<Arc<Mcp
         .file_layout(ws.layout())
         .checkpointer(checkpointer.clone());
     builder = configure(builder, config, &ws, sub_skills, sub_models)?;
-    builder = builder.skills_persisted(skills_cli::persistence(&ws, &config.skills, &config.skills_cache));
+    builder = builder.skills_persisted(skills::persistence(&ws, &config.skills, &config.skills_cache));
     for path in &ws.memory {
         builder = builder.memory_source(path.clone());
     }
@@ -287,10 +288,10 @@ pub async fn build(config: &RunConfig, state_dir: &Path, servers: Option<Arc<Mcp
     }
     if ws.user.is_some() {
         builder = builder
-            .user_memory(workspace::USER_MEMORY)
-            .personal_skills(workspace::PERSONAL_SKILLS_DIR);
+            .user_memory(mounts::USER_MEMORY)
+            .personal_skills(mounts::PERSONAL_SKILLS_DIR);
     }
-    if let Some(gate) = approval_cli::gate(&config.ask)? {
+    if let Some(gate) = approvals::gate(&config.ask)? {
         builder = builder.interrupt_on(gate);
     }
     Ok(Built {
@@ -307,14 +308,14 @@ pub async fn start_thread(
     fork: Option<String>,
 ) -> Result<ThreadId> {
     Ok(match (fork, thread) {
-        (Some(spec), _) => threads_cli::fork(checkpointer, &spec).await?,
+        (Some(spec), _) => threads::fork(checkpointer, &spec).await?,
         (None, Some(id)) => ThreadId::new(id)?,
         (None, None) => ThreadId::generate(),
     })
 }
 
-/// The first input of a task: a leading `/skill` pins that skill (see [`crate::pin`]).
-pub async fn task_input(task: String, ws: &workspace::Workspace) -> Result<RunInput> {
+/// The first input of a task: a leading `/skill` pins that skill (see [`crate::cli::pin`]).
+pub async fn task_input(task: String, ws: &mounts::Mounts) -> Result<RunInput> {
     if pin::leading_word(&task).is_none() && !task.starts_with("//") {
         return Ok(RunInput::human(task));
     }
@@ -363,7 +364,7 @@ async fn run_agent(
                 Outcome::Waiting(waiting) => {
                     eprint!(
                         "{}",
-                        approval_cli::waiting_message(&interrupt, &waiting, state_dir)
+                        approvals::waiting_message(&interrupt, &waiting, state_dir)
                     );
                     return Ok(ExitCode::from(EXIT_WAITING));
                 }
@@ -376,12 +377,12 @@ async fn run_agent(
 
 /// The workspace for `config`, with the subagents' own skills sources mounted after the main
 /// agent's; returns, per subagent, its sources.
-pub fn assemble(config: &RunConfig) -> Result<(workspace::Workspace, Vec<Vec<SkillSource>>)> {
+pub fn assemble(config: &RunConfig) -> Result<(mounts::Mounts, Vec<Vec<SkillSource>>)> {
     let mut all = config.skills.clone();
     for sub in &config.subagents {
         all.extend(sub.skills.iter().cloned());
     }
-    let mut ws = workspace::assemble(&all, &config.memory, config.workdir.as_deref())?;
+    let mut ws = mounts::assemble(&all, &config.memory, config.workdir.as_deref())?;
     let mut rest = ws.skills.split_off(config.skills.len().min(ws.skills.len()));
     let mut per_subagent = Vec::new();
     for sub in &config.subagents {
@@ -397,7 +398,7 @@ pub fn assemble(config: &RunConfig) -> Result<(workspace::Workspace, Vec<Vec<Ski
 pub fn configure(
     mut builder: DeepAgentBuilder,
     config: &RunConfig,
-    ws: &workspace::Workspace,
+    ws: &mounts::Mounts,
     sub_skills: Vec<Vec<SkillSource>>,
     sub_models: Vec<Option<Arc<dyn ChatModel>>>,
 ) -> Result<DeepAgentBuilder> {
@@ -463,13 +464,13 @@ async fn drive(
         OutputMode::Plain
     };
     let started = std::time::Instant::now();
-    let (events, printed) = run_output::sink(mode, approvals.prices.clone());
+    let (events, printed) = output::sink(mode, approvals.prices.clone());
     let mut input = prepare(first).events(events.clone());
     loop {
         let out = agent.run(input).await?;
         let Some(interrupt) = &out.interrupt else {
-            run_output::finish(&out, mode, &printed);
-            run_output::summary(&printed, mode, started.elapsed());
+            output::finish(&out, mode, &printed);
+            output::summary(&printed, mode, started.elapsed());
             return Ok(ExitCode::SUCCESS);
         };
         match decide(interrupt, approvals)? {
@@ -477,10 +478,10 @@ async fn drive(
                 input = prepare(RunInput::resume(decisions)).events(events.clone());
             }
             Outcome::Waiting(waiting) => {
-                run_output::summary(&printed, mode, started.elapsed());
+                output::summary(&printed, mode, started.elapsed());
                 eprint!(
                     "{}",
-                    approval_cli::waiting_message(interrupt, &waiting, state_dir)
+                    approvals::waiting_message(interrupt, &waiting, state_dir)
                 );
                 return Ok(ExitCode::from(EXIT_WAITING));
             }
@@ -492,10 +493,10 @@ async fn drive(
 fn decide(interrupt: &trellis_middleware::Interrupt, approvals: &Approvals) -> Result<Outcome> {
     let given = approvals.given.as_ref();
     if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
-        return approval_cli::decide(interrupt, &approvals.rule, given, None);
+        return approvals::decide(interrupt, &approvals.rule, given, None);
     }
     let mut prompter = LinePrompter::new(std::io::stdin().lock(), std::io::stderr());
-    approval_cli::decide(
+    approvals::decide(
         interrupt,
         &approvals.rule,
         given,
@@ -544,7 +545,7 @@ mod tests {
             sandbox: Some(SandboxChoice::None),
             sandbox_network: false,
             allow_command: Vec::new(),
-            ask: vec![approval_cli::DEFAULT_ASK.into()],
+            ask: vec![approvals::DEFAULT_ASK.into()],
             model_settings: ModelSettings::default(),
             system_prompt: None,
             memory_budget_chars: None,

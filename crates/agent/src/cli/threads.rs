@@ -68,7 +68,7 @@ pub async fn delete(state_dir: &Path, id: &str) -> Result<ExitCode> {
         bail!("no thread {thread} in {}", state_dir.display());
     }
     checkpointer.delete(&thread).await?;
-    crate::run_cli::delete_config(state_dir, &thread)?;
+    crate::cli::run::delete_config(state_dir, &thread)?;
     println!("deleted thread {thread}");
     Ok(ExitCode::SUCCESS)
 }
