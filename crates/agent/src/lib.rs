@@ -21,6 +21,7 @@ pub use trellis_middleware::backend;
 pub use trellis_middleware::tools;
 
 pub mod builder;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod mcp;
 pub mod model_settings;

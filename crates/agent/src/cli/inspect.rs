@@ -4,6 +4,7 @@
 //! chosen provider's declared capabilities (so cache breakpoints land where they would), answers at
 //! once, and records the request. No API key is needed.
 
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -18,10 +19,42 @@ use trellis_middleware::{
 };
 
 use crate::builder::deep_agent;
-use crate::providers::{self, ModelOptions, ModelSpec};
-use crate::cli::run::{self, RunConfig};
+use crate::cli::args::{DEFAULT_INSPECT_MODEL, InspectArgs};
+use crate::cli::assemble;
+use crate::cli::config::{self, Flags, RunConfig};
+use crate::cli::mounts::{Mounts, PERSONAL_SKILLS_DIR, USER_MEMORY};
+use crate::cli::sandbox;
 use crate::cli::sandbox::{SandboxStatus, Selected};
-use crate::cli::mounts::{PERSONAL_SKILLS_DIR, USER_MEMORY, Mounts};
+use crate::cli::state_dir::StateDir;
+use crate::providers::{self, ModelOptions, ModelSpec};
+
+/// `trellis inspect`: assemble the agent as `trellis run` would and print its first request
+/// (text, or JSON with `--json`).
+pub async fn command(args: InspectArgs) -> Result<ExitCode> {
+    let flags = Flags {
+        model: args.model,
+        fallback_model: Some(DEFAULT_INSPECT_MODEL.to_owned()),
+        model_settings: args.settings.settings(),
+        skills: args.skills,
+        memory: args.memory,
+        workdir: args.workdir,
+        sandbox: args.sandbox,
+        ..Flags::default()
+    };
+    let config = config::resolve(args.agent.as_deref(), &std::env::current_dir()?, flags)?;
+    let (mut mounts, sub_skills) = assemble::mounts_of(&config)?;
+    if let Some(user) = &args.user {
+        mounts = mounts.for_user(user, &StateDir::new(args.state_dir))?;
+    }
+    let sandbox = sandbox::select(config.sandbox)?;
+    let report = inspect_config(&config, &mounts, sub_skills, &sandbox, &args.task).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_text(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
 /// Everything `inspect` reports.
 #[derive(Debug, Clone, Serialize)]
@@ -187,7 +220,7 @@ pub async fn inspect_config(
     if let Some(sandbox) = &sandbox.sandbox {
         builder = builder.sandbox(sandbox.clone());
     }
-    builder = run::configure(builder, config, workspace, sub_skills, Vec::new())?;
+    builder = assemble::configure(builder, config, workspace, sub_skills, Vec::new())?;
     for path in &workspace.memory {
         builder = builder.memory_source(path.clone());
     }

@@ -4,10 +4,10 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
-use tracing_subscriber::filter::LevelFilter;
 #[cfg(feature = "otel")]
 use crate::telemetry::{OtlpConfig, Telemetry};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::LevelFilter;
 
 /// Without the `otel` feature there is nothing to shut down.
 #[cfg(not(feature = "otel"))]

@@ -28,6 +28,8 @@ use trellis_middleware::backend::{
 };
 use trellis_middleware::tools::{Access, FileLayout, PermissionRule, Permissions};
 
+use crate::cli::state_dir::StateDir;
+
 /// The agent's backend and where its skills and memory are.
 #[derive(Debug, Clone)]
 pub struct Mounts {
@@ -63,13 +65,12 @@ impl Mounts {
 
     /// Run as `user` (`--user`): the id must be one safe path segment (else the typed
     /// `InvalidScopeId` naming it); their workspace is the `--workdir` already given, else
-    /// `<state_dir>/users/<user>` (created if missing). Their memory ([`USER_MEMORY`]) and personal
+    /// `users/<user>` in the state dir (created if missing). Their memory ([`USER_MEMORY`]) and personal
     /// skills ([`PERSONAL_SKILLS_DIR`]) are read from it.
-    pub fn for_user(mut self, user: &str, state_dir: &Path) -> Result<Self> {
+    pub fn for_user(mut self, user: &str, state_dir: &StateDir) -> Result<Self> {
         let id = ScopeId::user(user)?;
         if self.user_files.is_none() {
-            let dir = state_dir.join("users").join(id.as_str());
-            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            let dir = state_dir.user_dir(&id)?;
             self.user_files = Some(Arc::new(FilesystemBackend::new(&dir)?));
         }
         self.user = Some(id.as_str().to_owned());
@@ -151,8 +152,15 @@ fn split_file(source: &str) -> Result<(String, String)> {
     Ok((dir.to_owned(), file.to_owned()))
 }
 
-/// Build the workspace for the given sources.
-pub fn assemble(skills: &[String], memory: &[String], workdir: Option<&Path>) -> Result<Mounts> {
+impl Mounts {
+    /// Mount the given sources (and `workdir` at `/workspace`).
+    pub fn from_sources(skills: &[String], memory: &[String], workdir: Option<&Path>) -> Result<Self> {
+        assemble(skills, memory, workdir)
+    }
+}
+
+/// Mount the given sources.
+fn assemble(skills: &[String], memory: &[String], workdir: Option<&Path>) -> Result<Mounts> {
     let user_files: Option<Arc<dyn Backend>> = match workdir {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

@@ -21,7 +21,7 @@
 
 use trellis_middleware::skills::{DiscoveryOptions, SkillCatalog, SkillSource, discover};
 
-use crate::cli::mounts::{PERSONAL_SKILLS_DIR, Mounts};
+use crate::cli::mounts::{Mounts, PERSONAL_SKILLS_DIR};
 
 /// How many close names an [`PinError::UnknownSkill`] lists at most.
 const CLOSE_NAMES: usize = 5;

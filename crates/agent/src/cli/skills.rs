@@ -27,7 +27,7 @@ use trellis_middleware::skills::{
     discover_persisted, escape_controls as safe,
 };
 
-use crate::cli::mounts;
+use crate::cli::mounts::Mounts;
 
 /// Where `list`, `validate` and `run` keep persisted catalogs.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -49,11 +49,7 @@ fn origin(source: &str) -> String {
 
 /// How each source of `ws` is persisted under `cache` (none with `--no-cache`): the local cache
 /// directory, and for a bucket its published index.
-pub fn persistence(
-    ws: &mounts::Mounts,
-    sources: &[String],
-    cache: &CacheChoice,
-) -> Vec<Option<Persisted>> {
+pub fn persistence(ws: &Mounts, sources: &[String], cache: &CacheChoice) -> Vec<Option<Persisted>> {
     if cache.disabled {
         return Vec::new();
     }
@@ -84,8 +80,8 @@ pub fn persistence(
         .collect()
 }
 
-async fn scan(sources: &[String], cache: &CacheChoice) -> Result<(SkillCatalog, mounts::Mounts)> {
-    let ws = mounts::assemble(sources, &[], None)?;
+async fn scan(sources: &[String], cache: &CacheChoice) -> Result<(SkillCatalog, Mounts)> {
+    let ws = Mounts::from_sources(sources, &[], None)?;
     let progress = std::io::stderr().is_terminal();
     if progress {
         eprint!("scanning {} source(s)…", sources.len());
@@ -112,7 +108,7 @@ async fn scan(sources: &[String], cache: &CacheChoice) -> Result<(SkillCatalog, 
 }
 
 /// The source as the user gave it, for a catalog source index.
-fn given(ws: &mounts::Mounts, sources: &[String], index: usize) -> String {
+fn given(ws: &Mounts, sources: &[String], index: usize) -> String {
     ws.mounts
         .get(index)
         .map(|(_, s)| s.clone())
@@ -130,7 +126,7 @@ pub async fn index(url: &str) -> Result<ExitCode> {
         );
     }
     let sources = [url.to_owned()];
-    let ws = mounts::assemble(&sources, &[], None)?;
+    let ws = Mounts::from_sources(&sources, &[], None)?;
     let source = ws.skills.first().context("no source")?;
     let index = Arc::new(BucketIndex::new(ws.backend.clone(), source.path())?);
     let persisted = [Some(Persisted {

@@ -7,37 +7,31 @@
 //! step added); `delete` removes all of it. Text that came from the model or from tools goes
 //! through `escape_controls`, so a stored message cannot send terminal escape sequences.
 
-use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use trellis_middleware::backend::{Backend, DEFAULT_LIST_LIMIT, FilesystemBackend, VirtualPath};
+use trellis_middleware::backend::{DEFAULT_LIST_LIMIT, VirtualPath};
 use trellis_middleware::skills::escape_controls as safe;
 use trellis_middleware::{BackendCheckpointer, CheckpointInfo, Checkpointer, Message, ThreadId};
+
+use crate::cli::config::RunConfig;
+use crate::cli::state_dir::StateDir;
 
 /// Characters of a message `show` prints.
 pub const BRIEF_CHARS: usize = 120;
 
-/// The checkpointer `trellis run` uses for `state_dir`.
-pub fn checkpointer(state_dir: &Path) -> Result<BackendCheckpointer> {
-    std::fs::create_dir_all(state_dir).with_context(|| format!("cannot create {}", state_dir.display()))?;
-    let store: Arc<dyn Backend> = Arc::new(FilesystemBackend::new(state_dir)?);
-    Ok(BackendCheckpointer::new(store, VirtualPath::parse("/threads")?)?)
-}
-
 /// Print the ids of the stored threads, one a line, sorted.
-pub async fn list(state_dir: &Path) -> Result<ExitCode> {
-    for id in checkpointer(state_dir)?.threads().await? {
+pub async fn list(state_dir: &StateDir) -> Result<ExitCode> {
+    for id in state_dir.checkpointer()?.threads().await? {
         println!("{id}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Print a thread's messages in brief and its files.
-pub async fn show(state_dir: &Path, id: &str) -> Result<ExitCode> {
+pub async fn show(state_dir: &StateDir, id: &str) -> Result<ExitCode> {
     let thread = ThreadId::new(id)?;
-    let checkpointer = checkpointer(state_dir)?;
+    let checkpointer = state_dir.checkpointer()?;
     let Some(stored) = checkpointer.load(&thread).await? else {
         bail!("no thread {thread} in {}", state_dir.display());
     };
@@ -61,14 +55,14 @@ pub async fn show(state_dir: &Path, id: &str) -> Result<ExitCode> {
 }
 
 /// Delete a thread: its checkpoints and its files.
-pub async fn delete(state_dir: &Path, id: &str) -> Result<ExitCode> {
+pub async fn delete(state_dir: &StateDir, id: &str) -> Result<ExitCode> {
     let thread = ThreadId::new(id)?;
-    let checkpointer = checkpointer(state_dir)?;
+    let checkpointer = state_dir.checkpointer()?;
     if checkpointer.load(&thread).await?.is_none() {
         bail!("no thread {thread} in {}", state_dir.display());
     }
     checkpointer.delete(&thread).await?;
-    crate::cli::run::delete_config(state_dir, &thread)?;
+    RunConfig::delete_saved(state_dir, &thread)?;
     println!("deleted thread {thread}");
     Ok(ExitCode::SUCCESS)
 }
@@ -76,8 +70,8 @@ pub async fn delete(state_dir: &Path, id: &str) -> Result<ExitCode> {
 /// Collect the garbage of one thread (or of every thread): step objects no head reaches and blobs
 /// no committed step names, when last modified at least `grace_s` seconds ago. Prints one line per
 /// thread and a total.
-pub async fn gc(state_dir: &Path, id: Option<&str>, grace_s: u64) -> Result<ExitCode> {
-    let checkpointer = checkpointer(state_dir)?;
+pub async fn gc(state_dir: &StateDir, id: Option<&str>, grace_s: u64) -> Result<ExitCode> {
+    let checkpointer = state_dir.checkpointer()?;
     let threads = match id {
         Some(id) => {
             let thread = ThreadId::new(id)?;
@@ -101,9 +95,9 @@ pub async fn gc(state_dir: &Path, id: Option<&str>, grace_s: u64) -> Result<Exit
 }
 
 /// Print one line per checkpoint of a thread, oldest first: `STEP  TIME  N msgs  SUMMARY`.
-pub async fn history(state_dir: &Path, id: &str) -> Result<ExitCode> {
+pub async fn history(state_dir: &StateDir, id: &str) -> Result<ExitCode> {
     let thread = ThreadId::new(id)?;
-    let history = checkpointer(state_dir)?.history(&thread).await?;
+    let history = state_dir.checkpointer()?.history(&thread).await?;
     if history.is_empty() {
         bail!("no thread {thread} in {}", state_dir.display());
     }

@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
+use trellis_agent::cli::config::RunConfig;
 use trellis_agent::cli::config::{self as agent_file, AgentFileError, Flags};
-use trellis_agent::cli::run::RunConfig;
 use trellis_agent::cli::sandbox::SandboxChoice;
 use trellis_middleware::ReasoningEffort;
 
@@ -442,7 +442,7 @@ async fn a_subagents_skills_are_listed_to_it_alone() {
     let text = "model = \"anthropic:claude-sonnet-4-5\"\nskills = [\"main-skills\"]\n[[subagents]]\n\
                 name = \"researcher\"\ndescription = \"Researches.\"\nprompt = \"Research.\"\nskills = [\"research-skills\"]\n";
     let config = resolve_in(dir.path(), text, Flags::default()).unwrap();
-    let (ws, sub_skills) = trellis_agent::cli::run::assemble(&config).unwrap();
+    let (ws, sub_skills) = trellis_agent::cli::assemble::mounts_of(&config).unwrap();
     let model = Arc::new(
         ScriptedModel::new()
             .then_tool_calls([ToolCall::new(
@@ -454,7 +454,7 @@ async fn a_subagents_skills_are_listed_to_it_alone() {
             .then_text("Done."),
     );
     let builder = trellis_agent::deep_agent(model.clone()).backend(ws.backend.clone());
-    let agent = trellis_agent::cli::run::configure(builder, &config, &ws, sub_skills, Vec::new())
+    let agent = trellis_agent::cli::assemble::configure(builder, &config, &ws, sub_skills, Vec::new())
         .unwrap()
         .build()
         .unwrap();

@@ -1,14 +1,15 @@
 //! `trellis inspect` on the bundled example agent: the exact first request, as a snapshot.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use trellis_agent::cli::inspect;
+use trellis_agent::cli::mounts::Mounts;
 use trellis_agent::cli::sandbox::{SandboxChoice, Selected, select};
-use trellis_agent::cli::{inspect, mounts};
 
 use crate::cli::example;
 
 #[tokio::test]
 async fn inspect_the_example_agent() {
-    let ws = mounts::assemble(&[example("skills")], &[example("AGENTS.md")], None).unwrap();
+    let ws = Mounts::from_sources(&[example("skills")], &[example("AGENTS.md")], None).unwrap();
     let report = inspect::inspect(
         "anthropic:claude-sonnet-4-5",
         &ws,
@@ -65,7 +66,7 @@ async fn inspect_the_example_agent() {
 /// with the same cache breakpoints.
 #[tokio::test]
 async fn inspect_renders_the_bedrock_and_vertex_bodies() {
-    let ws = mounts::assemble(&[example("skills")], &[example("AGENTS.md")], None).unwrap();
+    let ws = Mounts::from_sources(&[example("skills")], &[example("AGENTS.md")], None).unwrap();
     let none = Selected::none("--sandbox none");
     let anthropic = inspect::inspect("anthropic:claude-sonnet-4-5", &ws, &none, "hi")
         .await
@@ -103,7 +104,7 @@ async fn inspect_offers_execute_in_bubblewrap() {
         }
         Err(e) => return eprintln!("skipped: inspect with bubblewrap ({e})"),
     };
-    let ws = mounts::assemble(&[example("skills")], &[example("AGENTS.md")], None).unwrap();
+    let ws = Mounts::from_sources(&[example("skills")], &[example("AGENTS.md")], None).unwrap();
     let report = inspect::inspect("anthropic:claude-sonnet-4-5", &ws, &selected, "Fill in the form")
         .await
         .unwrap();

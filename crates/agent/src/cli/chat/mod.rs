@@ -28,7 +28,6 @@ pub mod command;
 pub mod editor;
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -40,10 +39,13 @@ use trellis_middleware::skills::{
 use trellis_middleware::{AgentError, Checkpointer, RunInput, ThreadId};
 
 use crate::cli::approvals::{self, Outcome, Prompter};
-use crate::mcp::McpServers;
-use crate::cli::run::{self, Approvals, Built, RunConfig};
+use crate::cli::assemble::{self, Built};
+use crate::cli::config::RunConfig;
 use crate::cli::output::{self, OutputMode};
+use crate::cli::run::Approvals;
+use crate::cli::state_dir::StateDir;
 use crate::cli::{pin, threads};
+use crate::mcp::McpServers;
 use command::{COMMANDS, Line};
 use editor::{LineEditor, Read};
 
@@ -64,11 +66,11 @@ pub struct ChatStart {
 /// `trellis chat`: start the MCP servers, talk until `/quit`, and stop them again.
 pub async fn chat(
     config: RunConfig,
-    state_dir: &Path,
+    state_dir: &StateDir,
     start: ChatStart,
     approvals: Approvals,
 ) -> Result<ExitCode> {
-    let servers = run::mcp_servers(&config)?;
+    let servers = assemble::mcp_servers(&config)?;
     let result = session(&config, state_dir, start, servers.clone(), &approvals).await;
     if let Some(servers) = servers {
         servers.shutdown().await;
@@ -80,7 +82,7 @@ pub async fn chat(
 struct Session<'a> {
     built: Built,
     config: &'a RunConfig,
-    state_dir: &'a Path,
+    state_dir: &'a StateDir,
     approvals: &'a Approvals,
     thread: ThreadId,
     catalog: SkillCatalog,
@@ -93,18 +95,18 @@ struct Session<'a> {
 
 async fn session(
     config: &RunConfig,
-    state_dir: &Path,
+    state_dir: &StateDir,
     start: ChatStart,
     servers: Option<Arc<McpServers>>,
     approvals: &Approvals,
 ) -> Result<ExitCode> {
-    let built = run::build(config, state_dir, servers).await?;
-    let thread = run::start_thread(&built.checkpointer, start.thread, start.fork).await?;
-    run::save_config(state_dir, &thread, config)?;
+    let built = assemble::build(config, state_dir, servers).await?;
+    let thread = assemble::start_thread(&built.checkpointer, start.thread, start.fork).await?;
+    config.save(state_dir, &thread)?;
     // From here on SIGINT is caught (it cancels a run), never the end of the process.
     let _sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let catalog = pin::catalog(&built.ws).await;
-    let history = history_file(state_dir, config.user.as_deref());
+    let history = state_dir.chat_history(config.user.as_deref());
     if let Some(dir) = history.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -220,7 +222,7 @@ impl Session<'_> {
 
     /// How to continue this thread later.
     fn come_back(&self) -> String {
-        let dir = self.state_dir.to_string_lossy();
+        let dir = self.state_dir.root().to_string_lossy();
         let quoted = shlex::try_quote(&dir)
             .map(|q| q.into_owned())
             .unwrap_or_else(|_| dir.to_string());
@@ -244,7 +246,7 @@ impl Session<'_> {
             Outcome::Waiting(_) => {
                 eprintln!(
                     "Still undecided. Answer the questions to go on, or leave with Ctrl-D and use {}",
-                    approvals::resume_command(self.thread.as_str(), self.state_dir)
+                    approvals::resume_command(self.thread.as_str(), self.state_dir.root())
                 );
                 // Leave on a second Ctrl-D / end of input, else ask again.
                 match self
@@ -414,7 +416,7 @@ impl Session<'_> {
         };
         let spec = format!("{}@{}", self.thread, stored.checkpoint.seq);
         let to = threads::fork(&self.built.checkpointer, &spec).await?;
-        run::save_config(self.state_dir, &to, self.config)?;
+        self.config.save(self.state_dir, &to)?;
         eprintln!("now on thread {to}; thread {} stays as it was", self.thread);
         self.thread = to;
         Ok(())
@@ -436,30 +438,5 @@ async fn show_file(backend: &dyn Backend, path: &str, what: &str) {
             }
         }
         Err(e) => eprintln!("── {what}: {} (not loaded: {})", safe(path), safe(&e)),
-    }
-}
-
-/// Where the editor keeps the input history: one file per `--user` (an id already validated by
-/// the workspace, so it names one file under the directory), else one for the state dir.
-fn history_file(state_dir: &Path, user: Option<&str>) -> PathBuf {
-    match user {
-        Some(user) => state_dir.join("chat-history.users").join(user),
-        None => state_dir.join("chat-history"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_user_has_an_input_history_of_their_own() {
-        let dir = Path::new("/state");
-        let ann = history_file(dir, Some("ann"));
-        let bob = history_file(dir, Some("bob"));
-        assert_ne!(ann, bob);
-        assert_ne!(ann, history_file(dir, None));
-        assert!(ann.starts_with("/state/chat-history.users"));
-        assert!(!ann.starts_with("/state/users"), "outside the user's workspace");
     }
 }

@@ -14,7 +14,7 @@
 //! * Without `--agent`, a missing `trellis.toml` is no error: the flags alone are used.
 //!
 //! The file is configuration of the agent, not state: nothing in it belongs to a thread or a
-//! user. What a run was built from is saved with the thread (see [`crate::cli::run`]), so a later
+//! user. What a run was built from is saved with the thread (see [`crate::cli::config::run_config`]), so a later
 //! `trellis resume` rebuilds the same agent even if the file changed.
 
 use std::collections::BTreeMap;
@@ -26,13 +26,13 @@ use serde::Deserialize;
 use super::error::{self, AgentFileError, line_of_key};
 use super::sections::{LimitsSettings, PermissionSpec, SubagentConfig, SummarizationSettings};
 
+use super::run_config::RunConfig;
 use crate::cli::approvals;
+use crate::cli::sandbox::SandboxChoice;
+use crate::cli::skills::CacheChoice;
 use crate::mcp::McpServerConfig;
 use crate::model_settings::ModelSettings;
 use crate::providers::ModelSpec;
-use crate::cli::run::RunConfig;
-use crate::cli::sandbox::SandboxChoice;
-use crate::cli::skills::CacheChoice;
 
 /// The file looked for in the working directory when `--agent` is not given.
 pub const DEFAULT_FILE: &str = "trellis.toml";

@@ -1,4 +1,4 @@
-//! The agent file's tables that are also saved with a run ([`RunConfig`](crate::cli::run::RunConfig)):
+//! The agent file's tables that are also saved with a run ([`RunConfig`](crate::cli::config::RunConfig)):
 //! permissions, summarization, file-tool limits and subagents. Each says what it maps to in the
 //! builder; nothing here adds behaviour the runtime lacks.
 
