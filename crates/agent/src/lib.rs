@@ -10,8 +10,12 @@
 //!   documented default stack (filesystem, skills, memory, prompt caching, retries);
 //! * [`mcp`]: MCP servers (stdio or streamable HTTP, on the official `rmcp` SDK) bound to skills
 //!   as tool groups, started lazily, gated by the user's roles;
-//! * [`workspace`], [`inspect`], [`skills_cli`], [`threads_cli`], [`sandbox_cli`], [`run_output`]: what the `trellis`
-//!   command line is made of.
+//! * [`model_settings`]: typed request settings (temperature, stop, …) and the middleware that puts
+//!   them on every model call;
+//! * `telemetry` (feature `otel`, on by default): OpenTelemetry export of the runtime's spans and
+//!   metrics over OTLP;
+//! * `cli` (feature `cli`, on by default): the `trellis` command line, each command in a module of
+//!   its own. Without the feature the crate compiles no clap, rustyline or toml.
 
 /// The runtime layer this crate is built on, re-exported for applications.
 pub use trellis_middleware as middleware;

@@ -1,5 +1,4 @@
-//! Logging and telemetry set-up of the `trellis` binary (a module of `main.rs`, not of the
-//! library): the stderr log filtered by `-v` / `-q` / `RUST_LOG`, and the OTLP export layers when
+//! Logging and telemetry set-up of the `trellis` command line: the stderr log filtered by `-v` / `-q` / `RUST_LOG`, and the OTLP export layers when
 //! `--otlp` or the `OTEL_EXPORTER_OTLP_*` variables ask for them.
 
 use std::io::IsTerminal;
@@ -25,6 +24,7 @@ impl Telemetry {
 }
 
 #[cfg(not(feature = "otel"))]
+#[derive(Debug)]
 pub struct Shutdown {
     dropped_spans: u64,
     flushed: bool,
