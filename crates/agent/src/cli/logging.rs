@@ -1,5 +1,6 @@
-//! Logging and telemetry set-up of the `trellis` command line: the stderr log filtered by `-v` / `-q` / `RUST_LOG`, and the OTLP export layers when
-//! `--otlp` or the `OTEL_EXPORTER_OTLP_*` variables ask for them.
+//! Logging and telemetry set-up of the `trellis` command line: the stderr log filtered by `-v` /
+//! `-q` / `RUST_LOG`, and the OTLP export layers when `--otlp` or the `OTEL_EXPORTER_OTLP_*`
+//! variables ask for them.
 
 use std::io::IsTerminal;
 

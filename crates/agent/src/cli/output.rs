@@ -14,7 +14,7 @@
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use std::time::Duration;
 
@@ -42,6 +42,9 @@ pub struct Printed {
     streamed: AtomicBool,
     /// Text was streamed in the current model attempt.
     in_attempt: AtomicBool,
+    /// Model calls started so far, across the resumes of one command (each resumed run counts
+    /// its own steps from 0, so the event's `step` alone would start again at 1).
+    model_calls: AtomicU32,
     lock: Mutex<()>,
 }
 
@@ -91,7 +94,10 @@ pub fn summary(printed: &Printed, mode: OutputMode, wall: Duration) {
 
 fn progress(event: &RunEvent, mode: OutputMode, printed: &Printed) {
     match event {
-        RunEvent::ModelStarted { step, .. } => eprintln!("· step {}: thinking…", step + 1),
+        RunEvent::ModelStarted { .. } => {
+            let step = printed.model_calls.fetch_add(1, Ordering::Relaxed) + 1;
+            eprintln!("· step {step}: thinking…")
+        }
         RunEvent::ModelStreamStarted { .. } if printed.in_attempt.swap(false, Ordering::Relaxed) => {
             println!("\n[retrying]");
         }

@@ -310,3 +310,19 @@ async fn on_a_terminal_each_call_is_asked_about_and_the_answers_reach_the_model(
         "{files}"
     );
 }
+
+/// A run whose first call waits for approval and is approved in the same process counts its model
+/// calls across the resume: `step 1`, then `step 2`, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_call_run_counts_its_steps() {
+    let server = model_writing(&[("toolu_1", "/notes.md")]).await;
+    let state = tempfile::tempdir().unwrap();
+    let mut command = run_command(state.path(), &server);
+    command.args(["--approve", "all"]);
+    let out = output_of(command).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(server.received_requests().await.unwrap().len(), 2, "two model calls");
+    assert_eq!(stderr.matches("step 1:").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("step 2:").count(), 1, "{stderr}");
+}
