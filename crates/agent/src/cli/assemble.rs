@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use trellis_middleware::backend::sandbox::Network;
+use trellis_middleware::skills::DEFAULT_PERSONAL_SKILLS_DIR;
 use trellis_middleware::skills::PIN_SKILLS;
 use trellis_middleware::tools::{CommandPolicy, UserFiles, UserIdentity};
 use trellis_middleware::{Agent, BackendCheckpointer, ChatModel, RunInput, SkillSource, ThreadId};
@@ -108,7 +109,7 @@ pub async fn build(
     if ws.user.is_some() {
         builder = builder
             .user_memory(mounts::USER_MEMORY)
-            .personal_skills(mounts::PERSONAL_SKILLS_DIR);
+            .personal_skills(DEFAULT_PERSONAL_SKILLS_DIR);
     }
     if let Some(gate) = approvals::gate(&config.ask)? {
         builder = builder.interrupt_on(gate);

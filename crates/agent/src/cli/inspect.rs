@@ -11,6 +11,7 @@ use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
 use trellis_middleware::SkillSource;
+use trellis_middleware::skills::DEFAULT_PERSONAL_SKILLS_DIR;
 use trellis_middleware::skills::{LayeredCatalog, SKILLS, SkillsState, estimate_tokens};
 use trellis_middleware::tools::{UserFiles, UserIdentity};
 use trellis_middleware::{
@@ -22,7 +23,7 @@ use crate::builder::deep_agent;
 use crate::cli::args::{DEFAULT_INSPECT_MODEL, InspectArgs};
 use crate::cli::assemble;
 use crate::cli::config::{self, Flags, RunConfig};
-use crate::cli::mounts::{Mounts, PERSONAL_SKILLS_DIR, USER_MEMORY};
+use crate::cli::mounts::{Mounts, USER_MEMORY};
 use crate::cli::sandbox;
 use crate::cli::sandbox::{SandboxStatus, Selected};
 use crate::cli::state_dir::StateDir;
@@ -228,7 +229,7 @@ pub async fn inspect_config(
     if let (Some(user), Some(files)) = (&workspace.user, &workspace.user_files) {
         builder = builder
             .user_memory(USER_MEMORY)
-            .personal_skills(PERSONAL_SKILLS_DIR);
+            .personal_skills(DEFAULT_PERSONAL_SKILLS_DIR);
         input = input
             .extension(UserIdentity::new(user.clone()))
             .extension(UserFiles(files.clone()));

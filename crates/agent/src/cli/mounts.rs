@@ -49,8 +49,6 @@ pub struct Mounts {
 
 /// The user memory files `--user` loads, relative to the user's workspace (Yuxi's layout).
 pub const USER_MEMORY: [&str; 3] = ["agents/AGENTS.md", "agents/USER.md", "agents/MEMORY.md"];
-/// The personal skills directory `--user` loads, relative to the user's workspace.
-pub const PERSONAL_SKILLS_DIR: &str = "agents/skills";
 
 impl Mounts {
     /// The file layout for runs on this workspace: each thread's own files at `/`, the skill and
@@ -66,7 +64,7 @@ impl Mounts {
     /// Run as `user` (`--user`): the id must be one safe path segment (else the typed
     /// `InvalidScopeId` naming it); their workspace is the `--workdir` already given, else
     /// `users/<user>` in the state dir (created if missing). Their memory ([`USER_MEMORY`]) and personal
-    /// skills ([`PERSONAL_SKILLS_DIR`]) are read from it.
+    /// skills ([`DEFAULT_PERSONAL_SKILLS_DIR`](trellis_middleware::skills::DEFAULT_PERSONAL_SKILLS_DIR)) are read from it.
     pub fn for_user(mut self, user: &str, state_dir: &StateDir) -> Result<Self> {
         let id = ScopeId::user(user)?;
         if self.user_files.is_none() {

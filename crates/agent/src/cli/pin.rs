@@ -19,9 +19,10 @@
 //!
 //! [`PIN_SKILLS`]: trellis_middleware::skills::PIN_SKILLS
 
+use trellis_middleware::skills::DEFAULT_PERSONAL_SKILLS_DIR;
 use trellis_middleware::skills::{DiscoveryOptions, SkillCatalog, SkillSource, discover};
 
-use crate::cli::mounts::{Mounts, PERSONAL_SKILLS_DIR};
+use crate::cli::mounts::Mounts;
 
 /// How many close names an [`PinError::UnknownSkill`] lists at most.
 const CLOSE_NAMES: usize = 5;
@@ -118,8 +119,11 @@ pub fn close_names<'a>(word: &str, names: impl IntoIterator<Item = &'a str>) -> 
 pub async fn catalog(ws: &Mounts) -> SkillCatalog {
     let mut sources = ws.skills.clone();
     if let Some(files) = &ws.user_files
-        && let Ok(personal) =
-            SkillSource::labeled(files.clone(), &format!("/{PERSONAL_SKILLS_DIR}"), "personal")
+        && let Ok(personal) = SkillSource::labeled(
+            files.clone(),
+            &format!("/{DEFAULT_PERSONAL_SKILLS_DIR}"),
+            "personal",
+        )
     {
         sources.push(personal);
     }

@@ -147,26 +147,16 @@ fn parse_fork(spec: &str) -> Result<(ThreadId, u64)> {
     Ok((ThreadId::new(id)?, step))
 }
 
-/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` (UTC).
+/// Milliseconds since the epoch as `YYYY-MM-DD HH:MM:SS` (UTC); the milliseconds themselves for a
+/// time chrono cannot represent.
 fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map_or_else(
+            || format!("{ms} ms"),
+            |t| t.format("%Y-%m-%d %H:%M:%S").to_string(),
+        )
 }
 
 /// `role: text`, on one line, cut at [`BRIEF_CHARS`].

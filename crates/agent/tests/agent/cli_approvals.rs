@@ -322,7 +322,11 @@ async fn a_two_call_run_counts_its_steps() {
     let out = output_of(command).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert_eq!(server.received_requests().await.unwrap().len(), 2, "two model calls");
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        2,
+        "two model calls"
+    );
     assert_eq!(stderr.matches("step 1:").count(), 1, "{stderr}");
     assert_eq!(stderr.matches("step 2:").count(), 1, "{stderr}");
 }

@@ -37,8 +37,9 @@ use crate::providers::ModelSpec;
 /// The file looked for in the working directory when `--agent` is not given.
 pub const DEFAULT_FILE: &str = "trellis.toml";
 
-/// Seconds an MCP tool call may take when neither the file nor `--mcp-timeout` says.
-pub const DEFAULT_MCP_TIMEOUT_SECS: u64 = 60;
+/// Seconds an MCP tool call may take when neither the file nor `--mcp-timeout` says: the MCP
+/// client's own default.
+pub const DEFAULT_MCP_TIMEOUT_SECS: u64 = crate::mcp::DEFAULT_CALL_TIMEOUT.as_secs();
 
 /// An agent file, as written (see the module docs and docs/cli.md).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, JsonSchema)]
