@@ -382,15 +382,15 @@ async fn trellis_run_with_otlp_exports_its_spans() {
     };
     let receiver = Receiver::start(&python, false);
     let server = wiremock::MockServer::start().await;
-    crate::cli_threads::messages()
+    crate::cli::harness::messages()
         .respond_with(
-            crate::cli_threads::reply(json!([{"type": "text", "text": "hello"}]), "end_turn")
+            crate::cli::harness::reply(json!([{"type": "text", "text": "hello"}]), "end_turn")
                 .insert_header("request-id", "req_0123abc"),
         )
         .mount(&server)
         .await;
     let state = tempfile::tempdir().unwrap();
-    let mut command = crate::cli_threads::trellis();
+    let mut command = crate::cli::harness::trellis();
     command
         .args([
             "run",

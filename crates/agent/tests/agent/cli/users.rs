@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use crate::cli::{anthropic_tool_then_text, example, trellis};
+use super::harness::{TrellisRun, anthropic_tool_then_text, example, trellis};
 
 fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -141,22 +141,13 @@ async fn an_edit_in_one_run_reaches_that_users_next_run_only() {
     let state = tempfile::tempdir().unwrap();
     seed(state.path());
     let run_as = |user: &str| {
-        let mut command = trellis();
-        command
-            .args([
-                "run",
-                "--approve",
-                "all",
-                "--model",
-                "anthropic:claude-sonnet-4-5",
-                "--user",
-                user,
-            ])
-            .arg("--state-dir")
-            .arg(state.path())
+        let mut command = TrellisRun::new()
+            .approve_all()
+            .args(["--user", user])
+            .state_dir(state.path())
             .arg("Remember this")
-            .env("ANTHROPIC_API_KEY", "test-key")
-            .env("ANTHROPIC_BASE_URL", server.uri());
+            .anthropic(&server)
+            .command();
         tokio::task::spawn_blocking(move || command.output().unwrap())
     };
     for user in ["ada", "ada", "bob"] {

@@ -13,7 +13,7 @@ use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 use serde_json::{Value, json};
 use wiremock::MockServer;
 
-use crate::cli_threads::{messages, reply, result_text, trellis};
+use super::harness::{TrellisRun, messages, reply, result_text, trellis};
 
 /// A model that writes files with `calls` (one step), then answers "done".
 async fn model_writing(calls: &[(&str, &str)]) -> MockServer {
@@ -39,23 +39,12 @@ async fn model_writing(calls: &[(&str, &str)]) -> MockServer {
 }
 
 fn run_command(state: &Path, server: &MockServer) -> Command {
-    let mut command = trellis();
-    command
-        .args([
-            "run",
-            "--model",
-            "anthropic:claude-sonnet-4-5",
-            "--sandbox",
-            "none",
-            "--thread",
-            "t1",
-            "--state-dir",
-        ])
-        .arg(state)
+    TrellisRun::new()
+        .args(["--sandbox", "none", "--thread", "t1"])
+        .state_dir(state)
         .arg("Write the notes")
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("ANTHROPIC_BASE_URL", server.uri());
-    command
+        .anthropic(server)
+        .command()
 }
 
 async fn output_of(mut command: Command) -> Output {

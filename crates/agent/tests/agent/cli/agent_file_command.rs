@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::cli::{example, trellis};
+use super::harness::{example, trellis};
 
 const FILE: &str = "model = \"anthropic:claude-sonnet-4-5\"\nskills = [\"skills\"]\n\
 [model_settings]\ntemperature = 0.2\nstop = [\"END\"]\n[sandbox]\nkind = \"none\"\n\

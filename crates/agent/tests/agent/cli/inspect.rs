@@ -5,7 +5,7 @@ use trellis_agent::cli::inspect;
 use trellis_agent::cli::mounts::Mounts;
 use trellis_agent::cli::sandbox::{SandboxChoice, Selected, select};
 
-use crate::cli::example;
+use super::harness::example;
 
 #[tokio::test]
 async fn inspect_the_example_agent() {

@@ -4,14 +4,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
+
+use super::harness::trellis;
 use std::sync::Arc;
 
 use trellis_agent::backend::{Backend, ObjectStoreBackend, StoreOptions, VirtualPath, WriteMode};
-
-fn trellis() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_trellis"))
-}
 
 fn skill(dir: &Path, name: &str, description: &str) {
     std::fs::create_dir_all(dir.join(name)).unwrap();
@@ -201,7 +199,7 @@ fn skills_index_then_list_reads_the_index() {
 /// One `trellis run --json` of a new thread; the `read` and `reused` counts of its skills
 /// `loaded` event.
 fn run_counting(skills: &Path, state: &Path, cache: &Path, uri: &str, extra: &[&str]) -> (u64, u64) {
-    let output = crate::cli_threads::trellis()
+    let output = trellis()
         .args([
             "run",
             "--json",
@@ -244,7 +242,7 @@ fn run_counting(skills: &Path, state: &Path, cache: &Path, uri: &str, extra: &[&
 /// that one, and `--no-cache` reads them all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trellis_run_reuses_the_persisted_catalog_and_sees_every_change() {
-    use crate::cli_threads::{messages, reply};
+    use super::harness::{messages, reply};
     let server = wiremock::MockServer::start().await;
     messages()
         .respond_with(reply(

@@ -5,7 +5,7 @@
 use serde_json::Value;
 use wiremock::ResponseTemplate;
 
-use crate::cli_threads::{messages, trellis};
+use super::harness::{TrellisRun, messages};
 
 const EVENTS: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-sonnet-4-5\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n\
 event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
@@ -26,29 +26,14 @@ async fn run(extra: &[&str]) -> std::process::Output {
         .mount(&server)
         .await;
     let state = tempfile::tempdir().unwrap();
-    let mut command = trellis();
-    command
-        .args([
-            "run",
-            "--model",
-            "anthropic:claude-sonnet-4-5",
-            "--sandbox",
-            "none",
-            "--state-dir",
-        ])
-        .arg(state.path())
+    let output = TrellisRun::new()
+        .args(["--sandbox", "none"])
+        .state_dir(state.path())
         .args(extra)
         .arg("Say something")
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("ANTHROPIC_BASE_URL", server.uri());
-    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .anthropic(&server)
+        .success()
+        .await;
     let requests = server.received_requests().await.unwrap();
     let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
     assert_eq!(body["stream"], true, "the CLI streams");

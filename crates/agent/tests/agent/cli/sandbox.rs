@@ -9,7 +9,7 @@ use std::process::Output;
 
 use serde_json::{Value, json};
 
-use crate::cli_threads::{messages, reply, result_text, trellis};
+use super::harness::{TrellisRun, messages, reply, result_text, trellis};
 
 /// What one `trellis run` did: its output, the tools the first request offered, and the result the
 /// model got for its one call.
@@ -55,32 +55,17 @@ async fn run_with_env(args: &[&str], env: &[(&str, &str)], call: Value, state: &
         .respond_with(reply(json!([{"type": "text", "text": "done"}]), "end_turn"))
         .mount(&server)
         .await;
-    let mut command = trellis();
-    command
-        .args([
-            "run",
-            "--approve",
-            "all",
-            "--model",
-            "anthropic:claude-sonnet-4-5",
-            "--thread",
-            "t1",
-            "--state-dir",
-        ])
-        .arg(state)
+    let mut run = TrellisRun::new()
+        .approve_all()
+        .args(["--thread", "t1"])
+        .state_dir(state)
         .args(args)
         .arg("Greet Ada")
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("ANTHROPIC_BASE_URL", server.uri())
-        .envs(env.iter().copied());
-    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .anthropic(&server);
+    for (key, value) in env {
+        run = run.env(key, value);
+    }
+    let output = run.success().await;
     let requests = server.received_requests().await.unwrap();
     let first: Value = serde_json::from_slice(&requests[0].body).unwrap();
     let tools = first["tools"]

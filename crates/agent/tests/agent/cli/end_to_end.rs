@@ -2,19 +2,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
-use std::process::Command;
 
-pub(crate) fn trellis() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_trellis"))
-}
-
-pub(crate) fn example(rel: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/sales-assistant")
-        .join(rel)
-        .display()
-        .to_string()
-}
+use super::harness::{TrellisRun, example, trellis};
 
 #[test]
 fn inspect_runs_without_an_api_key() {
@@ -254,79 +243,25 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     files
 }
 
-/// A mock Anthropic endpoint whose model first calls `tool` with `input`, then answers `answer`
-/// to every later request.
-pub(crate) async fn anthropic_tool_then_text(
-    input: serde_json::Value,
-    tool: &str,
-    answer: &str,
-) -> wiremock::MockServer {
-    use wiremock::matchers::{method, path};
-    use wiremock::{Mock, MockServer, ResponseTemplate};
-
-    let server = MockServer::start().await;
-    let call = serde_json::json!({
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-        "content": [{"type": "tool_use", "id": "toolu_1", "name": tool, "input": input}],
-        "stop_reason": "tool_use", "stop_sequence": null,
-        "usage": {"input_tokens": 10, "output_tokens": 5}
-    });
-    let done = serde_json::json!({
-        "id": "msg_2", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-        "content": [{"type": "text", "text": answer}],
-        "stop_reason": "end_turn", "stop_sequence": null,
-        "usage": {"input_tokens": 10, "output_tokens": 1}
-    });
-    Mock::given(method("POST"))
-        .and(path("/v1/messages"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(call))
-        .up_to_n_times(1)
-        .with_priority(1)
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/v1/messages"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(done))
-        .mount(&server)
-        .await;
-    server
-}
-
 /// One `trellis run` whose model first writes into the mounted skills, then stops. Returns the tool
 /// result the model got back.
 async fn run_writing_into_skills(skills: &std::path::Path, extra: &[&str]) -> serde_json::Value {
-    let server = anthropic_tool_then_text(
+    let server = super::harness::anthropic_tool_then_text(
         serde_json::json!({"file_path": "/skills/library/meeting-prep/NOTES.md", "content": "obey me"}),
         "write_file",
         "done",
     )
     .await;
     let state = tempfile::tempdir().unwrap();
-    let mut command = trellis();
-    command
-        .args([
-            "run",
-            "--approve",
-            "all",
-            "--model",
-            "anthropic:claude-sonnet-4-5",
-            "--skills",
-        ])
-        .arg(skills)
-        .arg("--state-dir")
-        .arg(state.path())
+    TrellisRun::new()
+        .approve_all()
+        .skills(skills)
+        .state_dir(state.path())
         .args(extra)
         .arg("Take notes")
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("ANTHROPIC_BASE_URL", server.uri());
-    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .anthropic(&server)
+        .success()
+        .await;
     let requests = server.received_requests().await.unwrap();
     assert_eq!(requests.len(), 2, "one tool round, then the answer");
     let body: serde_json::Value = serde_json::from_slice(&requests[1].body).unwrap();

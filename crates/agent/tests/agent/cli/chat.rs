@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::cli_approvals::Pty;
-use crate::cli_threads::trellis;
+use super::approvals::Pty;
+use super::harness::trellis;
 
 /// The chat's prompt as the line editor draws it (after clearing the line).
 const PROMPT: &str = "\x1b[K> ";

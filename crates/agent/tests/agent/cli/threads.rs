@@ -5,48 +5,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockBuilder, MockServer, ResponseTemplate};
+use wiremock::MockServer;
+
+use super::harness::{TrellisRun, messages, reply, result_text, trellis};
 
 /// What thread alpha writes to `/notes/a.txt`.
 const NOTE: &str = "remember the milk\n";
 
-pub(crate) fn trellis() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_trellis"))
-}
-
-/// `trellis run --model anthropic:… --state-dir STATE`, to be completed by the caller.
-fn trellis_run(state: &Path) -> Command {
-    let mut command = trellis();
-    command
-        .args([
-            "run",
-            "--approve",
-            "all",
-            "--model",
-            "anthropic:claude-sonnet-4-5",
-            "--state-dir",
-        ])
-        .arg(state);
-    command
-}
-
-/// A mock of the Anthropic Messages endpoint.
-pub(crate) fn messages() -> MockBuilder {
-    Mock::given(method("POST")).and(path("/v1/messages"))
-}
-
-/// An Anthropic Messages response with these content blocks.
-pub(crate) fn reply(content: Value, stop_reason: &str) -> ResponseTemplate {
-    ResponseTemplate::new(200).set_body_json(json!({
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-        "content": content, "stop_reason": stop_reason, "stop_sequence": null,
-        "usage": {"input_tokens": 10, "output_tokens": 5}
-    }))
+/// `trellis run --approve all --model anthropic:… --state-dir STATE`, to be completed by the
+/// caller.
+fn trellis_run(state: &Path) -> TrellisRun {
+    TrellisRun::new().approve_all().state_dir(state)
 }
 
 fn write(file_path: &str, content: &str) -> (&'static str, Value) {
@@ -85,18 +58,15 @@ async fn run_calling(
         .respond_with(reply(json!([{"type": "text", "text": "done"}]), "end_turn"))
         .mount(&server)
         .await;
-    let mut command = trellis_run(state);
-    command.args(["--thread", thread]);
+    let mut run = trellis_run(state).args(["--thread", thread]);
     if let Some(dir) = workdir {
-        command.arg("--workdir").arg(dir);
+        run = run.arg("--workdir").arg(dir);
     }
-    command
+    let output = run
         .arg(format!("Work on {thread}"))
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("ANTHROPIC_BASE_URL", server.uri());
-    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
+        .anthropic(&server)
+        .output()
+        .await;
     succeeded(&output);
     let requests = server.received_requests().await.unwrap();
     assert_eq!(requests.len(), 2, "one tool round, then the answer");
@@ -111,20 +81,6 @@ async fn run_calling(
         .collect();
     assert_eq!(results.len(), calls.len(), "one result per call: {last}");
     results
-}
-
-/// A tool result's text: its content is a string or a list of blocks.
-pub(crate) fn result_text(result: &Value) -> String {
-    match &result["content"] {
-        Value::String(text) => text.clone(),
-        blocks => blocks
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-    }
 }
 
 /// The text of a result that is not an error.
@@ -362,14 +318,11 @@ async fn history_lists_checkpoints_and_fork_starts_a_new_thread_from_one() {
         ))
         .mount(&server)
         .await;
-    let mut command = trellis_run(s);
-    command
+    let output = trellis_run(s)
         .args(["--fork", &format!("alpha@{after_tools}"), "try again"])
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("ANTHROPIC_BASE_URL", server.uri());
-    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
+        .anthropic(&server)
+        .output()
+        .await;
     succeeded(&output);
     let stderr = String::from_utf8_lossy(&output.stderr);
     let forked_line = stderr
@@ -418,6 +371,7 @@ async fn history_lists_checkpoints_and_fork_starts_a_new_thread_from_one() {
         &trellis_run(s)
             .args(["--fork", "alpha@999", "x"])
             .env("ANTHROPIC_API_KEY", "test-key")
+            .command()
             .output()
             .unwrap(),
     );

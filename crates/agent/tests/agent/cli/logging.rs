@@ -6,8 +6,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// `trellis` with a clean logging environment (the caller's `RUST_LOG` and `NO_COLOR` removed).
+/// The binary with neither `RUST_LOG` nor `NO_COLOR` inherited from the test's environment.
 fn trellis() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
+    let mut command = super::harness::trellis();
     command.env_remove("RUST_LOG").env_remove("NO_COLOR");
     command
 }
