@@ -80,6 +80,12 @@ impl TrellisRun {
         self
     }
 
+    /// An environment variable the process does not inherit.
+    pub(crate) fn env_remove(mut self, key: &str) -> Self {
+        self.command.env_remove(key);
+        self
+    }
+
     /// The command, to run some other way.
     pub(crate) fn command(self) -> Command {
         self.command

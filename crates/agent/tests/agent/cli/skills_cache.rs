@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use super::harness::trellis;
+use super::harness::{TrellisRun, trellis};
 use std::sync::Arc;
 
 use trellis_agent::backend::{Backend, ObjectStoreBackend, StoreOptions, VirtualPath, WriteMode};
@@ -199,25 +199,17 @@ fn skills_index_then_list_reads_the_index() {
 /// One `trellis run --json` of a new thread; the `read` and `reused` counts of its skills
 /// `loaded` event.
 fn run_counting(skills: &Path, state: &Path, cache: &Path, uri: &str, extra: &[&str]) -> (u64, u64) {
-    let output = trellis()
-        .args([
-            "run",
-            "--json",
-            "--model",
-            "anthropic:claude-sonnet-4-5",
-            "--sandbox",
-            "none",
-        ])
-        .arg("--skills")
-        .arg(skills)
-        .arg("--state-dir")
-        .arg(state)
+    let output = TrellisRun::new()
+        .args(["--json", "--sandbox", "none"])
+        .skills(skills)
+        .state_dir(state)
         .arg("--cache-dir")
         .arg(cache)
         .args(extra)
         .arg("hello")
         .env("ANTHROPIC_API_KEY", "test-key")
         .env("ANTHROPIC_BASE_URL", uri)
+        .command()
         .output()
         .unwrap();
     assert!(

@@ -99,19 +99,13 @@ fn a_user_id_that_is_not_a_safe_segment_is_refused_by_name() {
     let state = tempfile::tempdir().unwrap();
     for bad in ["../ada", "a/b", ".hidden", ""] {
         let inspect = inspect_as(state.path(), bad);
-        let run = trellis()
-            .args([
-                "run",
-                "--model",
-                "anthropic:claude-sonnet-4-5",
-                "--user",
-                bad,
-                "--state-dir",
-            ])
-            .arg(state.path())
+        let run = TrellisRun::new()
+            .args(["--user", bad])
+            .state_dir(state.path())
             .arg("hi")
             .env("ANTHROPIC_API_KEY", "test-key")
             .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .command()
             .output()
             .unwrap();
         for (what, out) in [("inspect", inspect), ("run", run)] {
