@@ -6,7 +6,7 @@
 //!   `cache_control`, also Claude on Amazon Bedrock and Google Vertex AI; OpenAI Chat Completions
 //!   for OpenAI, ollama, vLLM and llama.cpp servers; the OpenAI Responses API), and model strings
 //!   such as `anthropic:claude-sonnet-4-5`;
-//! * [`builder`]: [`deep_agent`](builder::deep_agent), one call from a model to an agent with the
+//! * [`builder`]: [`deep_agent`], one call from a model to an agent with the
 //!   documented default stack (filesystem, skills, memory, prompt caching, retries);
 //! * [`mcp`]: MCP servers (stdio or streamable HTTP, on the official `rmcp` SDK) bound to skills
 //!   as tool groups, started lazily, gated by the user's roles;

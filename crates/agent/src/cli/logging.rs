@@ -103,7 +103,7 @@ fn use_color(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bo
     stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
-/// Send the last spans (waiting at most [`TELEMETRY_SHUTDOWN`]) and say once what was lost.
+/// Send the last spans (waiting at most `TELEMETRY_SHUTDOWN`, 5 s) and say once what was lost.
 pub fn finish_telemetry(telemetry: Option<Telemetry>) {
     if let Some(telemetry) = telemetry {
         // The runtime's workers keep exporting while this thread waits.

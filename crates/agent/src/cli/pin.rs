@@ -94,7 +94,7 @@ pub fn parse(text: &str, catalog: &SkillCatalog) -> Result<Leading, PinError> {
 }
 
 /// The names among `names` close to `word` (by Jaro-Winkler similarity, or containing it),
-/// closest first, at most [`CLOSE_NAMES`].
+/// closest first, at most `CLOSE_NAMES` (5).
 pub fn close_names<'a>(word: &str, names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let word = word.to_lowercase();
     let mut scored: Vec<(f64, &str)> = names

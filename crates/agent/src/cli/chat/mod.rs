@@ -1,5 +1,5 @@
 //! `trellis chat`: an interactive session on one thread, with the agent `trellis run` builds
-//! ([`run::build`]) and the same flags.
+//! ([`assemble::build`]) and the same flags.
 //!
 //! * Each message is a run of the thread; the answer streams as it is written
 //!   ([`output`]). The thread is saved like `trellis run`'s: `trellis chat --thread ID`
