@@ -34,7 +34,7 @@ const TARGETS: &[(&str, &str, &[&str])] = &[
         ],
     ),
     // mcp_agent: the tools a real MCP server discloses (needs the venv's `mcp`; skipped without it).
-    ("trellis-agent", "agent", &["inspect", "mcp_agent"]),
+    ("trellis-agent", "agent", &["cli::inspect", "mcp_agent"]),
 ];
 
 pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {

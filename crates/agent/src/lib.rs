@@ -6,12 +6,16 @@
 //!   `cache_control`, also Claude on Amazon Bedrock and Google Vertex AI; OpenAI Chat Completions
 //!   for OpenAI, ollama, vLLM and llama.cpp servers; the OpenAI Responses API), and model strings
 //!   such as `anthropic:claude-sonnet-4-5`;
-//! * [`builder`]: [`deep_agent`](builder::deep_agent), one call from a model to an agent with the
+//! * [`builder`]: [`deep_agent`], one call from a model to an agent with the
 //!   documented default stack (filesystem, skills, memory, prompt caching, retries);
 //! * [`mcp`]: MCP servers (stdio or streamable HTTP, on the official `rmcp` SDK) bound to skills
 //!   as tool groups, started lazily, gated by the user's roles;
-//! * [`workspace`], [`inspect`], [`skills_cli`], [`threads_cli`], [`sandbox_cli`], [`run_output`]: what the `trellis`
-//!   command line is made of.
+//! * [`model_settings`]: typed request settings (temperature, stop, …) and the middleware that puts
+//!   them on every model call;
+//! * `telemetry` (feature `otel`, on by default): OpenTelemetry export of the runtime's spans and
+//!   metrics over OTLP;
+//! * `cli` (feature `cli`, on by default): the `trellis` command line, each command in a module of
+//!   its own. Without the feature the crate compiles no clap, rustyline or toml.
 
 /// The runtime layer this crate is built on, re-exported for applications.
 pub use trellis_middleware as middleware;
@@ -20,23 +24,13 @@ pub use trellis_middleware::backend;
 /// The tools layer (the one `Tool` trait, the file tools).
 pub use trellis_middleware::tools;
 
-pub mod agent_file;
-pub mod approval_cli;
 pub mod builder;
-pub mod chat;
-pub mod inspect;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod mcp;
 pub mod model_settings;
-pub mod pin;
 pub mod providers;
-pub mod run_cli;
-pub mod run_output;
-pub mod run_summary;
-pub mod sandbox_cli;
-pub mod skills_cli;
 #[cfg(feature = "otel")]
 pub mod telemetry;
-pub mod threads_cli;
-pub mod workspace;
 
 pub use builder::{DEFAULT_SYSTEM_PROMPT, DeepAgentBuilder, deep_agent};

@@ -45,7 +45,8 @@ pub struct ModelSettings {
 
 /// [`ReasoningEffort`] for the command line and the schema (the middleware crate's type has
 /// neither).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 #[allow(missing_docs)]
 pub enum Effort {
@@ -62,44 +63,6 @@ impl From<Effort> for ReasoningEffort {
             Effort::Low => Self::Low,
             Effort::Medium => Self::Medium,
             Effort::High => Self::High,
-        }
-    }
-}
-
-/// The typed model settings as flags (`trellis run`, `trellis inspect`); each overrides the
-/// agent file's `[model_settings]` key of the same name.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct ModelSettingsArgs {
-    /// Sampling temperature, 0 to 2.
-    #[arg(long, value_name = "T")]
-    pub temperature: Option<f32>,
-    /// Nucleus sampling, above 0 and at most 1.
-    #[arg(long, value_name = "P")]
-    pub top_p: Option<f32>,
-    /// Cap on output tokens per model call.
-    #[arg(long, value_name = "N")]
-    pub max_tokens: Option<u32>,
-    /// A text that ends the reply when the model writes it (repeatable).
-    #[arg(long = "stop", value_name = "TEXT")]
-    pub stop: Vec<String>,
-    /// Extended thinking budget in tokens (Anthropic: at least 1024, below --max-tokens).
-    #[arg(long, value_name = "N")]
-    pub thinking_budget: Option<u32>,
-    /// Reasoning effort (OpenAI reasoning models).
-    #[arg(long, value_enum, value_name = "LEVEL")]
-    pub reasoning_effort: Option<Effort>,
-}
-
-impl ModelSettingsArgs {
-    /// The settings these flags give.
-    pub fn settings(self) -> ModelSettings {
-        ModelSettings {
-            temperature: self.temperature,
-            top_p: self.top_p,
-            max_tokens: self.max_tokens,
-            stop: self.stop,
-            thinking_budget: self.thinking_budget,
-            reasoning_effort: self.reasoning_effort.map(Into::into),
         }
     }
 }

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use trellis_agent::backend::{Backend, VirtualPath};
+use trellis_agent::cli::mounts::Mounts;
 use trellis_agent::deep_agent;
 use trellis_agent::middleware::{BackendCheckpointer, RunInput, ThreadId};
 use trellis_agent::providers::{OpenAiConfig, OpenAiModel};
-use trellis_agent::workspace;
 
 use super::scripted::Scripted;
 
@@ -59,7 +59,7 @@ pub async fn serve(
     let mut config = OpenAiConfig::compatible("bench", model_url);
     config.stream = false;
     let model = Arc::new(OpenAiModel::new(config).unwrap());
-    let ws = workspace::assemble(&[skills.display().to_string()], &[], None).unwrap();
+    let ws = Mounts::from_sources(&[skills.display().to_string()], &[], None).unwrap();
     let checkpointer =
         Arc::new(BackendCheckpointer::new(store, VirtualPath::parse("/threads").unwrap()).unwrap());
     let mut builder = deep_agent(model)

@@ -35,7 +35,8 @@ mod sessions;
 pub mod tool;
 
 pub use config::{
-    DEFAULT_INHERITED_ENV, HttpServer, McpServerConfig, McpTransport, StdioServer, USER_ENV, USER_HEADER,
+    DEFAULT_CALL_TIMEOUT, DEFAULT_INHERITED_ENV, HttpServer, McpServerConfig, McpTransport, StdioServer,
+    USER_ENV, USER_HEADER,
 };
 pub use connection::McpConnection;
 pub use error::McpError;

@@ -1,21 +1,10 @@
-//! The integration tests of trellis-agent, built as one test binary: each module below was a
-//! `tests/*.rs` file of its own. `mcp_common`, `providers_common` and `providers_anthropic_common`
-//! hold what several of them share; the MCP server they start is `tests/mcp_server/server.py`.
+//! The integration tests of trellis-agent, built as one test binary. `cli/` holds the tests of the
+//! `trellis` command line (with their one harness, `cli/harness.rs`); `mcp_common`,
+//! `providers_common` and `providers_anthropic_common` hold what several of the other modules
+//! share; the MCP server they start is `tests/mcp_server/server.py`.
 
-mod adversarial_cli;
-mod agent_file;
 mod call_ids;
 mod cli;
-mod cli_agent_file;
-mod cli_approvals;
-mod cli_chat;
-mod cli_logging;
-mod cli_sandbox;
-mod cli_skills_cache;
-mod cli_streaming;
-mod cli_threads;
-mod cli_users;
-mod inspect;
 mod load;
 mod mcp_agent;
 mod mcp_cli;

@@ -382,34 +382,24 @@ async fn trellis_run_with_otlp_exports_its_spans() {
     };
     let receiver = Receiver::start(&python, false);
     let server = wiremock::MockServer::start().await;
-    crate::cli_threads::messages()
+    crate::cli::harness::messages()
         .respond_with(
-            crate::cli_threads::reply(json!([{"type": "text", "text": "hello"}]), "end_turn")
+            crate::cli::harness::reply(json!([{"type": "text", "text": "hello"}]), "end_turn")
                 .insert_header("request-id", "req_0123abc"),
         )
         .mount(&server)
         .await;
     let state = tempfile::tempdir().unwrap();
-    let mut command = crate::cli_threads::trellis();
-    command
-        .args([
-            "run",
-            "--model",
-            "anthropic:claude-sonnet-4-5",
-            "--sandbox",
-            "none",
-        ])
+    let out = crate::cli::harness::TrellisRun::new()
+        .args(["--sandbox", "none"])
         .arg("--otlp")
         .arg(receiver.url())
-        .arg("--state-dir")
-        .arg(state.path())
+        .state_dir(state.path())
         .arg("SECRET-PROMPT hi")
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("ANTHROPIC_BASE_URL", server.uri())
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
-    let out = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
+        .anthropic(&server)
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .output()
+        .await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("dropped"), "{stderr}");

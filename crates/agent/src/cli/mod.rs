@@ -1,0 +1,123 @@
+//! The `trellis` command line, behind the default `cli` feature. `main.rs` parses [`Cli`] and
+//! hands it to [`run_main`]; each command lives in a module of its own.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`args`] | the clap types of every command |
+//! | [`run`] | `trellis run` and `trellis resume`: the run loop and its approvals |
+//! | [`chat`] | `trellis chat`: an interactive session on one thread |
+//! | [`inspect`] | `trellis inspect`: the first request the model would receive |
+//! | [`threads`] | `trellis threads …` and `--fork` |
+//! | [`skills`] | `trellis skills list / validate / index`, the catalog cache |
+//! | [`config`] | the agent file and the [`RunConfig`](config::RunConfig) saved with a thread |
+//! | [`assemble`] | the agent a `RunConfig` describes (run, resume, chat and inspect build it here) |
+//! | [`mounts`] | the sources mounted into the agent's backend |
+//! | [`state_dir`] | the layout of `--state-dir` |
+//! | [`approvals`] | deciding waiting tool calls: flags, files, the terminal prompt |
+//! | [`sandbox`] | `--sandbox`: where `execute` runs |
+//! | [`pin`] | a leading `/skill` in a task |
+//! | [`output`], [`summary`] | what a run prints, and its closing summary |
+//! | [`logging`] | the stderr log and the OTLP export |
+
+pub mod approvals;
+pub mod args;
+pub mod assemble;
+pub mod chat;
+pub mod config;
+pub mod inspect;
+pub mod logging;
+pub mod mounts;
+pub mod output;
+pub mod pin;
+pub mod run;
+pub mod sandbox;
+pub mod skills;
+pub mod state_dir;
+pub mod summary;
+pub mod threads;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+pub use args::Cli;
+use args::{Command, SchemaKind, SkillsCommand, ThreadsCommand};
+use state_dir::StateDir;
+
+/// Run the parsed command line on a new runtime, with the logging it asks for; the process's exit
+/// status.
+pub fn run_main(cli: Cli) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("trellis: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let telemetry = {
+        // The exporters start their tasks on this runtime.
+        let _inside = runtime.enter();
+        logging::init_logging(cli.verbose, cli.quiet, cli.command.otlp())
+    };
+    let code = match runtime.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("trellis: {e:#}");
+            ExitCode::FAILURE
+        }
+    };
+    logging::finish_telemetry(telemetry);
+    code
+}
+
+/// Run one command.
+async fn dispatch(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Inspect(args) => inspect::command(args).await,
+        Command::Run {
+            agent,
+            approvals,
+            json,
+            task,
+            ..
+        } => {
+            let (config, state_dir, thread, fork) = agent.split()?;
+            let start = run::Start::Task { thread, fork, task };
+            run::run(config, &state_dir, start, approvals.read()?, json).await
+        }
+        Command::Chat { agent, approvals, .. } => {
+            let (config, state_dir, thread, fork) = agent.split()?;
+            let start = chat::ChatStart { thread, fork };
+            chat::chat(config, &state_dir, start, approvals.read()?).await
+        }
+        Command::Resume {
+            id,
+            state_dir,
+            approvals,
+            json,
+            ..
+        } => run::resume(id, &StateDir::new(state_dir), approvals.read()?, json).await,
+        Command::Threads { state_dir, command } => {
+            let state_dir = StateDir::new(state_dir);
+            match command {
+                ThreadsCommand::List => threads::list(&state_dir).await,
+                ThreadsCommand::Show { id } => threads::show(&state_dir, &id).await,
+                ThreadsCommand::History { id } => threads::history(&state_dir, &id).await,
+                ThreadsCommand::Delete { id } => threads::delete(&state_dir, &id).await,
+                ThreadsCommand::Gc { id, grace } => threads::gc(&state_dir, id.as_deref(), grace).await,
+            }
+        }
+        Command::Skills { command } => match command {
+            SkillsCommand::List { json, cache, sources } => {
+                skills::list(&sources, json, &cache.choice()).await
+            }
+            SkillsCommand::Validate { json, cache, sources } => {
+                skills::validate(&sources, json, &cache.choice()).await
+            }
+            SkillsCommand::Index { url } => skills::index(&url).await,
+        },
+        Command::Schema {
+            what: SchemaKind::AgentFile,
+        } => config::print_schema(),
+    }
+}

@@ -1,0 +1,20 @@
+//! The `trellis` command line, end to end through the binary: one module per command or concern,
+//! all running the binary through [`harness`].
+
+mod adversarial;
+mod agent_file;
+mod agent_file_command;
+mod approvals;
+mod chat;
+mod end_to_end;
+pub(crate) mod harness;
+mod inspect;
+mod logging;
+mod sandbox;
+mod skills_cache;
+mod streaming;
+mod threads;
+mod users;
+
+// The paths other test modules (outside cli/) use.
+pub(crate) use harness::{example, trellis};
