@@ -10,5 +10,4 @@ mod grep_path_filter;
 mod local_links;
 mod local_races;
 mod local_special_files;
-mod sandbox;
 mod scoped;

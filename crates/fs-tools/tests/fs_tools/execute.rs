@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use insta::assert_snapshot;
 use serde_json::json;
-use trellis_backend::sandbox::{SandboxLimits, SandboxedBackend, UnsandboxedShell};
+use trellis_backend::sandbox::{SandboxLimits, SandboxedBackend};
 use trellis_backend::{Backend, StateBackend, VirtualPath};
+use trellis_fs_tools::sandbox::UnsandboxedShell;
 use trellis_fs_tools::{
     Access, CommandPolicy, Effect, ExecuteTool, FileAccess, PermissionRule, Permissions, Tool, ToolContext,
     file_tools,

@@ -7,4 +7,5 @@ mod eviction;
 mod execute;
 mod permissions;
 mod properties;
+mod sandbox;
 mod snapshots;

@@ -1,6 +1,8 @@
 //! Shared test fixtures.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod emulator;
+
 use std::sync::Arc;
 
 use serde_json::Value;
