@@ -5,6 +5,7 @@ mod adversarial_paths;
 mod backends;
 mod conformance;
 mod escapes;
+mod forwarding;
 mod fuzz_regressions;
 mod grep_path_filter;
 mod local_links;
