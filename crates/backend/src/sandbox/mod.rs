@@ -40,7 +40,8 @@ pub use error::{SandboxError, SandboxUnavailable};
 pub use files::{ExecFiles, ExecMount, MountAccess};
 pub use limits::{LimitKind, LimitStatus, SandboxLimits, SandboxReport};
 pub use request::{
-    DEFAULT_TIMEOUT, ExecOutput, ExecRequest, FileChange, FileChangeKind, Network, NotWritten, NotWrittenReason,
+    DEFAULT_TIMEOUT, ExecOutput, ExecRequest, FileChange, FileChangeKind, Network, NotWritten,
+    NotWrittenReason,
 };
 pub use sandboxed::SandboxedBackend;
 

@@ -17,8 +17,8 @@ use trellis_backend::sandbox::{
     ExecFiles, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxReport, SandboxedBackend,
 };
 use trellis_backend::{
-    Backend, ByteRange, Capabilities, CompositeBackend, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery,
-    ReadOutput, Result, ScopedBackend, StateBackend, VirtualPath, WriteMode, WriteOutcome,
+    Backend, ByteRange, Capabilities, CompositeBackend, Entry, FileListing, GlobOutput, GrepOutput,
+    GrepQuery, ReadOutput, Result, ScopedBackend, StateBackend, VirtualPath, WriteMode, WriteOutcome,
 };
 
 /// Every method of the `Backend` trait.
@@ -225,7 +225,10 @@ async fn a_sandboxed_backend_forwards_every_method_but_sandbox() {
     let wrapper = SandboxedBackend::new(counting.clone(), Arc::new(NoSandbox));
     // `sandbox` is its own answer: that is what it is for.
     assert_eq!(not_forwarded(&wrapper, &counting).await, vec!["sandbox"]);
-    assert_eq!(wrapper.sandbox(&p("/d")).map(|s| s.name().to_owned()).as_deref(), Some("none"));
+    assert_eq!(
+        wrapper.sandbox(&p("/d")).map(|s| s.name().to_owned()).as_deref(),
+        Some("none")
+    );
 }
 
 #[tokio::test]

@@ -22,8 +22,8 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use trellis_backend::sandbox::{
-    ExecFiles, ExecOutput, ExecRequest, LimitKind, LimitStatus, Network, Sandbox, SandboxError, SandboxLimits,
-    SandboxReport, SandboxUnavailable,
+    ExecFiles, ExecOutput, ExecRequest, LimitKind, LimitStatus, Network, Sandbox, SandboxError,
+    SandboxLimits, SandboxReport, SandboxUnavailable,
 };
 
 use super::capture::Capture;

@@ -5,7 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use trellis_backend::sandbox::{
-    ExecFiles, ExecOutput, ExecRequest, LimitKind, LimitStatus, Sandbox, SandboxError, SandboxLimits, SandboxReport,
+    ExecFiles, ExecOutput, ExecRequest, LimitKind, LimitStatus, Sandbox, SandboxError, SandboxLimits,
+    SandboxReport,
 };
 
 use super::capture::Capture;
