@@ -1,5 +1,6 @@
 //! Test support shared by the test suites of this crate and of the crates above it: a
-//! [`RecordingBackend`] that records which paths it is asked to read or stat.
+//! [`RecordingBackend`] that records which paths it is asked to read or stat, and the one emulator
+//! guard ([`emulator`]) with which a test asks for a storage emulator.
 //!
 //! Hidden from the docs and outside the stability promise. It is always compiled rather than put
 //! behind a `test-support` feature because this crate's own integration test binary uses it: a
@@ -15,7 +16,38 @@ use crate::backend::{
     Backend, ByteRange, Capabilities, Entry, FileListing, ReadOutput, WriteMode, WriteOutcome,
 };
 use crate::error::Result;
+use crate::object::ObjectStoreBackend;
+use crate::object_config::StoreOptions;
 use crate::path::VirtualPath;
+
+/// The value of the emulator variable `var` (`TRELLIS_S3_ENDPOINT`, …) for the test or suite
+/// `suite`. Unset, it says the suite was skipped and gives `None`; under
+/// `TRELLIS_EMULATORS=required` (set by `cargo xtask test` and CI) it fails instead, naming the
+/// variable.
+pub fn emulator(var: &str, suite: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Some(v),
+        _ if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") => {
+            panic!("{suite}: {var} is not set but TRELLIS_EMULATORS=required; is the emulator running?")
+        }
+        _ => {
+            eprintln!("skipped: {suite} (set {var} or run `cargo xtask test`)");
+            None
+        }
+    }
+}
+
+/// The emulators' test bucket: `TRELLIS_TEST_BUCKET`, default `trellis-test`.
+pub fn bucket() -> String {
+    std::env::var("TRELLIS_TEST_BUCKET").unwrap_or_else(|_| "trellis-test".to_owned())
+}
+
+/// An S3 backend on the emulator at `endpoint`, below `prefix` of the test [`bucket`].
+pub fn s3_backend(endpoint: &str, prefix: &str) -> ObjectStoreBackend {
+    let options = StoreOptions::s3_compatible(endpoint, "test", "test");
+    ObjectStoreBackend::from_url(&format!("s3://{}/{prefix}", bucket()), &options)
+        .unwrap_or_else(|e| panic!("an S3 backend on {endpoint}: {e}"))
+}
 
 /// What a [`RecordingBackend`] was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The `execute` tool: when it is offered, what the model reads (description, schema and results,
 //! as snapshots), the permission rules and the command policy. Results come from the unsandboxed
 //! shell, which is deterministic and needs nothing installed; the sandbox itself is tested in
-//! trellis-backend, and through the agent in the integration tests.
+//! `sandbox`, and through the agent in the integration tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;

@@ -1,8 +1,6 @@
 //! Shared test fixtures.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-pub mod emulator;
-
 use std::sync::Arc;
 
 use serde_json::Value;
