@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 use trellis_backend::Sandbox;
-use trellis_backend::sandbox::{BubblewrapConfig, BubblewrapSandbox};
+use trellis_middleware::tools::sandbox::{BubblewrapConfig, BubblewrapSandbox};
 
 /// The shared bubblewrap sandbox, or `None` after printing that `suite` was skipped. With
 /// `TRELLIS_SANDBOX=required` (as `cargo xtask test` and CI set) a missing sandbox is a failure.

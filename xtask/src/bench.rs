@@ -2,7 +2,7 @@
 //! `docs/benchmarks.md` with tables and SVG charts.
 //!
 //! Benchmarks (each a bench binary that prints JSON, so numbers are compared as ratios within one
-//! run, never asserted in tests): `trellis-backend/read_many`, `trellis-backend/sandbox_exec`,
+//! run, never asserted in tests): `trellis-backend/read_many`, `trellis-fs-tools/sandbox_exec`,
 //! `trellis-agent/streaming`, `trellis-agent/telemetry`, `trellis-agent/process` (whole `trellis`
 //! processes), `trellis-agent/load` (200 concurrent threads), `trellis-middleware/loop_overhead`,
 //! `trellis-middleware/skills_discovery`, `trellis-middleware/thread_resume`,
@@ -35,7 +35,7 @@ use whole_process::{load_section, process_section};
 
 const BENCHES: &[(&str, &str)] = &[
     ("trellis-backend", "read_many"),
-    ("trellis-backend", "sandbox_exec"),
+    ("trellis-fs-tools", "sandbox_exec"),
     ("trellis-agent", "streaming"),
     ("trellis-agent", "telemetry"),
     ("trellis-agent", "process"),

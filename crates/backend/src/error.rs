@@ -108,21 +108,35 @@ pub enum BackendError {
     },
 }
 
+/// The `path` field of a [`BackendError`] (every variant has one), by reference or by mutable
+/// reference as `$error` is: the one list of variants behind [`BackendError::path`] and
+/// `BackendError::path_mut`.
+macro_rules! path_field {
+    ($error:expr) => {
+        match $error {
+            BackendError::NotFound { path }
+            | BackendError::IsADirectory { path }
+            | BackendError::NotADirectory { path }
+            | BackendError::PermissionDenied { path, .. }
+            | BackendError::InvalidPath { path, .. }
+            | BackendError::Conflict { path, .. }
+            | BackendError::TooLarge { path, .. }
+            | BackendError::Unavailable { path, .. }
+            | BackendError::Timeout { path, .. }
+            | BackendError::Other { path, .. } => path,
+        }
+    };
+}
+
 impl BackendError {
     /// The path this error concerns.
     pub fn path(&self) -> &str {
-        match self {
-            Self::NotFound { path }
-            | Self::IsADirectory { path }
-            | Self::NotADirectory { path }
-            | Self::PermissionDenied { path, .. }
-            | Self::InvalidPath { path, .. }
-            | Self::Conflict { path, .. }
-            | Self::TooLarge { path, .. }
-            | Self::Unavailable { path, .. }
-            | Self::Timeout { path, .. }
-            | Self::Other { path, .. } => path,
-        }
+        path_field!(self)
+    }
+
+    /// The path this error concerns, to rename it (see `reroot.rs`).
+    pub(crate) fn path_mut(&mut self) -> &mut String {
+        path_field!(self)
     }
 
     /// True when retrying the same operation may succeed.

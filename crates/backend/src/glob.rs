@@ -19,6 +19,17 @@
 //! path segment) pairs decides each pair once, and a `**` tries every later path position, so a path
 //! costs at most O(pattern segments × path segments²) steps plus one segment match per pair. Each
 //! brace alternative (at most [`MAX_EXPANSIONS`]) is matched on its own.
+//!
+//! ## Why not `globset`
+//!
+//! This matcher is hand-written because `globset` (which the file tools' permission rules use)
+//! cannot express the reference rules above: its `GlobBuilder` options are case-insensitivity,
+//! literal separators, backslash escapes and empty alternates, with no way to keep `*`, `?` and
+//! `**` from matching a leading `.` (so `**/*.py` would enter `.git/` and `*` would match
+//! `.env`); it reads `{x}` as a one-alternative group rather than literal text; and it refuses an
+//! unclosed `{` as an error where the reference takes it literally. Emulating those on top of it
+//! would mean rewriting each pattern segment by segment — the parsing done here anyway. The
+//! matcher is also bounded (see above), which the glob tool relies on for model-written patterns.
 
 /// Most alternatives one pattern may expand to.
 pub const MAX_EXPANSIONS: usize = 1_000;

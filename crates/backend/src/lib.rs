@@ -11,8 +11,9 @@
 //!   the file space of one thread or one user, placed by a checked [`ScopeId`] (a [`ScopeKind`] and
 //!   an id that is always exactly one path segment, or an [`InvalidScopeId`] naming it).
 //!
-//! A backend may also run commands over its files: the [`Sandbox`] capability ([`sandbox`]), with
-//! bubblewrap as the default sandbox on Linux.
+//! A backend may also run commands over its files: the [`Sandbox`] capability ([`sandbox`]). This
+//! crate holds the contract; the implementations (bubblewrap, the default on Linux, and the
+//! unsandboxed shell) are in trellis-fs-tools, beside the `execute` tool.
 //!
 //! Paths are parsed once into [`VirtualPath`]; failures are one error enum, [`BackendError`], that
 //! always names the path. Conveniences (read as string, read-modify-write with retries, …) are on
@@ -49,6 +50,8 @@ mod scope;
 mod scoped;
 mod search;
 mod state;
+#[doc(hidden)]
+pub mod testing;
 
 pub use backend::{
     Backend, ByteRange, Capabilities, DEFAULT_GLOB_LIMIT, DEFAULT_LIST_LIMIT, DEFAULT_READ_CONCURRENCY,

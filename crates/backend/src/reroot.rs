@@ -45,21 +45,6 @@ impl BackendError {
         *self.path_mut() = path.to_string();
         self
     }
-
-    fn path_mut(&mut self) -> &mut String {
-        match self {
-            Self::NotFound { path }
-            | Self::IsADirectory { path }
-            | Self::NotADirectory { path }
-            | Self::PermissionDenied { path, .. }
-            | Self::InvalidPath { path, .. }
-            | Self::Conflict { path, .. }
-            | Self::TooLarge { path, .. }
-            | Self::Unavailable { path, .. }
-            | Self::Timeout { path, .. }
-            | Self::Other { path, .. } => path,
-        }
-    }
 }
 
 #[cfg(test)]

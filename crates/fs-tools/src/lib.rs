@@ -24,7 +24,8 @@
 //!   and last lines plus that path. Tools that page or cap their own output (all seven here) are
 //!   exempt ([`Tool::bounds_own_output`]).
 //! * [`ExecuteTool`] (`execute`): a shell command in a [`backend::Sandbox`] over the same files,
-//!   offered when there is a sandbox; [`CommandPolicy`] restricts which commands may run.
+//!   offered when there is a sandbox; [`CommandPolicy`] restricts which commands may run. The
+//!   sandboxes that ship — bubblewrap and the unsandboxed shell — are in [`sandbox`].
 //!
 //! ## What the model sees
 //!
@@ -78,7 +79,7 @@ mod exec;
 mod files;
 mod tool;
 
-pub use exec::{CommandPolicy, CommandRule, DEFAULT_EXEC_TIMEOUT, ExecuteTool};
+pub use exec::{CommandPolicy, CommandRule, DEFAULT_EXEC_TIMEOUT, ExecuteTool, sandbox};
 
 pub use files::{
     Access, DEFAULT_READ_LIMIT, DeleteTool, EditFileTool, Effect, EvictLargeOutput, FileAccess, FileLayout,

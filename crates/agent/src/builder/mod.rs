@@ -155,7 +155,7 @@ impl DeepAgentBuilder {
     }
 
     /// Offer `execute`: shell commands in `sandbox` (e.g. a
-    /// [`BubblewrapSandbox`](trellis_middleware::backend::sandbox::BubblewrapSandbox)) over the same
+    /// [`BubblewrapSandbox`](trellis_middleware::tools::sandbox::BubblewrapSandbox)) over the same
     /// files the file tools see, with the skill sources read-only. Without this, `execute` is
     /// offered only when the backend itself can run commands
     /// ([`Backend::sandbox`](trellis_middleware::backend::Backend::sandbox)).

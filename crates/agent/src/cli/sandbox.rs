@@ -15,9 +15,8 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use serde::Serialize;
 use trellis_middleware::backend::Sandbox;
-use trellis_middleware::backend::sandbox::{
-    BubblewrapConfig, BubblewrapSandbox, LimitStatus, SandboxLimits, UnsandboxedShell,
-};
+use trellis_middleware::backend::sandbox::{LimitStatus, SandboxLimits};
+use trellis_middleware::tools::sandbox::{BubblewrapConfig, BubblewrapSandbox, UnsandboxedShell};
 
 /// The `--sandbox` values (the table above). The variants carry no doc comments on purpose: clap
 /// would then switch every `--help` to its long layout to describe them.

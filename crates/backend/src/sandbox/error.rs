@@ -65,7 +65,9 @@ pub enum SandboxError {
 }
 
 impl SandboxError {
-    pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+    /// A `map_err` adapter for an [`Io`](Self::Io) failure while `context` was being done, as
+    /// implementations use it: `fs::create_dir_all(&dir).map_err(SandboxError::io("creating the workdir"))`.
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
         let context = context.into();
         move |source| Self::Io { context, source }
     }

@@ -28,7 +28,8 @@ pub struct ExecMount {
     /// Read-only or read-write.
     pub access: MountAccess,
     /// When true, only the folders directly below `at` that the command can reach are
-    /// materialized (see [`reach`](super::reach)): a skill source holds hundreds of skill folders,
+    /// materialized (which ones the command text names; see `crates/fs-tools/src/exec/sandbox/reach.rs`):
+    /// a skill source holds hundreds of skill folders,
     /// and a command runs the scripts of one or two. When false, everything below `at` is.
     pub on_reach: bool,
 }

@@ -117,15 +117,3 @@ impl fmt::Display for SandboxReport {
         Ok(())
     }
 }
-
-/// `1073741824` as `1 GiB`, for reports.
-pub(crate) fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut value = n;
-    let mut unit = 0;
-    while value >= 1024 && value.is_multiple_of(1024) && unit + 1 < UNITS.len() {
-        value /= 1024;
-        unit += 1;
-    }
-    format!("{value} {}", UNITS[unit])
-}

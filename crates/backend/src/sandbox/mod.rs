@@ -7,51 +7,43 @@
 //! runs, the files it can reach are materialized into a private directory on local disk; after it
 //! ends, every file it created, changed or deleted there is written back through the backend,
 //! version-checked, so a concurrent edit by someone else is reported as a conflict and never
-//! overwritten (see [`workdir`]).
+//! overwritten.
 //!
-//! Two implementations ship:
-//!
-//! * [`BubblewrapSandbox`] (Linux, the default): the command runs under `bwrap` in fresh user, mount,
-//!   PID, IPC, UTS and network namespaces, sees the materialized files and read-only system
-//!   directories and nothing else of the host, with limits on time, processes, memory and file size.
-//!   What this host actually enforces is in its [`SandboxReport`].
-//! * [`UnsandboxedShell`]: runs the command on the host, isolating nothing. For trusted development
-//!   only; its name says so.
+//! This module is the contract: the [`Sandbox`] trait, what a command is asked to do
+//! ([`ExecRequest`]) over which files ([`ExecFiles`]), what came of it ([`ExecOutput`]), the limits
+//! and what a host enforces ([`SandboxLimits`], [`SandboxReport`]), the errors ([`SandboxError`]),
+//! and [`SandboxedBackend`]. The implementations live beside the `execute` tool, in
+//! `trellis_fs_tools::sandbox` (`crates/fs-tools/src/exec/sandbox/`): `BubblewrapSandbox` (Linux,
+//! the default; the command runs under `bwrap` in fresh namespaces, seeing the materialized files
+//! and read-only system directories and nothing else of the host, with limits on time, processes,
+//! memory and file size) and `UnsandboxedShell` (runs the command on the host, isolating nothing;
+//! for trusted development only, as its name says).
 //!
 //! A backend that can run commands says so through [`Backend::sandbox`](crate::Backend::sandbox): a
 //! [`SandboxedBackend`] attaches a sandbox to any backend, and a
 //! [`CompositeBackend`](crate::CompositeBackend) forwards the question to the backend that owns the
 //! working directory. The sandbox it answers with still runs over the whole view it is given.
 //!
-//! Every implementation must pass the conformance suite in `tests/backend/sandbox/conformance.rs`;
+//! Every implementation must pass the conformance suite in
+//! `crates/fs-tools/tests/fs_tools/sandbox/conformance.rs`;
 //! `docs/sandbox.md` says how to add a hosted sandbox.
 
-mod bubblewrap;
-mod capture;
 mod error;
 mod files;
-mod folder_cache;
 mod limits;
-mod process;
-mod reach;
 mod request;
-mod runner;
 mod sandboxed;
-mod unsandboxed;
-pub mod workdir;
 
 use async_trait::async_trait;
 
-pub use bubblewrap::{BubblewrapConfig, BubblewrapSandbox};
 pub use error::{SandboxError, SandboxUnavailable};
 pub use files::{ExecFiles, ExecMount, MountAccess};
-pub use folder_cache::FolderCache;
 pub use limits::{LimitKind, LimitStatus, SandboxLimits, SandboxReport};
 pub use request::{
-    ExecOutput, ExecRequest, FileChange, FileChangeKind, Network, NotWritten, NotWrittenReason,
+    DEFAULT_TIMEOUT, ExecOutput, ExecRequest, FileChange, FileChangeKind, Network, NotWritten,
+    NotWrittenReason,
 };
 pub use sandboxed::SandboxedBackend;
-pub use unsandboxed::UnsandboxedShell;
 
 /// Something that runs shell commands over an agent's files.
 ///

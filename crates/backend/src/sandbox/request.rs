@@ -157,6 +157,24 @@ pub struct ExecOutput {
 }
 
 impl ExecOutput {
+    /// What a command that printed `output` and exited with `exit_code` came to, with nothing cut,
+    /// no timeout, no files changed and a zero duration: a [`Sandbox`](super::Sandbox)
+    /// implementation builds its answer from this and sets the other fields.
+    pub fn new(output: impl Into<String>, exit_code: Option<i32>) -> Self {
+        let output = output.into();
+        Self {
+            output_bytes: output.len() as u64,
+            output,
+            exit_code,
+            timed_out: false,
+            truncated: false,
+            full_output_path: None,
+            changes: Vec::new(),
+            not_written: Vec::new(),
+            duration: Duration::ZERO,
+        }
+    }
+
     /// True when the command exited with code 0 and every change was written back.
     pub fn succeeded(&self) -> bool {
         self.exit_code == Some(0) && self.not_written.is_empty()

@@ -13,8 +13,8 @@ use crate::backend::{
 use crate::error::Result;
 use crate::path::VirtualPath;
 
-/// `files`, with `sandbox` as the answer to [`Backend::sandbox`]: every operation goes to `files`
-/// unchanged. Mount one in a [`CompositeBackend`](crate::CompositeBackend) (or use it as the
+/// `files`, with `sandbox` as the answer to [`Backend::sandbox`]: every other method goes to
+/// `files` unchanged (`tests/backend/forwarding.rs` checks that none is left to its default). Mount one in a [`CompositeBackend`](crate::CompositeBackend) (or use it as the
 /// default) and commands whose working directory it owns run in `sandbox`.
 #[derive(Debug, Clone)]
 pub struct SandboxedBackend {
@@ -65,6 +65,25 @@ impl Backend for SandboxedBackend {
 
     async fn delete(&self, path: &VirtualPath) -> Result<()> {
         self.files.delete(path).await
+    }
+
+    async fn link(
+        &self,
+        from: &VirtualPath,
+        to: &VirtualPath,
+        mode: WriteMode,
+    ) -> Option<Result<WriteOutcome>> {
+        self.files.link(from, to, mode).await
+    }
+
+    async fn list_files_between(
+        &self,
+        base: &VirtualPath,
+        after: Option<&VirtualPath>,
+        until: Option<&VirtualPath>,
+        limit: usize,
+    ) -> Option<Result<FileListing>> {
+        self.files.list_files_between(base, after, until, limit).await
     }
 
     async fn list_files(&self, base: &VirtualPath, limit: usize) -> Result<FileListing> {

@@ -6,68 +6,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use bytes::Bytes;
+use trellis_backend::testing::RecordingBackend;
 use trellis_backend::{
-    Backend, ByteRange, Capabilities, CompositeBackend, Entry, FileListing, FilesystemBackend, GrepQuery,
-    ObjectStoreBackend, PathFilter, ReadOutput, Result, StateBackend, StoreOptions, VirtualPath, WriteMode,
-    WriteOutcome,
+    Backend, CompositeBackend, FilesystemBackend, GrepQuery, ObjectStoreBackend, PathFilter, StateBackend,
+    StoreOptions, VirtualPath, WriteMode,
 };
-
-/// Records the paths it reads, batched reads included (and passed on as one batch). Also used by
-/// the sandbox's folder cache tests.
-#[derive(Debug)]
-pub(crate) struct Reads {
-    inner: Arc<dyn Backend>,
-    paths: Mutex<Vec<String>>,
-}
-
-impl Reads {
-    pub(crate) fn new(inner: Arc<dyn Backend>) -> Self {
-        Self {
-            inner,
-            paths: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// How many file reads it has seen.
-    pub(crate) fn count(&self) -> usize {
-        self.paths.lock().unwrap().len()
-    }
-}
-
-#[async_trait]
-impl Backend for Reads {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
-        self.inner.ls(dir).await
-    }
-    async fn stat(&self, path: &VirtualPath) -> Result<Entry> {
-        self.inner.stat(path).await
-    }
-    async fn read(&self, path: &VirtualPath, range: Option<ByteRange>) -> Result<ReadOutput> {
-        self.paths.lock().unwrap().push(path.to_string());
-        self.inner.read(path, range).await
-    }
-    async fn read_many(&self, paths: &[VirtualPath], range: Option<ByteRange>) -> Vec<Result<ReadOutput>> {
-        self.paths
-            .lock()
-            .unwrap()
-            .extend(paths.iter().map(ToString::to_string));
-        self.inner.read_many(paths, range).await
-    }
-    async fn write(&self, path: &VirtualPath, data: Bytes, mode: WriteMode) -> Result<WriteOutcome> {
-        self.inner.write(path, data, mode).await
-    }
-    async fn delete(&self, path: &VirtualPath) -> Result<()> {
-        self.inner.delete(path).await
-    }
-    async fn list_files(&self, base: &VirtualPath, limit: usize) -> Result<FileListing> {
-        self.inner.list_files(base, limit).await
-    }
-}
 
 fn p(s: &str) -> VirtualPath {
     VirtualPath::parse(s).unwrap()
@@ -180,14 +124,10 @@ async fn object_store_memory() {
 #[tokio::test]
 async fn composite_never_reads_a_refused_file_in_any_member() {
     // The same files in the default backend and in a mount; the members record what they read.
-    let default = Arc::new(Reads {
-        inner: Arc::new(StateBackend::new()),
-        paths: Mutex::new(Vec::new()),
-    });
-    let mounted = Arc::new(Reads {
-        inner: Arc::new(ObjectStoreBackend::from_url("memory://", &StoreOptions::default()).unwrap()),
-        paths: Mutex::new(Vec::new()),
-    });
+    let default = Arc::new(RecordingBackend::new(Arc::new(StateBackend::new())));
+    let mounted = Arc::new(RecordingBackend::new(Arc::new(
+        ObjectStoreBackend::from_url("memory://", &StoreOptions::default()).unwrap(),
+    )));
     let composite = CompositeBackend::new(default.clone())
         .mount("/mnt", mounted.clone())
         .unwrap();
@@ -195,10 +135,10 @@ async fn composite_never_reads_a_refused_file_in_any_member() {
     fill(&composite, "/mnt/s").await;
     for (base, member) in [("/s", &default), ("/mnt/s", &mounted)] {
         unfiltered_fills_the_cap("composite", &composite, base).await;
-        default.paths.lock().unwrap().clear();
-        mounted.paths.lock().unwrap().clear();
+        default.clear();
+        mounted.clear();
         check("composite", &composite, base).await;
-        let read = member.paths.lock().unwrap().clone();
+        let read = member.reads();
         assert_eq!(read, vec!["/s/keep/one.txt".to_owned()], "{base}");
     }
 }

@@ -1,14 +1,19 @@
-//! The integration tests of trellis-backend, built as one test binary: each module below was a
-//! `tests/*.rs` file of its own. `conformance` is the suite that `backends` runs on every backend.
+//! The integration tests of trellis-backend, built as one test binary:
+//!
+//! * `conformance`: the one suite every backend passes, and (`conformance::backends`) its runs on
+//!   every backend, the cloud ones against emulators;
+//! * `scoped`: `ScopedBackend`'s isolation, and the suite run through scopes;
+//! * `local`: local disk beyond the suite (links, symlink races, special files);
+//! * `paths`: paths and names that try to leave a root;
+//! * `forwarding`: wrappers forward every `Backend` method;
+//! * `grep_path_filter`: a grep's path filter on every local backend.
+//!
+//! Tests that need a storage emulator ask for it through `trellis_backend::testing::emulator`, the
+//! one guard: skipped when unset, failed under `TRELLIS_EMULATORS=required`.
 
-mod adversarial_paths;
-mod backends;
 mod conformance;
-mod escapes;
-mod fuzz_regressions;
+mod forwarding;
 mod grep_path_filter;
-mod local_links;
-mod local_races;
-mod local_special_files;
-mod sandbox;
+mod local;
+mod paths;
 mod scoped;

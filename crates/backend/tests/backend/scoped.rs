@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::conformance::Target;
+use trellis_backend::testing::{bucket, emulator};
 use trellis_backend::{
     Backend, BackendExt, FilesystemBackend, GrepQuery, ObjectStoreBackend, ScopeId, ScopedBackend,
     StateBackend, StoreOptions, VirtualPath, WriteMode,
@@ -78,19 +79,8 @@ fn unique(tag: &str) -> String {
 /// A fresh S3 backend (under a prefix of its own) on the moto emulator, or `None` after saying the
 /// test was skipped (a panic when `TRELLIS_EMULATORS=required`).
 pub fn s3(test: &str) -> Option<Arc<dyn Backend>> {
-    let Some(endpoint) = std::env::var("TRELLIS_S3_ENDPOINT")
-        .ok()
-        .filter(|v| !v.is_empty())
-    else {
-        let required = std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required");
-        assert!(
-            !required,
-            "{test}: TRELLIS_S3_ENDPOINT is not set but TRELLIS_EMULATORS=required"
-        );
-        eprintln!("skipped: {test} (start moto: `cargo xtask emulators start`)");
-        return None;
-    };
-    let bucket = std::env::var("TRELLIS_TEST_BUCKET").unwrap_or_else(|_| "trellis-test".to_owned());
+    let endpoint = emulator("TRELLIS_S3_ENDPOINT", test)?;
+    let bucket = bucket();
     let tag: String = test
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })

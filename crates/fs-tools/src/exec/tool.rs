@@ -16,8 +16,9 @@ use crate::files::{Access, FileAccess, LARGE_RESULTS_DIR};
 use crate::tool::parse_args_described as parse_args;
 use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
 
-/// Timeout of a command that asks for none.
-pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
+/// Timeout of a command that asks for none: the sandbox contract's default,
+/// [`trellis_backend::sandbox::DEFAULT_TIMEOUT`].
+pub const DEFAULT_EXEC_TIMEOUT: Duration = trellis_backend::sandbox::DEFAULT_TIMEOUT;
 /// Longest timeout a command may ask for.
 const MAX_EXEC_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 

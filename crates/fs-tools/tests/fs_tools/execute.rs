@@ -1,15 +1,16 @@
 //! The `execute` tool: when it is offered, what the model reads (description, schema and results,
 //! as snapshots), the permission rules and the command policy. Results come from the unsandboxed
 //! shell, which is deterministic and needs nothing installed; the sandbox itself is tested in
-//! trellis-backend, and through the agent in the integration tests.
+//! `sandbox`, and through the agent in the integration tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
 use insta::assert_snapshot;
 use serde_json::json;
-use trellis_backend::sandbox::{SandboxLimits, SandboxedBackend, UnsandboxedShell};
+use trellis_backend::sandbox::{SandboxLimits, SandboxedBackend};
 use trellis_backend::{Backend, StateBackend, VirtualPath};
+use trellis_fs_tools::sandbox::UnsandboxedShell;
 use trellis_fs_tools::{
     Access, CommandPolicy, Effect, ExecuteTool, FileAccess, PermissionRule, Permissions, Tool, ToolContext,
     file_tools,

@@ -11,8 +11,8 @@
 //! Parser-level bounds are in `skills_parse.rs` (`deep_flow_nesting_is_refused_before_parsing`,
 //! `deep_block_nesting_is_an_error`, `alias_bombs_fail_fast`, `oversized_frontmatter_is_refused_unread`);
 //! the tests here put the same inputs into a real library and check that discovery survives them.
-//! Path containment on the backends themselves is in `crates/backend/tests/backend/escapes.rs` and
-//! `adversarial_paths.rs`; the 100,000-skill library is in `adversarial_scale.rs`.
+//! Path containment on the backends themselves is in `crates/backend/tests/backend/paths/escapes.rs` and
+//! `paths/adversarial.rs`; the 100,000-skill library is in `adversarial_scale.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

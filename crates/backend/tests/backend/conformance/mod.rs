@@ -14,6 +14,7 @@ use trellis_backend::{
     Backend, BackendError, BackendExt, ByteRange, ConflictKind, EntryKind, VirtualPath, WriteMode,
 };
 
+mod backends;
 mod batch;
 mod listing;
 mod search;

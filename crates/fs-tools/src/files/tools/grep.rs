@@ -253,60 +253,15 @@ fn looks_like_regex(pattern: &str) -> bool {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
-    use async_trait::async_trait;
-    use bytes::Bytes;
     use serde_json::json;
-    use trellis_backend::{
-        Backend, ByteRange, Capabilities, Entry, FileListing, ReadOutput, Result, StateBackend, WriteMode,
-        WriteOutcome,
-    };
+    use trellis_backend::testing::RecordingBackend;
+    use trellis_backend::{Backend, StateBackend, WriteMode};
 
     use super::*;
     use crate::files::{HiddenPaths, Limits, PermissionRule, Permissions};
     use crate::tool::{DetachedRun, ToolOutput};
-
-    /// A backend that records every path whose content or metadata it is asked for. It keeps the
-    /// trait's default `read_many`, `glob` and `grep`, so a search's reads all pass through `read`.
-    #[derive(Debug, Default)]
-    struct Recording {
-        inner: StateBackend,
-        touched: Mutex<Vec<String>>,
-    }
-
-    impl Recording {
-        fn touched(&self) -> Vec<String> {
-            self.touched.lock().unwrap().clone()
-        }
-    }
-
-    #[async_trait]
-    impl Backend for Recording {
-        fn capabilities(&self) -> Capabilities {
-            self.inner.capabilities()
-        }
-        async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
-            self.inner.ls(dir).await
-        }
-        async fn stat(&self, path: &VirtualPath) -> Result<Entry> {
-            self.touched.lock().unwrap().push(path.to_string());
-            self.inner.stat(path).await
-        }
-        async fn read(&self, path: &VirtualPath, range: Option<ByteRange>) -> Result<ReadOutput> {
-            self.touched.lock().unwrap().push(path.to_string());
-            self.inner.read(path, range).await
-        }
-        async fn write(&self, path: &VirtualPath, data: Bytes, mode: WriteMode) -> Result<WriteOutcome> {
-            self.inner.write(path, data, mode).await
-        }
-        async fn delete(&self, path: &VirtualPath) -> Result<()> {
-            self.inner.delete(path).await
-        }
-        async fn list_files(&self, base: &VirtualPath, limit: usize) -> Result<FileListing> {
-            self.inner.list_files(base, limit).await
-        }
-    }
 
     fn p(s: &str) -> VirtualPath {
         VirtualPath::parse(s).unwrap()
@@ -316,8 +271,10 @@ mod tests {
     /// `/z/visible.txt` (one matching line); with `hidden_too`, so do `/h/hidden.txt` and
     /// `/h/large.txt`, alike. Read access to `/a/**` is denied; grep collects at most three lines
     /// and searches files up to 1,000 bytes.
-    async fn setup(hidden_too: bool) -> (Arc<Recording>, GrepTool) {
-        let backend = Arc::new(Recording::default());
+    /// The backend records every path whose content or metadata it is asked for; it keeps the
+    /// trait's default `glob` and `grep`, so a search's reads all pass through it.
+    async fn setup(hidden_too: bool) -> (Arc<RecordingBackend>, GrepTool) {
+        let backend = Arc::new(RecordingBackend::new(Arc::new(StateBackend::new())));
         let many: String = (1..=10).map(|i| format!("needle {i} hunter2\n")).collect();
         let large = format!("needle\n{}", "x".repeat(2_000));
         let mut tree = vec![
@@ -330,7 +287,6 @@ mod tests {
         }
         for (path, text) in tree {
             backend
-                .inner
                 .write(&p(path), text.into(), WriteMode::CreateNew)
                 .await
                 .unwrap();

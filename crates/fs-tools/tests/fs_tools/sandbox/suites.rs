@@ -4,8 +4,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use trellis_backend::sandbox::{SandboxedBackend, UnsandboxedShell};
+use trellis_backend::sandbox::SandboxedBackend;
+use trellis_backend::testing::{emulator, s3_backend};
 use trellis_backend::{Backend, CompositeBackend, FilesystemBackend, Sandbox};
+use trellis_fs_tools::sandbox::UnsandboxedShell;
 
 use super::{bwrap, conformance, p, state};
 
@@ -46,11 +48,11 @@ async fn bubblewrap_over_s3() {
     let Some(sandbox) = bwrap("bubblewrap conformance over S3") else {
         return;
     };
-    let Some(endpoint) = crate::backends::emulator("TRELLIS_S3_ENDPOINT", "sandbox over S3 (moto)") else {
+    let Some(endpoint) = emulator("TRELLIS_S3_ENDPOINT", "sandbox over S3 (moto)") else {
         return;
     };
     conformance::run("bubblewrap/s3", sandbox, || {
-        let backend: Arc<dyn Backend> = Arc::new(crate::backends::s3_backend(&endpoint, &unique("s3")));
+        let backend: Arc<dyn Backend> = Arc::new(s3_backend(&endpoint, &unique("s3")));
         async move { backend }
     })
     .await;

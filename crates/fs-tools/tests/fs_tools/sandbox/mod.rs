@@ -16,8 +16,8 @@ mod suites;
 
 use std::sync::{Arc, OnceLock};
 
-use trellis_backend::sandbox::{BubblewrapConfig, BubblewrapSandbox};
 use trellis_backend::{Backend, BackendExt, StateBackend, VirtualPath, WriteMode};
+use trellis_fs_tools::sandbox::{BubblewrapConfig, BubblewrapSandbox};
 
 /// The shared bubblewrap sandbox, or `None` (after saying so) when it is not required.
 pub fn bwrap(test: &str) -> Option<Arc<BubblewrapSandbox>> {

@@ -14,6 +14,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use trellis_backend::testing::{bucket, emulator};
 use trellis_backend::{
     Backend, BackendError, BackendExt, FilesystemBackend, GrepQuery, ObjectStoreBackend, StoreOptions,
     VirtualPath, WriteMode,
@@ -114,23 +115,6 @@ async fn object_store_prefix_siblings_and_encoded_keys_are_unreachable_on_memory
     );
 }
 
-fn s3_endpoint() -> Option<String> {
-    match std::env::var("TRELLIS_S3_ENDPOINT") {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") => {
-            panic!("TRELLIS_S3_ENDPOINT is not set but TRELLIS_EMULATORS=required; is moto running?")
-        }
-        _ => {
-            eprintln!("skipped: S3 adversarial keys (set TRELLIS_S3_ENDPOINT or run `cargo xtask test`)");
-            None
-        }
-    }
-}
-
-fn bucket() -> String {
-    std::env::var("TRELLIS_TEST_BUCKET").unwrap_or_else(|_| "trellis-test".to_owned())
-}
-
 /// One raw HTTP/1.1 request to the emulator: the only way to store a key with a literal `..`
 /// segment, which every URL library (and object_store) normalizes or refuses. The emulator does not
 /// check signatures.
@@ -158,7 +142,7 @@ async fn raw_request(endpoint: &str, method: &str, target: &str, body: &[u8]) ->
 /// a denial of service for that prefix, never an escape.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_prefix_siblings_and_traversal_keys_are_unreachable() {
-    let Some(endpoint) = s3_endpoint() else {
+    let Some(endpoint) = emulator("TRELLIS_S3_ENDPOINT", "S3 adversarial keys") else {
         return;
     };
     let nanos = std::time::SystemTime::now()

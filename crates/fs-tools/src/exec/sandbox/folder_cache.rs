@@ -19,9 +19,9 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
+use trellis_backend::{Backend, Entry, VirtualPath};
+
 use super::workdir::{Owner, write_copy};
-use crate::backend::{Backend, Entry};
-use crate::path::VirtualPath;
 
 /// How long an unused copy is kept.
 const MAX_IDLE: Duration = Duration::from_secs(3600);

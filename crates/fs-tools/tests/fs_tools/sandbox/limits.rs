@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use trellis_backend::sandbox::{
-    BubblewrapConfig, BubblewrapSandbox, ExecFiles, ExecOutput, ExecRequest, LimitKind, SandboxLimits,
-};
+use trellis_backend::sandbox::{ExecFiles, ExecOutput, ExecRequest, LimitKind, SandboxLimits};
+use trellis_fs_tools::sandbox::{BubblewrapConfig, BubblewrapSandbox};
 
 use super::escapes::host_processes;
 use super::{bwrap, p, state, text};

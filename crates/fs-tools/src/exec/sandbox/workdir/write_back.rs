@@ -9,13 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use trellis_backend::sandbox::{ExecFiles, FileChange, FileChangeKind, NotWritten, NotWrittenReason};
+use trellis_backend::{Backend, BackendError, Version, VirtualPath, WriteMode};
 
 use super::{Copied, RESERVED, Workdir, materialized_mtime};
-use crate::backend::{Backend, Version, WriteMode};
-use crate::error::BackendError;
-use crate::path::VirtualPath;
-use crate::sandbox::files::ExecFiles;
-use crate::sandbox::request::{FileChange, FileChangeKind, NotWritten, NotWrittenReason};
 
 impl Workdir {
     /// Write back what the command changed (call only once every process of it is gone).

@@ -14,8 +14,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use trellis_backend::sandbox::SandboxError;
+
 use super::capture::{Capture, Captured};
-use super::error::SandboxError;
 use super::workdir::Owner;
 
 /// Resource limits for `prlimit`.

@@ -14,13 +14,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use trellis_backend::sandbox::workdir::Workdir;
-use trellis_backend::sandbox::{
-    BubblewrapConfig, BubblewrapSandbox, ExecFiles, ExecRequest, FolderCache, UnsandboxedShell,
-};
+use trellis_backend::sandbox::{ExecFiles, ExecRequest};
 use trellis_backend::{
     Backend, ObjectStoreBackend, Sandbox, StateBackend, StoreOptions, VirtualPath, WriteMode,
 };
+use trellis_fs_tools::sandbox::workdir::Workdir;
+use trellis_fs_tools::sandbox::{BubblewrapConfig, BubblewrapSandbox, FolderCache, UnsandboxedShell};
 
 fn smoke() -> bool {
     !std::env::args().any(|a| a == "--bench")

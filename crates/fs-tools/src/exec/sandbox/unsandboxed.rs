@@ -4,14 +4,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use trellis_backend::sandbox::{
+    ExecFiles, ExecOutput, ExecRequest, LimitKind, LimitStatus, Sandbox, SandboxError, SandboxLimits,
+    SandboxReport,
+};
+
 use super::capture::Capture;
-use super::error::SandboxError;
-use super::files::ExecFiles;
-use super::limits::{LimitKind, LimitStatus, SandboxLimits, SandboxReport, human_bytes};
 use super::process::{self, Rlimits, Spawn, find_program};
-use super::request::{ExecOutput, ExecRequest};
 use super::workdir::Workdir;
-use super::{Sandbox, runner};
+use super::{human_bytes, runner};
 
 /// Runs commands directly on the host, as the user Trellis runs as, with that user's view of the
 /// whole machine and network. **It isolates nothing**: a command can read any file the user can,

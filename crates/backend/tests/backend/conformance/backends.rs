@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::conformance::{self, Target};
+use trellis_backend::testing::{bucket, emulator, s3_backend};
 use trellis_backend::{
     Backend, CompositeBackend, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath,
 };
@@ -26,24 +27,6 @@ fn unique(tag: &str) -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-/// The value of an emulator variable; `None` (after saying so) when emulators are not required.
-pub fn emulator(var: &str, suite: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") => {
-            panic!("{suite}: {var} is not set but TRELLIS_EMULATORS=required; is the emulator running?")
-        }
-        _ => {
-            eprintln!("skipped: {suite} (set {var} or run `cargo xtask test`)");
-            None
-        }
-    }
-}
-
-fn bucket() -> String {
-    std::env::var("TRELLIS_TEST_BUCKET").unwrap_or_else(|_| "trellis-test".to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,11 +69,6 @@ async fn conformance_object_store_file() {
         }
     })
     .await;
-}
-
-pub fn s3_backend(endpoint: &str, prefix: &str) -> ObjectStoreBackend {
-    let options = StoreOptions::s3_compatible(endpoint, "test", "test");
-    ObjectStoreBackend::from_url(&format!("s3://{}/{prefix}", bucket()), &options).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

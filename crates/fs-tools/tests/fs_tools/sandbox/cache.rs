@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use trellis_backend::sandbox::{ExecFiles, ExecRequest};
+use trellis_backend::testing::RecordingBackend;
 use trellis_backend::{Backend, CompositeBackend, Sandbox, StateBackend, WriteMode};
 
 use super::{bwrap, p, seed};
-use crate::grep_path_filter::Reads;
 
 fn view(skills: Arc<dyn Backend>) -> ExecFiles {
     let view = CompositeBackend::new(Arc::new(StateBackend::new()))
@@ -23,7 +23,7 @@ async fn a_named_skill_is_read_once_and_refreshed_when_it_changes() {
         return;
     };
     let store = Arc::new(StateBackend::new());
-    let skills = Arc::new(Reads::new(store.clone()));
+    let skills = Arc::new(RecordingBackend::new(store.clone()));
     seed(
         store.as_ref(),
         &[("/pdf/SKILL.md", "pdf"), ("/pdf/scripts/run.sh", "echo v1")],
@@ -33,11 +33,11 @@ async fn a_named_skill_is_read_once_and_refreshed_when_it_changes() {
     let request = ExecRequest::new("sh /skills/team/pdf/scripts/run.sh");
     let first = sandbox.execute(&files, &request).await.unwrap();
     assert_eq!(first.output, "v1\n", "{first:?}");
-    let after_first = skills.count();
+    let after_first = skills.read_count();
     assert_eq!(after_first, 2, "both files read once");
     let second = sandbox.execute(&files, &request).await.unwrap();
     assert_eq!(second.output, "v1\n");
-    assert_eq!(skills.count(), after_first, "nothing read again");
+    assert_eq!(skills.read_count(), after_first, "nothing read again");
     store
         .write(&p("/pdf/scripts/run.sh"), "echo v2".into(), WriteMode::Overwrite)
         .await

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::json;
+use trellis_backend::testing::emulator;
 use trellis_backend::{
     Backend, BackendExt, ByteRange, Capabilities, Entry, FilesystemBackend, ObjectStoreBackend, ReadOutput,
     Result, StateBackend, StoreOptions, VirtualPath, WriteMode, WriteOutcome,
@@ -174,19 +175,13 @@ async fn parallel_agents_on_local_disk() {
     ten_agents(Arc::new(FilesystemBackend::new(dir.path()).unwrap())).await;
 }
 
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn parallel_agents_on_s3_emulator() {
-    let (Some(endpoint), Some(bucket)) = (env("TRELLIS_S3_ENDPOINT"), env("TRELLIS_TEST_BUCKET")) else {
-        if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") {
-            panic!(
-                "TRELLIS_EMULATORS=required, but TRELLIS_S3_ENDPOINT and TRELLIS_TEST_BUCKET are not both set"
-            );
-        }
-        println!("skipped: S3 emulator suite (set TRELLIS_S3_ENDPOINT or run cargo xtask test)");
+    let suite = "S3 emulator suite";
+    let (Some(endpoint), Some(bucket)) = (
+        emulator("TRELLIS_S3_ENDPOINT", suite),
+        emulator("TRELLIS_TEST_BUCKET", suite),
+    ) else {
         return;
     };
     let nanos = std::time::SystemTime::now()

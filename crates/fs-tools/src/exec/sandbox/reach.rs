@@ -2,7 +2,7 @@
 //!
 //! A skill source holds hundreds or thousands of skill folders; a command runs the scripts of one or
 //! two. Copying the whole source out of a bucket for every command would cost seconds, so an
-//! [`ExecMount`](super::ExecMount) with `on_reach` set materializes only the folders directly below
+//! [`ExecMount`](trellis_backend::sandbox::ExecMount) with `on_reach` set materializes only the folders directly below
 //! its path that the command names. The rule, chosen to be predictable for the model (the tool
 //! description states it):
 //!
@@ -20,7 +20,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::path::VirtualPath;
+use trellis_backend::VirtualPath;
 
 /// What a command reaches below one mount.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,19 +3,19 @@
 //!
 //! [`Workdir::materialize`] copies into a fresh private directory every file the command can reach:
 //! all of the view outside the on-reach mounts, and the reached folders of those (see
-//! [`reach`](super::reach)). It records, for each writable file, the backend version it copied and
+//! `reach.rs`). It records, for each writable file, the backend version it copied and
 //! the local size, and sets the copy's modification time to a fixed instant in the past, so that
 //! any write by the command — even one of the same size within the same clock tick — shows.
 //!
 //! [`Workdir::write_back`] runs after every process of the command is gone. It walks the copy
 //! without following links and, for every file that is new, changed or gone:
 //!
-//! * refuses what the view does not let the agent write ([`NotWrittenReason::Denied`]);
+//! * refuses what the view does not let the agent write ([`NotWrittenReason::Denied`](trellis_backend::sandbox::NotWrittenReason::Denied));
 //! * refuses anything that is not a regular file: a planted symbolic link is never followed, never
-//!   read and never written back ([`NotWrittenReason::NotARegularFile`]);
+//!   read and never written back ([`NotWrittenReason::NotARegularFile`](trellis_backend::sandbox::NotWrittenReason::NotARegularFile));
 //! * writes a new file create-only, a changed one only if the backend still holds the version that
 //!   was copied, and deletes a removed one only if it is unchanged; when someone else changed the
-//!   file meanwhile, the write is a [`NotWrittenReason::Conflict`] and the command's version is
+//!   file meanwhile, the write is a [`NotWrittenReason::Conflict`](trellis_backend::sandbox::NotWrittenReason::Conflict) and the command's version is
 //!   kept beside it at `<path>.conflict-<id>` — nothing is overwritten and nothing is lost.
 //!
 //! Directories at the top of the copy that the sandbox mounts its system over (`/usr`, `/etc`,
@@ -28,14 +28,11 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::error::SandboxError;
-use super::files::{ExecFiles, MountAccess};
+use trellis_backend::sandbox::{ExecFiles, ExecRequest, MountAccess, SandboxError};
+use trellis_backend::{Backend, BackendError, Entry, Version, VirtualPath};
+
 use super::folder_cache::FolderCache;
 use super::reach::{Reached, reached};
-use super::request::ExecRequest;
-use crate::backend::{Backend, Entry, Version};
-use crate::error::BackendError;
-use crate::path::VirtualPath;
 
 mod write_back;
 

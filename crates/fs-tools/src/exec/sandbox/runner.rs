@@ -2,15 +2,13 @@
 //! environment, and, afterwards, writing back the files and saving the whole output.
 
 use bytes::Bytes;
+use trellis_backend::sandbox::{
+    ExecFiles, ExecOutput, ExecRequest, NotWritten, NotWrittenReason, SandboxError, SandboxLimits,
+};
+use trellis_backend::{VirtualPath, WriteMode};
 
-use super::error::SandboxError;
-use super::files::ExecFiles;
-use super::limits::SandboxLimits;
 use super::process::Finished;
-use super::request::{ExecOutput, ExecRequest, NotWritten, NotWrittenReason};
 use super::workdir::Workdir;
-use crate::backend::WriteMode;
-use crate::path::VirtualPath;
 
 /// `PATH` inside a sandbox.
 pub(crate) const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -133,15 +131,13 @@ pub(crate) async fn finish(
             });
         }
     }
-    Ok(ExecOutput {
-        output: captured.text(note.as_deref()),
-        exit_code,
-        timed_out,
-        truncated,
-        output_bytes: captured.total,
-        full_output_path,
-        changes,
-        not_written,
-        duration,
-    })
+    let mut output = ExecOutput::new(captured.text(note.as_deref()), exit_code);
+    output.timed_out = timed_out;
+    output.truncated = truncated;
+    output.output_bytes = captured.total;
+    output.full_output_path = full_output_path;
+    output.changes = changes;
+    output.not_written = not_written;
+    output.duration = duration;
+    Ok(output)
 }

@@ -21,15 +21,16 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 
+use trellis_backend::sandbox::{
+    ExecFiles, ExecOutput, ExecRequest, LimitKind, LimitStatus, Network, Sandbox, SandboxError,
+    SandboxLimits, SandboxReport, SandboxUnavailable,
+};
+
 use super::capture::Capture;
-use super::error::{SandboxError, SandboxUnavailable};
-use super::files::ExecFiles;
 use super::folder_cache::FolderCache;
-use super::limits::{LimitKind, LimitStatus, SandboxLimits, SandboxReport, human_bytes};
 use super::process::{self, Rlimits, Spawn, find_program};
-use super::request::{ExecOutput, ExecRequest, Network};
 use super::workdir::{Owner, Workdir};
-use super::{Sandbox, runner};
+use super::{human_bytes, runner};
 
 /// Files of the host's `/etc` mounted read-only, when they exist: what the dynamic linker, name
 /// lookups, time zones, TLS and Python read.
