@@ -32,7 +32,7 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  deps              fail on a dependency a crate declares but does not use (cargo-shear,
+  deps              fail on a dependency a crate declares but does not use (cargo-machete,
                     installed pinned into target/tools/ when missing)
   emulators start   install (idempotently) and start moto (S3), fake-gcs-server + XML shim
                     (GCS) and azurite (Azure Blob) on 127.0.0.1, create bucket `trellis-test`

@@ -17,7 +17,15 @@
 use std::path::{Path, PathBuf};
 
 /// Top-level folders whose paths the docs may name.
-const REPO_ROOTS: &[&str] = &["crates/", "docs/", "tests/", "xtask/", "examples/", "fuzz/", ".ci/"];
+const REPO_ROOTS: &[&str] = &[
+    "crates/",
+    "docs/",
+    "tests/",
+    "xtask/",
+    "examples/",
+    "fuzz/",
+    ".ci/",
+];
 /// Folders a crate README names relative to its crate.
 const CRATE_ROOTS: &[&str] = &["src/", "tests/", "benches/"];
 
@@ -34,7 +42,9 @@ fn pages(root: &Path) -> Vec<PathBuf> {
     let mut pages = vec![root.join("README.md")];
     let mut dirs = vec![root.join("docs")];
     while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if path.is_dir() {
@@ -95,19 +105,25 @@ fn between<'a>(line: &'a str, open: &str, close: char) -> Vec<&'a str> {
 
 /// The contents of every `` `…` `` span on the page.
 fn backticked(text: &str) -> Vec<&str> {
-    prose_lines(text).flat_map(|line| between(line, "`", '`')).collect()
+    prose_lines(text)
+        .flat_map(|line| between(line, "`", '`'))
+        .collect()
 }
 
 /// The targets of `](target)` links on the page.
 fn link_targets(text: &str) -> Vec<&str> {
-    prose_lines(text).flat_map(|line| between(line, "](", ')')).collect()
+    prose_lines(text)
+        .flat_map(|line| between(line, "](", ')'))
+        .collect()
 }
 
 /// `path` without a trailing `:LINE` / `:FROM-TO` and sentence punctuation.
 fn without_line_suffix(path: &str) -> &str {
     let path = path.trim_end_matches(['.', ',', ';']);
     match path.rsplit_once(':') {
-        Some((file, line)) if !line.is_empty() && line.chars().all(|c| c.is_ascii_digit() || c == '-') => file,
+        Some((file, line)) if !line.is_empty() && line.chars().all(|c| c.is_ascii_digit() || c == '-') => {
+            file
+        }
         _ => path,
     }
 }
@@ -122,14 +138,19 @@ fn missing_on_page(root: &Path, page: &Path, ignored: &[String]) -> Vec<String> 
         return vec![format!("{}: cannot be read", page.display())];
     };
     let dir = page.parent().unwrap_or(root);
-    let crate_dir = (page.file_name().is_some_and(|n| n == "README.md") && dir.parent() == Some(&root.join("crates")))
-        .then_some(dir);
+    let crate_dir = (page.file_name().is_some_and(|n| n == "README.md")
+        && dir.parent() == Some(&root.join("crates")))
+    .then_some(dir);
     let shown = |page: &Path| page.strip_prefix(root).unwrap_or(page).display().to_string();
     let mut missing = Vec::new();
 
     for span in backticked(&text) {
         let path = without_line_suffix(span);
-        if is_pattern(path) || ignored.iter().any(|dir| path.starts_with(dir.as_str()) || dir.strip_suffix('/') == Some(path)) {
+        if is_pattern(path)
+            || ignored
+                .iter()
+                .any(|dir| path.starts_with(dir.as_str()) || dir.strip_suffix('/') == Some(path))
+        {
             continue;
         }
         let path = path.strip_prefix("./").unwrap_or(path);
@@ -147,7 +168,8 @@ fn missing_on_page(root: &Path, page: &Path, ignored: &[String]) -> Vec<String> 
     }
     for target in link_targets(&text) {
         let target = target.split('#').next().unwrap_or_default();
-        if target.is_empty() || target.contains("://") || target.starts_with("mailto:") || is_pattern(target) {
+        if target.is_empty() || target.contains("://") || target.starts_with("mailto:") || is_pattern(target)
+        {
             continue;
         }
         if !dir.join(target).exists() {
@@ -162,7 +184,12 @@ fn every_path_the_docs_name_exists() {
     let root = repo_root();
     let ignored = ignored_dirs(&root);
     let pages = pages(&root);
-    assert!(pages.len() > 20, "found only {} pages under {}", pages.len(), root.display());
+    assert!(
+        pages.len() > 20,
+        "found only {} pages under {}",
+        pages.len(),
+        root.display()
+    );
     let missing: Vec<String> = pages
         .iter()
         .flat_map(|page| missing_on_page(&root, page, &ignored))
@@ -190,6 +217,9 @@ fn the_checker_reports_a_missing_path_and_accepts_real_ones() {
     .expect("write the page");
     let missing = missing_on_page(&root, &page, &ignored_dirs(&root));
     assert_eq!(missing.len(), 2, "{missing:?}");
-    assert!(missing[0].ends_with("`crates/agent/src/no_such_file.rs:12`"), "{missing:?}");
+    assert!(
+        missing[0].ends_with("`crates/agent/src/no_such_file.rs:12`"),
+        "{missing:?}"
+    );
     assert!(missing[1].ends_with("link (no-such-page.md)"), "{missing:?}");
 }
