@@ -48,7 +48,7 @@ struct Service {
     port: u16,
     /// Any HTTP answer on this path means "ready" (azurite answers 400 on `/`).
     ready_path: &'static str,
-    /// Must occur in /proc/<pid>/cmdline for a recorded pid to count as ours.
+    /// Must occur in `/proc/<pid>/cmdline` for a recorded pid to count as ours.
     marker: &'static str,
 }
 

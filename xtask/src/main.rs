@@ -1,21 +1,13 @@
 //! Project automation for Trellis, run as `cargo xtask <command>`.
 //!
-//! ```text
-//! cargo xtask emulators start   install (if needed) and start S3 / GCS / Azure emulators
-//! cargo xtask emulators stop    stop the emulators recorded in target/emulators/pids
-//! cargo xtask emulators env     print the environment the emulator-backed tests read
-//! cargo xtask layers           check that each crate depends only on the crate below it
-//! cargo xtask test [-- ARGS]    layer check, install + start emulators, run every test, stop them
-//! cargo xtask trellis ARGS      build `trellis` as the test build does (no second compile), run it
-//! cargo xtask snapshot [--accept]  prompt snapshot tests (diff on change; --accept takes them)
-//! cargo xtask fuzz [--seconds N] [TARGET...]  run the cargo-fuzz targets in fuzz/
-//! cargo xtask live              opt-in: a short real conversation per provider whose key is set
-//! ```
+//! `cargo xtask help` prints every command with what it does ([`USAGE`] below is that text, the
+//! one list of commands).
 //!
 //! Only `std` and `anyhow`: argument parsing, HTTP readiness checks and process
 //! management are hand-written so that `cargo xtask` builds in a few seconds.
 
 mod bench;
+mod deps;
 mod emulators;
 mod fuzz;
 mod http;
@@ -40,6 +32,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
+  deps              fail on a dependency a crate declares but does not use (cargo-machete,
+                    installed pinned into target/tools/ when missing)
   emulators start   install (idempotently) and start moto (S3), fake-gcs-server + XML shim
                     (GCS) and azurite (Azure Blob) on 127.0.0.1, create bucket `trellis-test`
   emulators stop    stop exactly the emulator processes recorded in target/emulators/pids
@@ -94,6 +88,7 @@ fn run() -> Result<ExitCode> {
         }
         Some("snapshot") => snapshot::run(&layout, &args[1..]),
         Some("bench") => bench::run(&layout, &args[1..]),
+        Some("deps") => deps::run(&layout, &args[1..]),
         Some("fuzz") => fuzz::run(&layout, &args[1..]),
         Some("layers") => layers::run(&layout, &args[1..]),
         Some("live") => live::run(&layout, &args[1..]),

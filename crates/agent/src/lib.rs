@@ -34,3 +34,14 @@ pub mod providers;
 pub mod telemetry;
 
 pub use builder::{DEFAULT_SYSTEM_PROMPT, DeepAgentBuilder, deep_agent};
+
+/// This crate's README, compiled: its examples are doctests, so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+/// `docs/writing-a-middleware.md`, compiled: its examples (which end with `deep_agent`) are this
+/// crate's doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/writing-a-middleware.md")]
+pub struct WritingAMiddleware;

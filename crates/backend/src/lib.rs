@@ -69,3 +69,8 @@ pub use sandbox::{ExecFiles, ExecOutput, ExecRequest, Sandbox, SandboxError, San
 pub use scope::{InvalidScopeId, ScopeId, ScopeKind};
 pub use scoped::ScopedBackend;
 pub use state::StateBackend;
+
+/// This crate's README, compiled: its examples are doctests, so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -92,3 +92,8 @@ pub use tool::{
     StateView, Tool, ToolContent, ToolContext, ToolError, ToolOutput, ToolRun, ToolSpec, UserIdentity,
     describe_fields, parameters_schema, parse_args,
 };
+
+/// This crate's README, compiled: its examples are doctests, so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -137,3 +137,8 @@ pub use user_home::{UserHome, UserHomeError, UserHomes};
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/writing-a-tool.md")]
 pub struct WritingATool;
+
+/// This crate's README, compiled: its examples are doctests, so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -3,6 +3,7 @@
 
 mod agent_faults;
 mod checkpoint_processes;
+mod doc_paths;
 mod execute_skill;
 mod fuzz_replay;
 mod object_store_faults;
