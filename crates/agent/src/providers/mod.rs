@@ -35,6 +35,7 @@ mod options;
 mod registry;
 pub mod responses;
 mod sse;
+mod streamed;
 pub mod vertex;
 
 use std::collections::BTreeMap;

@@ -53,7 +53,7 @@ pub use request::IMAGE_OMITTED;
 pub use response::{parse_error, parse_response};
 
 use super::http::{ApiKey, HttpClient, HttpConfig, normalize_base_url, secret_header};
-use super::sse::stream_reply;
+use super::streamed::{Framing, stream_reply};
 use super::{ProviderError, merge_extra};
 
 /// The public OpenAI API.
@@ -316,6 +316,7 @@ impl ChatModel for OpenAiModel {
             &self.endpoint,
             &body,
             parse_error,
+            Framing::ServerSentEvents,
             "Chat Completions",
             on_delta,
         )

@@ -27,7 +27,7 @@ pub use response::parse_response;
 use super::ProviderError;
 use super::http::HttpClient;
 use super::openai::{OpenAiConfig, bearer_client, parse_error};
-use super::sse::stream_reply;
+use super::streamed::{Framing, stream_reply};
 
 /// A model behind the OpenAI Responses API. Configured like the Chat Completions provider
 /// ([`OpenAiConfig`]: key, base URL, context window, timeouts, `stream`); `max_tokens_field` and
@@ -106,6 +106,7 @@ impl ChatModel for ResponsesModel {
             &self.endpoint,
             &body,
             parse_error,
+            Framing::ServerSentEvents,
             "Responses API",
             on_delta,
         )
