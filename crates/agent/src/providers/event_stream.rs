@@ -12,7 +12,6 @@
 //! carries the status and request id of the answer that opened the stream.
 
 use std::pin::Pin;
-use std::time::Duration;
 
 use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder};
 use base64::Engine as _;
@@ -21,10 +20,10 @@ use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use reqwest::header::HeaderValue;
 use serde_json::Value;
-use trellis_middleware::{HttpDetails, ModelError};
+use trellis_middleware::ModelError;
 
 use super::http::{ErrorParser, HttpClient, answered, request_id};
-use super::streamed::{ReplyEvent, ReplyEvents};
+use super::streamed::{ReplyEvent, ReplyEvents, ReplyStream};
 
 /// The status an exception type stands for (the Bedrock runtime API reference's error list).
 fn exception_status(kind: &str) -> u16 {
@@ -42,27 +41,13 @@ fn exception_status(kind: &str) -> u16 {
 type Chunks = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
 /// The events of one reply in the AWS event-stream framing: the chunk payloads, decoded.
+#[derive(Debug)]
 pub(crate) struct AwsEventStream {
-    chunks: Chunks,
+    chunks: ReplyStream<Chunks>,
     buffer: BytesMut,
     decoder: MessageFrameDecoder,
     parse_error: ErrorParser,
     provider: String,
-    idle: Duration,
-    seen: usize,
-    limit: usize,
-    /// The status and request id of the answer that opened the stream, put on every error the
-    /// stream ends with.
-    http: HttpDetails,
-}
-
-impl std::fmt::Debug for AwsEventStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AwsEventStream")
-            .field("provider", &self.provider)
-            .field("seen", &self.seen)
-            .finish_non_exhaustive()
-    }
 }
 
 impl HttpClient {
@@ -85,15 +70,11 @@ impl HttpClient {
             .await?;
         let http = answered(response.status().as_u16(), request_id(response.headers()));
         Ok(AwsEventStream {
-            chunks: response.bytes_stream().boxed(),
+            chunks: ReplyStream::new(response.bytes_stream().boxed(), self, http),
             buffer: BytesMut::new(),
             decoder: MessageFrameDecoder::new(),
             parse_error,
             provider: provider.to_owned(),
-            idle: self.stream_idle_timeout(),
-            seen: 0,
-            limit: self.max_response_bytes(),
-            http,
         })
     }
 }
@@ -109,7 +90,7 @@ impl ReplyEvents for AwsEventStream {
     }
 
     fn with_exchange(&self, error: ModelError) -> ModelError {
-        error.with_http(self.http.clone())
+        self.chunks.with_exchange(error)
     }
 }
 
@@ -156,32 +137,11 @@ impl AwsEventStream {
         }
     }
 
-    /// Wait (at most the idle timeout) for the next chunk and buffer it; false at the end of the
-    /// stream.
+    /// Buffer the next chunk; false at the end of the stream.
     async fn read_more(&mut self) -> Result<bool, ModelError> {
-        let chunk = match tokio::time::timeout(self.idle, self.chunks.next()).await {
-            Err(_) => {
-                return Err(ModelError::Transport {
-                    message: format!("the reply stream stalled: nothing for {} s", self.idle.as_secs()),
-                    http: None,
-                });
-            }
-            Ok(None) => return Ok(false),
-            Ok(Some(Err(e))) => {
-                return Err(ModelError::Transport {
-                    message: format!("the reply stream broke: {e}"),
-                    http: None,
-                });
-            }
-            Ok(Some(Ok(chunk))) => chunk,
+        let Some(chunk) = self.chunks.next(Bytes::len).await? else {
+            return Ok(false);
         };
-        self.seen += chunk.len();
-        if self.seen > self.limit {
-            return Err(ModelError::Other {
-                message: format!("the streamed reply is larger than the {}-byte limit", self.limit),
-                http: None,
-            });
-        }
         self.buffer.extend_from_slice(&chunk);
         Ok(true)
     }

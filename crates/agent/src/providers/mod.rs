@@ -31,6 +31,7 @@ pub mod google_auth;
 pub(crate) mod http;
 pub mod ollama;
 pub mod openai;
+mod openai_api;
 mod options;
 mod registry;
 pub mod responses;

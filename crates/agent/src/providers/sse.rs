@@ -10,7 +10,6 @@
 //! [`ModelError::Other`].
 
 use std::pin::Pin;
-use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, HeaderValue};
@@ -18,7 +17,7 @@ use serde_json::Value;
 use sse_stream::{Sse, SseStream};
 #[cfg(test)]
 use trellis_middleware::ModelDelta;
-use trellis_middleware::{HttpDetails, ModelError};
+use trellis_middleware::ModelError;
 
 use super::http::{
     ErrorParser, HttpClient, answered, note_request_id, obey_should_retry, request_id, retry_after,
@@ -26,27 +25,14 @@ use super::http::{
 };
 #[cfg(test)]
 use super::streamed::Assemble;
-use super::streamed::{ReplyEvent, ReplyEvents};
+use super::streamed::{ReplyEvent, ReplyEvents, ReplyStream};
 
 type Events = Pin<Box<dyn Stream<Item = Result<Sse, sse_stream::Error>> + Send>>;
 
 /// The events of one streamed reply.
+#[derive(Debug)]
 pub(crate) struct EventStream {
-    events: Events,
-    idle: Duration,
-    seen: usize,
-    limit: usize,
-    /// The status and request id of the answer that opened the stream, put on every error the
-    /// stream ends with (a mid-stream `error` event has no id of its own).
-    http: HttpDetails,
-}
-
-impl std::fmt::Debug for EventStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventStream")
-            .field("seen", &self.seen)
-            .finish_non_exhaustive()
-    }
+    events: ReplyStream<Events>,
 }
 
 /// What a request for a stream got: events, or — from a server or gateway that ignores
@@ -90,11 +76,7 @@ impl HttpClient {
         let http = answered(response.status().as_u16(), request_id(response.headers()));
         let events = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
         Ok(Opened::Events(EventStream {
-            events,
-            idle: self.stream_idle_timeout(),
-            seen: 0,
-            limit: self.max_response_bytes(),
-            http,
+            events: ReplyStream::new(events, self, http),
         }))
     }
 
@@ -140,53 +122,23 @@ impl HttpClient {
 impl ReplyEvents for EventStream {
     /// The next event with data; `None` at the end of the stream.
     async fn next(&mut self) -> Result<Option<ReplyEvent>, ModelError> {
-        match self.next_event().await {
-            Ok(event) => Ok(event.map(|event| ReplyEvent {
-                name: event.event,
-                data: event.data.unwrap_or_default(),
-            })),
-            Err(e) => Err(self.with_exchange(e)),
+        let data_len = |event: &Sse| event.data.as_ref().map_or(0, String::len);
+        loop {
+            match self.events.next(data_len).await {
+                Ok(None) => return Ok(None),
+                Ok(Some(Sse {
+                    event: name,
+                    data: Some(data),
+                    ..
+                })) => return Ok(Some(ReplyEvent { name, data })),
+                Ok(Some(_)) => {}
+                Err(e) => return Err(self.with_exchange(e)),
+            }
         }
     }
 
     fn with_exchange(&self, error: ModelError) -> ModelError {
-        error.with_http(self.http.clone())
-    }
-}
-
-impl EventStream {
-    async fn next_event(&mut self) -> Result<Option<Sse>, ModelError> {
-        loop {
-            let item = match tokio::time::timeout(self.idle, self.events.next()).await {
-                Ok(item) => item,
-                Err(_) => {
-                    return Err(ModelError::Transport {
-                        message: format!("the reply stream stalled: nothing for {} s", self.idle.as_secs()),
-                        http: None,
-                    });
-                }
-            };
-            let event = match item {
-                None => return Ok(None),
-                Some(Ok(event)) => event,
-                Some(Err(e)) => {
-                    return Err(ModelError::Transport {
-                        message: format!("the reply stream broke: {e}"),
-                        http: None,
-                    });
-                }
-            };
-            self.seen += event.data.as_ref().map_or(0, String::len);
-            if self.seen > self.limit {
-                return Err(ModelError::Other {
-                    message: format!("the streamed reply is larger than the {}-byte limit", self.limit),
-                    http: None,
-                });
-            }
-            if event.data.is_some() {
-                return Ok(Some(event));
-            }
-        }
+        self.events.with_exchange(error)
     }
 }
 

@@ -7,8 +7,11 @@
 //! [`ModelError::Transport`] (retried from the start); every error carries the status and request
 //! id of the answer that opened the stream.
 
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
 use serde_json::Value;
-use trellis_middleware::{DeltaSink, ModelDelta, ModelError, ModelResponse, deltas_of};
+use trellis_middleware::{DeltaSink, HttpDetails, ModelDelta, ModelError, ModelResponse, deltas_of};
 
 use super::http::{ErrorParser, HttpClient};
 use super::sse::Opened;
@@ -38,6 +41,81 @@ pub(crate) trait ReplyEvents {
     async fn next(&mut self) -> Result<Option<ReplyEvent>, ModelError>;
     /// `error` with the status and request id of the answer that opened this stream.
     fn with_exchange(&self, error: ModelError) -> ModelError;
+}
+
+/// The raw stream of one streamed reply (events or byte chunks), read with the limits every
+/// framing keeps: nothing for the client's idle timeout is a stall and a broken stream a break
+/// (both [`ModelError::Transport`]), more than the response limit is [`ModelError::Other`]. It
+/// keeps the status and request id of the answer that opened it, for the errors the stream ends
+/// with (a mid-stream error has no id of its own).
+pub(crate) struct ReplyStream<S> {
+    inner: S,
+    idle: Duration,
+    seen: usize,
+    limit: usize,
+    http: HttpDetails,
+}
+
+impl<S> std::fmt::Debug for ReplyStream<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplyStream")
+            .field("seen", &self.seen)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, T, E> ReplyStream<S>
+where
+    S: Stream<Item = Result<T, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    /// `inner`, answered with `http`, read with `client`'s idle timeout and response limit.
+    pub(crate) fn new(inner: S, client: &HttpClient, http: HttpDetails) -> Self {
+        Self {
+            inner,
+            idle: client.stream_idle_timeout(),
+            seen: 0,
+            limit: client.max_response_bytes(),
+            http,
+        }
+    }
+
+    /// The next item, `size(item)` bytes of the reply; `None` at the end of the stream. Errors
+    /// do not carry the exchange yet (see [`with_exchange`](Self::with_exchange)).
+    pub(crate) async fn next(&mut self, size: impl Fn(&T) -> usize) -> Result<Option<T>, ModelError> {
+        let item = match tokio::time::timeout(self.idle, self.inner.next()).await {
+            Err(_) => {
+                return Err(ModelError::Transport {
+                    message: format!("the reply stream stalled: nothing for {} s", self.idle.as_secs()),
+                    http: None,
+                });
+            }
+            Ok(None) => return Ok(None),
+            Ok(Some(Err(e))) => {
+                return Err(ModelError::Transport {
+                    message: format!("the reply stream broke: {e}"),
+                    http: None,
+                });
+            }
+            Ok(Some(Ok(item))) => item,
+        };
+        self.seen += size(&item);
+        if self.seen > self.limit {
+            return Err(ModelError::Other {
+                message: format!("the streamed reply is larger than the {}-byte limit", self.limit),
+                http: None,
+            });
+        }
+        Ok(Some(item))
+    }
+}
+
+impl<S> ReplyStream<S> {
+    /// `error` with the status and request id of the answer that opened this stream.
+    pub(crate) fn with_exchange(&self, error: ModelError) -> ModelError {
+        error.with_http(self.http.clone())
+    }
 }
 
 /// A provider's event-stream assembler: takes events, sends deltas, and finally gives the JSON
