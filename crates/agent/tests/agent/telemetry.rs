@@ -20,7 +20,7 @@ use trellis_middleware::{
     AiMessage, ContentBlock, ModelResponse, RunInput, ScriptedModel, SkillSource, ToolCall, Usage,
 };
 
-use crate::mcp_common::python;
+use crate::mcp::common::python;
 
 /// The receiver, killed when dropped.
 struct Receiver {

@@ -16,8 +16,8 @@ use serde_json::json;
 use trellis_middleware::{ChatModel, Message, ModelError, ModelRequest};
 use wiremock::ResponseTemplate;
 
-use crate::providers_anthropic_common::*;
-use crate::providers_common::*;
+use crate::providers::anthropic_common::*;
+use crate::providers::common::*;
 
 fn error_body(kind: &str, message: &str) -> serde_json::Value {
     json!({

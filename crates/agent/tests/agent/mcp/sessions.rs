@@ -12,7 +12,7 @@ use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_middleware::skills::Viewer;
 use trellis_middleware::{RunInput, ScriptedModel, ToolCall};
 
-use crate::mcp_common::{
+use crate::mcp::common::{
     self, agent_on, caps, gone, http_server_with, library, python, script, tool_results,
 };
 
@@ -94,7 +94,7 @@ async fn each_user_gets_a_session_of_their_own() {
     assert!(carol.starts_with("[crm] user=carol pid="), "{carol}");
     assert!(gone(bob_pid).await, "the evicted session's process exits");
     assert!(servers.user_session("crm", "bob").is_none());
-    assert!(mcp_common::alive(alice_pid));
+    assert!(common::alive(alice_pid));
 
     // Shutdown stops every session; nothing starts afterwards.
     servers.shutdown().await;

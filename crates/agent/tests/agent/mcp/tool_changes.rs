@@ -11,7 +11,7 @@ use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
 use trellis_middleware::{EventSink, ModelRequest, RunEvent, RunInput, ScriptedModel, ToolCall};
 
-use crate::mcp_common::{self, agent_on, caps, library, python, tool_results};
+use crate::mcp::common::{self, agent_on, caps, library, python, tool_results};
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 const ADDED: &str = "crm__invoice_lookup";
@@ -38,7 +38,7 @@ async fn tools_a_server_adds_or_removes_are_disclosed_or_withdrawn() {
         "crm",
         &python,
         [
-            mcp_common::script(),
+            common::script(),
             "--name".into(),
             "crm".into(),
             "--dynamic".into(),

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::mcp_common::{alive, python, script, started};
+use crate::mcp::common::{alive, python, script, started};
 
 fn reply(content: Value, stop: &str) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(json!({

@@ -13,7 +13,7 @@ use trellis_middleware::skills::Viewer;
 use trellis_middleware::tools::UserIdentity;
 use trellis_middleware::{ModelRequest, RunInput, ScriptedModel, ToolCall, ToolSpec};
 
-use crate::mcp_common::{agent_on, caps, http_server, library, python, started, stdio, tool_results};
+use crate::mcp::common::{agent_on, caps, http_server, library, python, started, stdio, tool_results};
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 

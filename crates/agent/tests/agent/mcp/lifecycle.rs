@@ -10,7 +10,9 @@ use serde_json::json;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_middleware::{RunContext, RunInput, ScriptedModel, ToolCall};
 
-use crate::mcp_common::{agent_on, alive, caps, gone, library, python, script, started, stdio, tool_results};
+use crate::mcp::common::{
+    agent_on, alive, caps, gone, library, python, script, started, stdio, tool_results,
+};
 
 fn detached() -> RunContext {
     RunContext::detached(Arc::new(ScriptedModel::new()))

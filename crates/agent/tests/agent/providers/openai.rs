@@ -19,7 +19,7 @@ use trellis_middleware::{
 };
 use wiremock::ResponseTemplate;
 
-use crate::providers_common::*;
+use crate::providers::common::*;
 
 pub(crate) fn openai_at(base_url: &str) -> OpenAiModel {
     OpenAiModel::new(OpenAiConfig::openai("gpt-4.1", "sk-test").with_base_url(base_url)).unwrap()
