@@ -19,4 +19,5 @@ mod inspect;
 mod load;
 mod mcp;
 mod providers;
+mod support;
 mod telemetry;

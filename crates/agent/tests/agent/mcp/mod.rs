@@ -5,7 +5,7 @@
 
 mod agent;
 mod cli;
-pub(crate) mod common;
+mod common;
 mod lifecycle;
 mod sessions;
 mod tool_changes;

@@ -12,9 +12,8 @@ use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_middleware::skills::Viewer;
 use trellis_middleware::{RunInput, ScriptedModel, ToolCall};
 
-use crate::mcp::common::{
-    self, agent_on, caps, gone, http_server_with, library, python, script, tool_results,
-};
+use crate::mcp::common::{self, agent_on, caps, gone, http_server_with, library, script, tool_results};
+use crate::support::skip_unless_python;
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 
@@ -52,9 +51,7 @@ fn pid(answer: &str) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_user_gets_a_session_of_their_own() {
-    let Some(python) = python("each_user_gets_a_session_of_their_own") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let config = McpServerConfig::stdio(
         "crm",
         &python,
@@ -105,9 +102,7 @@ async fn each_user_gets_a_session_of_their_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_sessions_carry_the_user_id_in_a_header() {
-    let Some(python) = python("http_sessions_carry_the_user_id_in_a_header") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let server = http_server_with(&python, "docs", &["--identity"]).await;
     let config = McpServerConfig::http("docs", &server.url)
         .unwrap()

@@ -11,7 +11,8 @@ use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
 use trellis_middleware::{EventSink, ModelRequest, RunEvent, RunInput, ScriptedModel, ToolCall};
 
-use crate::mcp::common::{self, agent_on, caps, library, python, tool_results};
+use crate::mcp::common::{self, agent_on, caps, library, tool_results};
+use crate::support::skip_unless_python;
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 const ADDED: &str = "crm__invoice_lookup";
@@ -30,9 +31,7 @@ fn call(id: &str, tool: &str, args: serde_json::Value) -> ToolCall {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_a_server_adds_or_removes_are_disclosed_or_withdrawn() {
-    let Some(python) = python("tools_a_server_adds_or_removes_are_disclosed_or_withdrawn") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let backend = library("mcp:crm").await;
     let config = McpServerConfig::stdio(
         "crm",
