@@ -11,9 +11,9 @@ use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
 use trellis_middleware::skills::Viewer;
 use trellis_middleware::tools::UserIdentity;
-use trellis_middleware::{ModelRequest, RunInput, ScriptedModel, ToolCall, ToolSpec};
+use trellis_middleware::{ModelRequest, RunInput, ToolCall, ToolSpec};
 
-use crate::mcp::common::{agent_on, caps, http_server, library, started, stdio, tool_results};
+use crate::mcp::common::{agent_on, http_server, library, scripted, started, stdio, tool_results};
 use crate::support::skip_unless_python;
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
@@ -37,8 +37,7 @@ async fn tools_are_hidden_until_the_skill_is_read_then_run_for_real() {
     let started_file = dir.path().join("started");
     let backend = library("mcp:crm").await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([ToolCall::new(
                 "c1",
                 "crm__search_calls",
@@ -122,8 +121,7 @@ async fn users_without_the_role_never_see_or_run_the_tools() {
         let (backend, config) = (backend.clone(), config.clone());
         async move {
             let model = Arc::new(
-                ScriptedModel::new()
-                    .with_capabilities(caps())
+                scripted()
                     .then_tool_calls([read_skill("c1")])
                     .then_tool_calls([ToolCall::new(
                         "c2",
@@ -184,8 +182,7 @@ async fn streamable_http_servers_work_and_labels_can_name_one_tool() {
     let server = http_server(&python, "docs").await;
     let backend = library("mcp:docs/get_transcript").await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([read_skill("c1")])
             .then_tool_calls([ToolCall::new(
                 "c2",
@@ -240,8 +237,7 @@ async fn two_servers_with_the_same_tools_never_collide() {
     let python = skip_unless_python!();
     let backend = library("\"mcp:crm mcp:crm-eu\"").await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([read_skill("c1")])
             .then_tool_calls([
                 ToolCall::new("c2", "crm__search_calls", json!({"account": "Acme", "limit": 1})),

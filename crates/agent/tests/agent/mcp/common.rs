@@ -14,7 +14,7 @@ use std::time::Duration;
 use trellis_agent::mcp::McpServerConfig;
 use trellis_agent::{DeepAgentBuilder, deep_agent};
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
-use trellis_middleware::{ChatModel, ModelCapabilities, RunOutput, SkillSource};
+use trellis_middleware::{ChatModel, ModelCapabilities, RunOutput, ScriptedModel, SkillSource};
 
 /// The test server's script.
 pub fn script() -> String {
@@ -158,6 +158,11 @@ pub fn agent_on(model: Arc<dyn ChatModel>, backend: &Arc<StateBackend>) -> DeepA
     deep_agent(model)
         .backend(backend.clone())
         .skills_source(SkillSource::new(backend.clone(), "/skills").unwrap())
+}
+
+/// A scripted model that declares [`caps`]: the model of every agent scenario here.
+pub fn scripted() -> ScriptedModel {
+    ScriptedModel::new().with_capabilities(caps())
 }
 
 pub fn caps() -> ModelCapabilities {

@@ -10,7 +10,7 @@ use serde_json::json;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_middleware::{RunContext, RunInput, ScriptedModel, ToolCall};
 
-use crate::mcp::common::{agent_on, alive, caps, gone, library, script, started, stdio, tool_results};
+use crate::mcp::common::{agent_on, alive, gone, library, script, scripted, started, stdio, tool_results};
 use crate::support::skip_unless_python;
 
 fn detached() -> RunContext {
@@ -58,8 +58,7 @@ async fn an_agent_starts_its_server_only_when_a_skill_needs_it_and_dropping_it_s
     let file = dir.path().join("started");
     let backend = library("mcp:crm").await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([ToolCall::new(
                 "c1",
                 "read_file",
@@ -106,8 +105,7 @@ async fn failures_become_tool_results_the_model_can_act_on() {
     let backend = library("mcp:crm").await;
     let call = |id: &str, tool: &str, args: serde_json::Value| ToolCall::new(id, tool, args);
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([call(
                 "c0",
                 "read_file",
@@ -256,8 +254,7 @@ async fn stdio_servers_get_a_clean_environment() {
     let python = skip_unless_python!();
     let backend = library("mcp:crm").await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([ToolCall::new(
                 "c0",
                 "read_file",

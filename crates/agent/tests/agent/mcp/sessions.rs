@@ -10,9 +10,9 @@ use std::sync::Arc;
 use serde_json::json;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_middleware::skills::Viewer;
-use trellis_middleware::{RunInput, ScriptedModel, ToolCall};
+use trellis_middleware::{RunInput, ToolCall};
 
-use crate::mcp::common::{self, agent_on, caps, gone, http_server_with, library, script, tool_results};
+use crate::mcp::common::{self, agent_on, gone, http_server_with, library, script, scripted, tool_results};
 use crate::support::skip_unless_python;
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
@@ -22,8 +22,7 @@ const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 async fn whoami(servers: &Arc<McpServers>, server: &str, user: Option<&str>) -> ((String, bool), bool) {
     let backend = library(&format!("mcp:{server}")).await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([ToolCall::new("c1", "read_file", json!({"file_path": SKILL}))])
             .then_tool_calls([ToolCall::new("c2", format!("{server}__whoami"), json!({}))])
             .then_text("done"),
