@@ -33,8 +33,8 @@ const TARGETS: &[(&str, &str, &[&str])] = &[
             "adversarial_skills_prompt",
         ],
     ),
-    // mcp_agent: the tools a real MCP server discloses (needs the venv's `mcp`; skipped without it).
-    ("trellis-agent", "agent", &["cli::inspect", "mcp_agent"]),
+    // mcp::agent: the tools a real MCP server discloses (needs the venv's `mcp`; skipped without it).
+    ("trellis-agent", "agent", &["cli::inspect", "mcp::agent"]),
 ];
 
 pub fn run(layout: &Layout, args: &[String]) -> Result<ExitCode> {

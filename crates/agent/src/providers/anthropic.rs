@@ -48,6 +48,8 @@ mod response;
 mod stream;
 mod wire;
 
+use std::borrow::Cow;
+
 use async_trait::async_trait;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
@@ -58,11 +60,10 @@ use trellis_middleware::{
 pub use request::{MAX_CACHE_BREAKPOINTS, REDACTED_THINKING_PREFIX, STRUCTURED_OUTPUT_TOOL_DESCRIPTION};
 pub use response::{parse_error, parse_response};
 
-use super::event_stream::event_stream_reply;
 use super::http::{
     ApiKey, ErrorParser, HttpClient, HttpConfig, normalize_base_url, plain_header, secret_header,
 };
-use super::sse::stream_reply;
+use super::streamed::{Framing, stream_reply};
 use super::{ProviderError, merge_extra};
 
 /// The public Anthropic API.
@@ -151,15 +152,6 @@ pub struct AnthropicModel {
     endpoint: String,
     client: HttpClient,
     platform: Platform,
-}
-
-/// The framing of a streamed reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
-    /// Server-sent events, asked for with `"stream": true` (Anthropic, Vertex AI).
-    ServerSentEvents,
-    /// The AWS event-stream binary framing, each chunk one Anthropic event (Bedrock).
-    AwsEventStream,
 }
 
 /// Where a Messages body goes besides Anthropic's API, and what it carries there: a cloud
@@ -330,31 +322,28 @@ impl AnthropicModel {
             let response = parse_response(&reply)?;
             return Ok((reply.to_vec(), response));
         };
-        let streamed = if self.platform.framing == Framing::AwsEventStream {
-            event_stream_reply::<stream::Assembler>(
-                &self.client,
-                stream_endpoint,
-                body,
-                parse_error,
-                "Bedrock",
-                on_delta,
-            )
-            .await?
-        } else {
-            let mut body = body.clone();
-            if let Value::Object(map) = &mut body {
-                map.insert("stream".into(), Value::Bool(true));
+        let framing = self.platform.framing;
+        let mut body = Cow::Borrowed(body);
+        let provider = match framing {
+            // Bedrock takes no `stream` field: the endpoint says it.
+            Framing::AwsEventStream => "Bedrock",
+            Framing::ServerSentEvents => {
+                if let Value::Object(map) = body.to_mut() {
+                    map.insert("stream".into(), Value::Bool(true));
+                }
+                "Anthropic"
             }
-            stream_reply::<stream::Assembler>(
-                &self.client,
-                stream_endpoint,
-                &body,
-                parse_error,
-                "Anthropic",
-                on_delta,
-            )
-            .await?
         };
+        let streamed = stream_reply::<stream::Assembler>(
+            &self.client,
+            stream_endpoint,
+            &body,
+            parse_error,
+            framing,
+            provider,
+            on_delta,
+        )
+        .await?;
         let response = parse_response(streamed.body())?;
         streamed.deliver(&response, on_delta);
         Ok((streamed.body().to_vec(), response))

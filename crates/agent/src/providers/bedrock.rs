@@ -30,10 +30,11 @@ use serde_json::{Value, json};
 use trellis_middleware::ModelError;
 
 use super::ProviderError;
-use super::anthropic::{AnthropicConfig, AnthropicModel, Framing, Platform};
+use super::anthropic::{AnthropicConfig, AnthropicModel, Platform};
 use super::aws::{AwsCredentials, SigV4};
 use super::clock::Clock;
 use super::http::{HttpClient, normalize_base_url};
+use super::streamed::Framing;
 
 /// The `anthropic_version` Bedrock's Messages body carries.
 pub const ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";

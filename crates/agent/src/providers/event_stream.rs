@@ -4,23 +4,26 @@
 //!
 //! Each message has `:message-type` `event` (with `:event-type: chunk` and a JSON payload
 //! `{"bytes": <base64 of one provider event>}`) or `exception` (with `:exception-type` and a
-//! `{"message"}` payload). Chunks are decoded and handed to the provider's [`Assemble`]r, as the
-//! data of server-sent events are; an exception is the provider's error for the status its type
+//! `{"message"}` payload). Chunks are decoded and handed to the provider's
+//! [`Assemble`](super::streamed::Assemble)r by [`stream_reply`](super::streamed::stream_reply), as
+//! the data of server-sent events are; an exception is the provider's error for the status its type
 //! stands for. Failures are typed as for server-sent events (see [`sse`](super::sse)): a broken,
 //! cut or stalled stream is `Transport`, a reply over the response limit is `Other`, and every error
 //! carries the status and request id of the answer that opened the stream.
 
+use std::pin::Pin;
+
 use aws_smithy_eventstream::frame::{DecodedFrame, MessageFrameDecoder};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use bytes::BytesMut;
-use futures::StreamExt;
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
 use reqwest::header::HeaderValue;
 use serde_json::Value;
-use trellis_middleware::{DeltaSink, ModelError};
+use trellis_middleware::ModelError;
 
 use super::http::{ErrorParser, HttpClient, answered, request_id};
-use super::sse::{Assemble, Streamed, ended_early};
+use super::streamed::{ReplyEvent, ReplyEvents, ReplyStream};
 
 /// The status an exception type stands for (the Bedrock runtime API reference's error list).
 fn exception_status(kind: &str) -> u16 {
@@ -35,66 +38,77 @@ fn exception_status(kind: &str) -> u16 {
     }
 }
 
-/// POST `body` to `url` and assemble the event-stream reply with `A`.
-pub(crate) async fn event_stream_reply<A: Assemble>(
-    client: &HttpClient,
-    url: &str,
-    body: &Value,
+type Chunks = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// The events of one reply in the AWS event-stream framing: the chunk payloads, decoded.
+#[derive(Debug)]
+pub(crate) struct AwsEventStream {
+    chunks: ReplyStream<Chunks>,
+    buffer: BytesMut,
+    decoder: MessageFrameDecoder,
     parse_error: ErrorParser,
-    provider: &str,
-    on_delta: DeltaSink<'_>,
-) -> Result<Streamed, ModelError> {
-    let response = client
-        .open_reply(
-            url,
-            body,
-            HeaderValue::from_static("application/vnd.amazon.eventstream"),
+    provider: String,
+}
+
+impl HttpClient {
+    /// POST `body` to `url` asking for an AWS event stream; `provider` names the API in errors.
+    /// An error status is read whole and parsed with `parse_error`.
+    pub(crate) async fn open_event_stream(
+        &self,
+        url: &str,
+        body: &Value,
+        parse_error: ErrorParser,
+        provider: &str,
+    ) -> Result<AwsEventStream, ModelError> {
+        let response = self
+            .open_reply(
+                url,
+                body,
+                HeaderValue::from_static("application/vnd.amazon.eventstream"),
+                parse_error,
+            )
+            .await?;
+        let http = answered(response.status().as_u16(), request_id(response.headers()));
+        Ok(AwsEventStream {
+            chunks: ReplyStream::new(response.bytes_stream().boxed(), self, http),
+            buffer: BytesMut::new(),
+            decoder: MessageFrameDecoder::new(),
             parse_error,
-        )
-        .await?;
-    let exchange = answered(response.status().as_u16(), request_id(response.headers()));
-    let with_exchange = |e: ModelError| e.with_http(exchange.clone());
-    let mut chunks = response.bytes_stream();
-    let mut buffer = BytesMut::new();
-    let mut decoder = MessageFrameDecoder::new();
-    let mut reply = A::default();
-    let mut seen = 0usize;
-    let idle = client.stream_idle_timeout();
-    let limit = client.max_response_bytes();
-    loop {
-        let chunk = match tokio::time::timeout(idle, chunks.next()).await {
-            Err(_) => {
-                return Err(with_exchange(ModelError::Transport {
-                    message: format!("the reply stream stalled: nothing for {} s", idle.as_secs()),
-                    http: None,
-                }));
-            }
-            Ok(None) => break,
-            Ok(Some(Err(e))) => {
-                return Err(with_exchange(ModelError::Transport {
-                    message: format!("the reply stream broke: {e}"),
-                    http: None,
-                }));
-            }
-            Ok(Some(Ok(chunk))) => chunk,
-        };
-        seen += chunk.len();
-        if seen > limit {
-            return Err(with_exchange(ModelError::Other {
-                message: format!("the streamed reply is larger than the {limit}-byte limit"),
-                http: None,
-            }));
+            provider: provider.to_owned(),
+        })
+    }
+}
+
+impl ReplyEvents for AwsEventStream {
+    /// The next chunk's provider event; `None` at the end of the stream. An exception message is
+    /// the provider's error for the status its type stands for.
+    async fn next(&mut self) -> Result<Option<ReplyEvent>, ModelError> {
+        match self.next_chunk().await {
+            Ok(data) => Ok(data.map(|data| ReplyEvent { name: None, data })),
+            Err(e) => Err(self.with_exchange(e)),
         }
-        buffer.extend_from_slice(&chunk);
+    }
+
+    fn with_exchange(&self, error: ModelError) -> ModelError {
+        self.chunks.with_exchange(error)
+    }
+}
+
+impl AwsEventStream {
+    async fn next_chunk(&mut self) -> Result<Option<String>, ModelError> {
         loop {
-            let frame = decoder.decode_frame(&mut buffer).map_err(|e| {
-                with_exchange(ModelError::Other {
-                    message: format!("the {provider} event stream sent a malformed frame: {e}"),
+            let frame = self
+                .decoder
+                .decode_frame(&mut self.buffer)
+                .map_err(|e| ModelError::Other {
+                    message: format!("the {} event stream sent a malformed frame: {e}", self.provider),
                     http: None,
-                })
-            })?;
+                })?;
             let DecodedFrame::Complete(message) = frame else {
-                break;
+                if self.read_more().await? {
+                    continue;
+                }
+                return Ok(None);
             };
             let header = |name: &str| {
                 message
@@ -107,27 +121,30 @@ pub(crate) async fn event_stream_reply<A: Assemble>(
             if header(":message-type").as_deref() == Some("exception") {
                 let kind = header(":exception-type").unwrap_or_default();
                 let status = exception_status(&kind);
-                return Err(with_exchange(parse_error(status, None, message.payload())));
+                return Err((self.parse_error)(status, None, message.payload()));
             }
             if header(":event-type").as_deref() != Some("chunk") {
                 continue;
             }
-            let data = chunk_data(message.payload()).ok_or_else(|| {
-                with_exchange(ModelError::Other {
-                    message: format!("the {provider} event stream sent a chunk without base64 `bytes`"),
-                    http: None,
-                })
+            let data = chunk_data(message.payload()).ok_or_else(|| ModelError::Other {
+                message: format!(
+                    "the {} event stream sent a chunk without base64 `bytes`",
+                    self.provider
+                ),
+                http: None,
             })?;
-            reply.take(None, &data, on_delta).map_err(with_exchange)?;
-            if reply.is_done() {
-                return Ok(Streamed::Events(reply.finish()));
-            }
+            return Ok(Some(data));
         }
     }
-    if !reply.is_complete() {
-        return Err(with_exchange(ended_early(provider)));
+
+    /// Buffer the next chunk; false at the end of the stream.
+    async fn read_more(&mut self) -> Result<bool, ModelError> {
+        let Some(chunk) = self.chunks.next(Bytes::len).await? else {
+            return Ok(false);
+        };
+        self.buffer.extend_from_slice(&chunk);
+        Ok(true)
     }
-    Ok(Streamed::Events(reply.finish()))
 }
 
 /// The provider event a chunk carries: `{"bytes": base64}` decoded, as text.

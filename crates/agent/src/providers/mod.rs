@@ -31,10 +31,12 @@ pub mod google_auth;
 pub(crate) mod http;
 pub mod ollama;
 pub mod openai;
+mod openai_api;
 mod options;
 mod registry;
 pub mod responses;
 mod sse;
+mod streamed;
 pub mod vertex;
 
 use std::collections::BTreeMap;

@@ -42,19 +42,18 @@ pub(crate) mod schema;
 mod stream;
 mod wire;
 
-use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
-use serde_json::Value;
-use trellis_middleware::{
-    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, stream_by_invoking,
-};
+use serde_json::{Map, Value};
+#[cfg(doc)]
+use trellis_middleware::ChatModel;
+use trellis_middleware::{ModelCapabilities, ModelError, ModelRequest, ModelResponse};
 
 pub use request::IMAGE_OMITTED;
 pub use response::{parse_error, parse_response};
 
+use super::ProviderError;
 use super::http::{ApiKey, HttpClient, HttpConfig, normalize_base_url, secret_header};
-use super::sse::stream_reply;
-use super::{ProviderError, merge_extra};
+use super::openai_api::{ChatCompletions, OpenAiApiModel, WireApi};
 
 /// The public OpenAI API.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -184,39 +183,19 @@ pub fn known_context_window(model: &str) -> Option<u64> {
         .map(|&(_, tokens)| tokens)
 }
 
-/// A model behind a Chat Completions endpoint.
-#[derive(Debug, Clone)]
-pub struct OpenAiModel {
-    config: OpenAiConfig,
-    endpoint: String,
-    client: HttpClient,
-}
+/// A model behind a Chat Completions endpoint: `OpenAiModel::new(config)`, then the [`ChatModel`]
+/// methods, `request_body` (the exact JSON body `invoke` would send; it refuses a
+/// `thinking_budget`, an Anthropic setting: Chat Completions models take `reasoning_effort`),
+/// `config` and `endpoint`. Its `Debug` output hides the key.
+pub type OpenAiModel = OpenAiApiModel<ChatCompletions>;
 
-impl OpenAiModel {
-    /// Build the provider (and its HTTP client). Fails on a base URL that is not http(s) or a key that
-    /// cannot be sent as a header.
-    pub fn new(mut config: OpenAiConfig) -> Result<Self, ProviderError> {
-        let client = bearer_client(&mut config)?;
-        let endpoint = format!("{}/chat/completions", config.base_url);
-        Ok(Self {
-            config,
-            endpoint,
-            client,
-        })
-    }
+impl WireApi for ChatCompletions {
+    const TYPE_NAME: &'static str = "OpenAiModel";
+    const NAME: &'static str = "Chat Completions";
+    const PATH: &'static str = "chat/completions";
+    type Assembler = stream::Assembler;
 
-    /// The configuration (its `Debug` output hides the key).
-    pub fn config(&self) -> &OpenAiConfig {
-        &self.config
-    }
-
-    /// The URL requests are posted to.
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
-    /// The exact JSON body [`invoke`](ChatModel::invoke) would send for `request`.
-    pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
+    fn request_body(config: &OpenAiConfig, request: &ModelRequest) -> Result<Value, ModelError> {
         if let Some(budget) = request.thinking_budget {
             // Refused, not dropped: a caller asking for a budget must learn it had none.
             return Err(ModelError::BadRequest {
@@ -229,20 +208,28 @@ impl OpenAiModel {
         }
         let body = request::build(
             request,
-            &self.config.model,
-            self.config.max_tokens_field,
-            self.config.inline_system,
+            &config.model,
+            config.max_tokens_field,
+            config.inline_system,
         );
-        let mut body = serde_json::to_value(body).map_err(|e| ModelError::Other {
+        serde_json::to_value(body).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the Chat Completions request: {e}"),
             http: None,
-        })?;
-        merge_extra(&mut body, &request.extra);
-        Ok(body)
+        })
+    }
+
+    fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
+        parse_response(body)
+    }
+
+    /// Usage arrives in a last chunk only when asked for.
+    fn add_stream_options(body: &mut Map<String, Value>) {
+        body.insert(
+            "stream_options".into(),
+            serde_json::json!({"include_usage": true}),
+        );
     }
 }
-
-impl OpenAiModel {}
 
 impl OpenAiConfig {
     /// What an OpenAI model declares: no caching markers (OpenAI caches by itself), no tools
@@ -269,62 +256,4 @@ pub(crate) fn bearer_client(config: &mut OpenAiConfig) -> Result<HttpClient, Pro
         headers.insert(AUTHORIZATION, secret_header(&bearer, "the OpenAI API key")?);
     }
     HttpClient::new(&config.http, headers)
-}
-
-#[async_trait]
-impl ChatModel for OpenAiModel {
-    fn provider(&self) -> Option<&str> {
-        Some("openai")
-    }
-
-    fn id(&self) -> &str {
-        &self.config.model
-    }
-
-    fn capabilities(&self) -> ModelCapabilities {
-        self.config.capabilities()
-    }
-
-    async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
-        let body = self.request_body(&request)?;
-        let reply = self.client.exchange(&self.endpoint, &body, parse_error).await?;
-        let mut response = parse_response(&reply)?;
-        if request.response_format.is_some() {
-            response::take_structured_output(&mut response, &self.config.model);
-        }
-        Ok(response)
-    }
-
-    async fn stream(
-        &self,
-        request: ModelRequest,
-        on_delta: DeltaSink<'_>,
-    ) -> Result<ModelResponse, ModelError> {
-        if !self.config.stream {
-            return stream_by_invoking(self, request, on_delta).await;
-        }
-        let mut body = self.request_body(&request)?;
-        if let Value::Object(map) = &mut body {
-            map.insert("stream".into(), Value::Bool(true));
-            map.insert(
-                "stream_options".into(),
-                serde_json::json!({"include_usage": true}),
-            );
-        }
-        let streamed = stream_reply::<stream::Assembler>(
-            &self.client,
-            &self.endpoint,
-            &body,
-            parse_error,
-            "Chat Completions",
-            on_delta,
-        )
-        .await?;
-        let mut response = parse_response(streamed.body())?;
-        if request.response_format.is_some() {
-            response::take_structured_output(&mut response, &self.config.model);
-        }
-        streamed.deliver(&response, on_delta);
-        Ok(response)
-    }
 }

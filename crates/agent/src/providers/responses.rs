@@ -15,106 +15,34 @@ mod request;
 mod response;
 mod stream;
 
-use async_trait::async_trait;
 use serde_json::Value;
-use trellis_middleware::{
-    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, stream_by_invoking,
-};
+#[cfg(doc)]
+use trellis_middleware::ChatModel;
+use trellis_middleware::{ModelError, ModelRequest, ModelResponse};
 
 pub use request::REASONING_PREFIX;
 pub use response::parse_response;
 
-use super::ProviderError;
-use super::http::HttpClient;
-use super::openai::{OpenAiConfig, bearer_client, parse_error};
-use super::sse::stream_reply;
+use super::openai::OpenAiConfig;
+use super::openai_api::{OpenAiApiModel, Responses, WireApi};
 
-/// A model behind the OpenAI Responses API. Configured like the Chat Completions provider
-/// ([`OpenAiConfig`]: key, base URL, context window, timeouts, `stream`); `max_tokens_field` and
-/// `inline_system` do not apply.
-#[derive(Debug, Clone)]
-pub struct ResponsesModel {
-    config: OpenAiConfig,
-    endpoint: String,
-    client: HttpClient,
-}
+/// A model behind the OpenAI Responses API: `ResponsesModel::new(config)`, then the [`ChatModel`]
+/// methods, `request_body` (the exact JSON body `invoke` sends), `config` and `endpoint`.
+/// Configured like the Chat Completions provider ([`OpenAiConfig`]: key, base URL, context window,
+/// timeouts, `stream`); `max_tokens_field` and `inline_system` do not apply.
+pub type ResponsesModel = OpenAiApiModel<Responses>;
 
-impl ResponsesModel {
-    /// Build the provider. Fails on a base URL that is not http(s) or a key that cannot be sent
-    /// as a header.
-    pub fn new(mut config: OpenAiConfig) -> Result<Self, ProviderError> {
-        let client = bearer_client(&mut config)?;
-        let endpoint = format!("{}/responses", config.base_url);
-        Ok(Self {
-            config,
-            endpoint,
-            client,
-        })
+impl WireApi for Responses {
+    const TYPE_NAME: &'static str = "ResponsesModel";
+    const NAME: &'static str = "Responses API";
+    const PATH: &'static str = "responses";
+    type Assembler = stream::Assembler;
+
+    fn request_body(config: &OpenAiConfig, request: &ModelRequest) -> Result<Value, ModelError> {
+        request::build(request, &config.model)
     }
 
-    /// The URL requests are posted to.
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
-    }
-
-    /// The exact JSON body [`invoke`](ChatModel::invoke) sends for `request`.
-    pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
-        let mut body = request::build(request, &self.config.model)?;
-        super::merge_extra(&mut body, &request.extra);
-        Ok(body)
-    }
-}
-
-#[async_trait]
-impl ChatModel for ResponsesModel {
-    fn provider(&self) -> Option<&str> {
-        Some("openai")
-    }
-
-    fn id(&self) -> &str {
-        &self.config.model
-    }
-
-    fn capabilities(&self) -> ModelCapabilities {
-        self.config.capabilities()
-    }
-
-    async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
-        let body = self.request_body(&request)?;
-        let reply = self.client.exchange(&self.endpoint, &body, parse_error).await?;
-        let mut response = parse_response(&reply)?;
-        if request.response_format.is_some() {
-            super::openai::response::take_structured_output(&mut response, &self.config.model);
-        }
-        Ok(response)
-    }
-
-    async fn stream(
-        &self,
-        request: ModelRequest,
-        on_delta: DeltaSink<'_>,
-    ) -> Result<ModelResponse, ModelError> {
-        if !self.config.stream {
-            return stream_by_invoking(self, request, on_delta).await;
-        }
-        let mut body = self.request_body(&request)?;
-        if let Value::Object(map) = &mut body {
-            map.insert("stream".into(), Value::Bool(true));
-        }
-        let streamed = stream_reply::<stream::Assembler>(
-            &self.client,
-            &self.endpoint,
-            &body,
-            parse_error,
-            "Responses API",
-            on_delta,
-        )
-        .await?;
-        let mut response = parse_response(streamed.body())?;
-        if request.response_format.is_some() {
-            super::openai::response::take_structured_output(&mut response, &self.config.model);
-        }
-        streamed.deliver(&response, on_delta);
-        Ok(response)
+    fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {
+        parse_response(body)
     }
 }

@@ -1,6 +1,7 @@
 //! Reading a streamed reply: one POST answered with server-sent events, parsed by the
 //! `sse-stream` crate (already in the dependency tree under rmcp; it implements the WHATWG event
-//! stream rules, including events split across chunks at any byte).
+//! stream rules, including events split across chunks at any byte). The events are fed to the
+//! provider's assembler by [`stream_reply`](super::streamed::stream_reply).
 //!
 //! Failures are typed for the retry middleware: an error status is parsed as the provider's error
 //! body, as for a non-streaming call; a connection that breaks, ends before the reply is complete,
@@ -9,40 +10,29 @@
 //! [`ModelError::Other`].
 
 use std::pin::Pin;
-use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, HeaderValue};
 use serde_json::Value;
 use sse_stream::{Sse, SseStream};
-use trellis_middleware::{HttpDetails, ModelError};
-
-use trellis_middleware::{DeltaSink, ModelDelta, ModelResponse, deltas_of};
+#[cfg(test)]
+use trellis_middleware::ModelDelta;
+use trellis_middleware::ModelError;
 
 use super::http::{
     ErrorParser, HttpClient, answered, note_request_id, obey_should_retry, request_id, retry_after,
     should_retry, transport,
 };
+#[cfg(test)]
+use super::streamed::Assemble;
+use super::streamed::{ReplyEvent, ReplyEvents, ReplyStream};
 
 type Events = Pin<Box<dyn Stream<Item = Result<Sse, sse_stream::Error>> + Send>>;
 
 /// The events of one streamed reply.
+#[derive(Debug)]
 pub(crate) struct EventStream {
-    events: Events,
-    idle: Duration,
-    seen: usize,
-    limit: usize,
-    /// The status and request id of the answer that opened the stream, put on every error the
-    /// stream ends with (a mid-stream `error` event has no id of its own).
-    http: HttpDetails,
-}
-
-impl std::fmt::Debug for EventStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventStream")
-            .field("seen", &self.seen)
-            .finish_non_exhaustive()
-    }
+    events: ReplyStream<Events>,
 }
 
 /// What a request for a stream got: events, or — from a server or gateway that ignores
@@ -86,11 +76,7 @@ impl HttpClient {
         let http = answered(response.status().as_u16(), request_id(response.headers()));
         let events = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
         Ok(Opened::Events(EventStream {
-            events,
-            idle: self.stream_idle_timeout(),
-            seen: 0,
-            limit: self.max_response_bytes(),
-            http,
+            events: ReplyStream::new(events, self, http),
         }))
     }
 
@@ -133,146 +119,27 @@ impl HttpClient {
     }
 }
 
-impl EventStream {
-    /// `error` with the status and request id of the answer that opened this stream.
-    pub(crate) fn with_exchange(&self, error: ModelError) -> ModelError {
-        error.with_http(self.http.clone())
-    }
-
-    /// The next event with data; `None` at the end of the stream. Errors carry the exchange's
-    /// status and request id.
-    pub(crate) async fn next(&mut self) -> Result<Option<Sse>, ModelError> {
-        self.next_event().await.map_err(|e| self.with_exchange(e))
-    }
-
-    async fn next_event(&mut self) -> Result<Option<Sse>, ModelError> {
+impl ReplyEvents for EventStream {
+    /// The next event with data; `None` at the end of the stream.
+    async fn next(&mut self) -> Result<Option<ReplyEvent>, ModelError> {
+        let data_len = |event: &Sse| event.data.as_ref().map_or(0, String::len);
         loop {
-            let item = match tokio::time::timeout(self.idle, self.events.next()).await {
-                Ok(item) => item,
-                Err(_) => {
-                    return Err(ModelError::Transport {
-                        message: format!("the reply stream stalled: nothing for {} s", self.idle.as_secs()),
-                        http: None,
-                    });
-                }
-            };
-            let event = match item {
-                None => return Ok(None),
-                Some(Ok(event)) => event,
-                Some(Err(e)) => {
-                    return Err(ModelError::Transport {
-                        message: format!("the reply stream broke: {e}"),
-                        http: None,
-                    });
-                }
-            };
-            self.seen += event.data.as_ref().map_or(0, String::len);
-            if self.seen > self.limit {
-                return Err(ModelError::Other {
-                    message: format!("the streamed reply is larger than the {}-byte limit", self.limit),
-                    http: None,
-                });
-            }
-            if event.data.is_some() {
-                return Ok(Some(event));
+            match self.events.next(data_len).await {
+                Ok(None) => return Ok(None),
+                Ok(Some(Sse {
+                    event: name,
+                    data: Some(data),
+                    ..
+                })) => return Ok(Some(ReplyEvent { name, data })),
+                Ok(Some(_)) => {}
+                Err(e) => return Err(self.with_exchange(e)),
             }
         }
     }
-}
 
-/// The error for a stream that ended before the reply was complete.
-pub(crate) fn ended_early(provider: &str) -> ModelError {
-    ModelError::Transport {
-        message: format!("the {provider} reply stream ended before the reply was complete"),
-        http: None,
+    fn with_exchange(&self, error: ModelError) -> ModelError {
+        self.events.with_exchange(error)
     }
-}
-
-/// The error for an event whose data is not the JSON the provider documents.
-pub(crate) fn bad_event(provider: &str, event: &str, error: &serde_json::Error) -> ModelError {
-    ModelError::Other {
-        message: format!("the {provider} stream sent a `{event}` event that does not parse: {error}"),
-        http: None,
-    }
-}
-
-/// A provider's event-stream assembler: takes events, sends deltas, and finally gives the JSON
-/// body a non-streaming call would have returned.
-pub(crate) trait Assemble: Default {
-    /// Take one event (its name, when the stream names events, and its data).
-    fn take(&mut self, name: Option<&str>, data: &str, on_delta: DeltaSink<'_>) -> Result<(), ModelError>;
-    /// True when the stream has said it is over.
-    fn is_done(&self) -> bool;
-    /// True when the reply is whole if the stream ends now.
-    fn is_complete(&self) -> bool {
-        self.is_done()
-    }
-    /// The reply as the non-streaming JSON body.
-    fn finish(self) -> Vec<u8>;
-}
-
-/// A reply asked for as a stream: the body to parse, and whether it arrived as events (whose
-/// deltas were sent) or whole (whose deltas are still to send).
-#[derive(Debug)]
-pub(crate) enum Streamed {
-    /// Assembled from events.
-    Events(Vec<u8>),
-    /// One JSON body.
-    Whole(bytes::Bytes),
-}
-
-impl Streamed {
-    /// The body to parse.
-    pub(crate) fn body(&self) -> &[u8] {
-        match self {
-            Self::Events(body) => body,
-            Self::Whole(body) => body,
-        }
-    }
-
-    /// Send what the caller has not seen yet of the parsed `response`: every block for a whole
-    /// body, the finish for an assembled one.
-    pub(crate) fn deliver(&self, response: &ModelResponse, on_delta: DeltaSink<'_>) {
-        match self {
-            Self::Whole(_) => deltas_of(response).into_iter().for_each(on_delta),
-            Self::Events(_) => on_delta(ModelDelta::Finished {
-                stop_reason: response.stop_reason.clone(),
-                usage: response.usage,
-            }),
-        }
-    }
-}
-
-/// POST `body` to `url` as a stream and assemble the reply with `A`.
-pub(crate) async fn stream_reply<A: Assemble>(
-    client: &HttpClient,
-    url: &str,
-    body: &Value,
-    parse_error: ErrorParser,
-    provider: &str,
-    on_delta: DeltaSink<'_>,
-) -> Result<Streamed, ModelError> {
-    let mut events = match client.open_stream(url, body, parse_error).await? {
-        Opened::Events(events) => events,
-        Opened::Whole(body) => return Ok(Streamed::Whole(body)),
-    };
-    let mut reply = A::default();
-    while let Some(event) = events.next().await? {
-        reply
-            .take(
-                event.event.as_deref(),
-                event.data.as_deref().unwrap_or(""),
-                on_delta,
-            )
-            .map_err(|e| events.with_exchange(e))?;
-        if reply.is_done() {
-            break;
-        }
-    }
-    if !reply.is_complete() {
-        return Err(events.with_exchange(ended_early(provider)));
-    }
-    Ok(Streamed::Events(reply.finish()))
 }
 
 /// `body` delivered in chunks split at `cuts` (byte offsets, taken modulo the length), as an

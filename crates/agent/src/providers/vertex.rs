@@ -20,10 +20,11 @@ use std::sync::Arc;
 use reqwest::header::HeaderMap;
 
 use super::ProviderError;
-use super::anthropic::{AnthropicConfig, AnthropicModel, Framing, Platform, parse_error};
+use super::anthropic::{AnthropicConfig, AnthropicModel, Platform, parse_error};
 use super::clock::Clock;
 use super::google_auth::{GoogleAuth, GoogleCredentials};
 use super::http::{HttpClient, normalize_base_url, plain_header};
+use super::streamed::Framing;
 
 /// The `anthropic_version` Vertex AI's Messages body carries.
 pub const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";

@@ -20,7 +20,7 @@ use trellis_middleware::{
     AiMessage, ContentBlock, ModelResponse, RunInput, ScriptedModel, SkillSource, ToolCall, Usage,
 };
 
-use crate::mcp_common::python;
+use crate::support::skip_unless_python;
 
 /// The receiver, killed when dropped.
 struct Receiver {
@@ -226,9 +226,7 @@ fn by_name<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_and_metrics_of_a_run_reach_a_real_otlp_receiver() {
-    let Some(python) = python("spans_and_metrics_of_a_run_reach_a_real_otlp_receiver") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let receiver = Receiver::start(&python, false);
     let report = export_one_run(&receiver, false).await;
     assert_eq!(report.dropped_spans, 0);
@@ -336,9 +334,7 @@ async fn spans_and_metrics_of_a_run_reach_a_real_otlp_receiver() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prompt_text_is_exported_only_when_asked() {
-    let Some(python) = python("prompt_text_is_exported_only_when_asked") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let receiver = Receiver::start(&python, false);
     export_one_run(&receiver, true).await;
     trellis_middleware::telemetry::set_capture_content(false);
@@ -352,9 +348,7 @@ async fn prompt_text_is_exported_only_when_asked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collector_that_never_answers_neither_fails_nor_holds_up_the_run() {
-    let Some(python) = python("a_collector_that_never_answers_neither_fails_nor_holds_up_the_run") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let receiver = Receiver::start(&python, true);
     let mut config = OtlpConfig::new(&receiver.url());
     config.timeout = Duration::from_secs(2);
@@ -377,9 +371,7 @@ async fn a_collector_that_never_answers_neither_fails_nor_holds_up_the_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trellis_run_with_otlp_exports_its_spans() {
-    let Some(python) = python("trellis_run_with_otlp_exports_its_spans") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let receiver = Receiver::start(&python, false);
     let server = wiremock::MockServer::start().await;
     crate::cli::harness::messages()

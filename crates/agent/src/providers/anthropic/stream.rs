@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use trellis_middleware::{DeltaSink, ModelDelta, ModelError};
 
 use super::response::parse_error;
-use crate::providers::sse::{Assemble, bad_event};
+use crate::providers::streamed::{Assemble, bad_event};
 
 /// A reply being assembled from its events.
 #[derive(Debug, Default)]

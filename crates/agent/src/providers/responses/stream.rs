@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use trellis_middleware::{DeltaSink, ModelDelta, ModelError};
 
 use crate::providers::openai::parse_error;
-use crate::providers::sse::{Assemble, bad_event};
+use crate::providers::streamed::{Assemble, bad_event};
 
 /// A reply being assembled from its events.
 #[derive(Debug, Default)]

@@ -23,11 +23,11 @@ use trellis_middleware::{ChatModel, DeltaSink, Message, ModelDelta, ModelError, 
 use wiremock::matchers::{header as header_is, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::providers_anthropic_common::text_response;
-use crate::providers_common::*;
+use crate::providers::anthropic_common::text_response;
+use crate::providers::common::*;
 
-const PRIVATE_KEY: &str = include_str!("../fixtures/vertex-test-key.pem");
-const PUBLIC_KEY: &[u8] = include_bytes!("../fixtures/vertex-test-key.pub.der");
+const PRIVATE_KEY: &str = include_str!("../../fixtures/vertex-test-key.pem");
+const PUBLIC_KEY: &[u8] = include_bytes!("../../fixtures/vertex-test-key.pub.der");
 const MODEL: &str = "claude-sonnet-4-5@20250929";
 const EMAIL: &str = "trellis-test@test-project.iam.gserviceaccount.com";
 const MODEL_PATH: &str =

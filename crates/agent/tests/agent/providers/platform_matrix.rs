@@ -20,7 +20,7 @@ use trellis_middleware::{
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::providers_common::*;
+use crate::providers::common::*;
 
 #[derive(Debug, Clone, Copy)]
 enum Platform {
@@ -74,7 +74,7 @@ impl Platform {
             }
             Self::Vertex => {
                 let key = json!({"type": "service_account", "client_email": "a@p.iam.gserviceaccount.com",
-                                 "private_key": include_str!("../fixtures/vertex-test-key.pem"),
+                                 "private_key": include_str!("../../fixtures/vertex-test-key.pem"),
                                  "token_uri": format!("{uri}/token")});
                 let credentials = GoogleCredentials::from_json(&key.to_string(), "test").unwrap();
                 let mut config = VertexConfig::new("claude-sonnet-4-5", "p", "us-east5", credentials);

@@ -19,7 +19,7 @@ use trellis_agent::providers::openai::{OpenAiConfig, OpenAiModel};
 use trellis_middleware::{ChatModel, Message, ModelError, ModelRequest, ReasoningEffort, ToolChoice};
 use wiremock::ResponseTemplate;
 
-use crate::providers_common::{assert_json_eq, body_json, only_request, read_file_tool, server_answering};
+use crate::providers::common::{assert_json_eq, body_json, only_request, read_file_tool, server_answering};
 
 fn settings() -> ModelRequest {
     ModelRequest {

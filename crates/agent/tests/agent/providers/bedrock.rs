@@ -20,9 +20,9 @@ use trellis_middleware::{
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::providers_anthropic_common::text_response;
-use crate::providers_common::*;
-use crate::providers_sigv4::{Signed, parse_authorization, signature};
+use crate::providers::anthropic_common::text_response;
+use crate::providers::common::*;
+use crate::providers::sigv4::{Signed, parse_authorization, signature};
 
 const MODEL_ID: &str = "anthropic.claude-sonnet-4-5-20250929-v1:0";
 /// The model id as the path carries it (`:` percent-encoded, as the AWS SDKs encode labels).

@@ -10,11 +10,10 @@ use std::sync::Arc;
 use serde_json::json;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_middleware::skills::Viewer;
-use trellis_middleware::{RunInput, ScriptedModel, ToolCall};
+use trellis_middleware::{RunInput, ToolCall};
 
-use crate::mcp_common::{
-    self, agent_on, caps, gone, http_server_with, library, python, script, tool_results,
-};
+use crate::mcp::common::{self, agent_on, gone, http_server_with, library, script, scripted, tool_results};
+use crate::support::skip_unless_python;
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 
@@ -23,8 +22,7 @@ const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 async fn whoami(servers: &Arc<McpServers>, server: &str, user: Option<&str>) -> ((String, bool), bool) {
     let backend = library(&format!("mcp:{server}")).await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([ToolCall::new("c1", "read_file", json!({"file_path": SKILL}))])
             .then_tool_calls([ToolCall::new("c2", format!("{server}__whoami"), json!({}))])
             .then_text("done"),
@@ -52,9 +50,7 @@ fn pid(answer: &str) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_user_gets_a_session_of_their_own() {
-    let Some(python) = python("each_user_gets_a_session_of_their_own") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let config = McpServerConfig::stdio(
         "crm",
         &python,
@@ -94,7 +90,7 @@ async fn each_user_gets_a_session_of_their_own() {
     assert!(carol.starts_with("[crm] user=carol pid="), "{carol}");
     assert!(gone(bob_pid).await, "the evicted session's process exits");
     assert!(servers.user_session("crm", "bob").is_none());
-    assert!(mcp_common::alive(alice_pid));
+    assert!(common::alive(alice_pid));
 
     // Shutdown stops every session; nothing starts afterwards.
     servers.shutdown().await;
@@ -105,9 +101,7 @@ async fn each_user_gets_a_session_of_their_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_sessions_carry_the_user_id_in_a_header() {
-    let Some(python) = python("http_sessions_carry_the_user_id_in_a_header") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let server = http_server_with(&python, "docs", &["--identity"]).await;
     let config = McpServerConfig::http("docs", &server.url)
         .unwrap()

@@ -10,7 +10,7 @@ use trellis_agent::providers::{AnthropicConfig, AnthropicModel, OpenAiConfig, Op
 use trellis_middleware::{ChatModel, DeltaSink, ModelDelta, ModelError, ModelRequest};
 use wiremock::ResponseTemplate;
 
-use crate::providers_common::server_answering;
+use crate::providers::common::server_answering;
 
 fn events(body: String, id_header: &str, id: &str) -> ResponseTemplate {
     ResponseTemplate::new(200)

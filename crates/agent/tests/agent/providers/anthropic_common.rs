@@ -1,6 +1,6 @@
-//! Helpers shared by the Anthropic wire-format tests (`providers_anthropic_*.rs`): the model under
+//! Helpers shared by the Anthropic wire-format tests (`anthropic_*.rs`): the model under
 //! test, the API reference's example answer, and one request/response exchange with a mock server.
-//! Needs the `providers_common` module declared next to it.
+//! Needs the `common` module declared next to it.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,7 +9,7 @@ use trellis_agent::providers::anthropic::{AnthropicConfig, AnthropicModel};
 use trellis_middleware::{ChatModel, ModelError, ModelRequest};
 use wiremock::ResponseTemplate;
 
-use super::providers_common::{only_request, server_answering};
+use super::common::{only_request, server_answering};
 
 pub const MODEL: &str = "claude-sonnet-4-5";
 

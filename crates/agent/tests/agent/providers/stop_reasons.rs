@@ -28,7 +28,7 @@ use trellis_middleware::{
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::providers_common::body_json;
+use crate::providers::common::body_json;
 
 /// A server answering POSTs to `route` with `bodies`, one each, in order.
 pub(crate) async fn server_answering_in_turn(route: &str, bodies: Vec<Value>) -> MockServer {

@@ -11,9 +11,10 @@ use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
 use trellis_middleware::skills::Viewer;
 use trellis_middleware::tools::UserIdentity;
-use trellis_middleware::{ModelRequest, RunInput, ScriptedModel, ToolCall, ToolSpec};
+use trellis_middleware::{ModelRequest, RunInput, ToolCall, ToolSpec};
 
-use crate::mcp_common::{agent_on, caps, http_server, library, python, started, stdio, tool_results};
+use crate::mcp::common::{agent_on, http_server, library, scripted, started, stdio, tool_results};
+use crate::support::skip_unless_python;
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 
@@ -31,15 +32,12 @@ fn mcp_names(r: &ModelRequest) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_are_hidden_until_the_skill_is_read_then_run_for_real() {
-    let Some(python) = python("tools_are_hidden_until_the_skill_is_read_then_run_for_real") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let dir = tempfile::tempdir().unwrap();
     let started_file = dir.path().join("started");
     let backend = library("mcp:crm").await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([ToolCall::new(
                 "c1",
                 "crm__search_calls",
@@ -114,9 +112,7 @@ async fn tools_are_hidden_until_the_skill_is_read_then_run_for_real() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_without_the_role_never_see_or_run_the_tools() {
-    let Some(python) = python("users_without_the_role_never_see_or_run_the_tools") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let dir = tempfile::tempdir().unwrap();
     let started_file = dir.path().join("started");
     let backend = library("mcp:crm").await;
@@ -125,8 +121,7 @@ async fn users_without_the_role_never_see_or_run_the_tools() {
         let (backend, config) = (backend.clone(), config.clone());
         async move {
             let model = Arc::new(
-                ScriptedModel::new()
-                    .with_capabilities(caps())
+                scripted()
                     .then_tool_calls([read_skill("c1")])
                     .then_tool_calls([ToolCall::new(
                         "c2",
@@ -183,14 +178,11 @@ async fn users_without_the_role_never_see_or_run_the_tools() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamable_http_servers_work_and_labels_can_name_one_tool() {
-    let Some(python) = python("streamable_http_servers_work_and_labels_can_name_one_tool") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let server = http_server(&python, "docs").await;
     let backend = library("mcp:docs/get_transcript").await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([read_skill("c1")])
             .then_tool_calls([ToolCall::new(
                 "c2",
@@ -242,13 +234,10 @@ async fn streamable_http_servers_work_and_labels_can_name_one_tool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_with_the_same_tools_never_collide() {
-    let Some(python) = python("two_servers_with_the_same_tools_never_collide") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let backend = library("\"mcp:crm mcp:crm-eu\"").await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([read_skill("c1")])
             .then_tool_calls([
                 ToolCall::new("c2", "crm__search_calls", json!({"account": "Acme", "limit": 1})),

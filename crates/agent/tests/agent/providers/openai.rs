@@ -19,7 +19,7 @@ use trellis_middleware::{
 };
 use wiremock::ResponseTemplate;
 
-use crate::providers_common::*;
+use crate::providers::common::*;
 
 pub(crate) fn openai_at(base_url: &str) -> OpenAiModel {
     OpenAiModel::new(OpenAiConfig::openai("gpt-4.1", "sk-test").with_base_url(base_url)).unwrap()
@@ -478,23 +478,19 @@ async fn other_errors_by_status() {
 
 #[tokio::test]
 async fn malformed_success_body_is_a_typed_error() {
-    let error = error_for(ResponseTemplate::new(200).set_body_string("{\"choices\": [{")).await;
-    assert!(matches!(error, ModelError::Other { .. }), "{error:?}");
-    let error = error_for(ResponseTemplate::new(200).set_body_string("")).await;
-    assert!(matches!(error, ModelError::Other { .. }), "{error:?}");
+    assert_malformed_bodies_are_other(
+        error_for,
+        [
+            ResponseTemplate::new(200).set_body_string("{\"choices\": [{"),
+            ResponseTemplate::new(200).set_body_string(""),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn unreachable_server_is_a_transport_error() {
-    let model = openai_at(&dead_address());
-    let error = model
-        .invoke(ModelRequest {
-            messages: vec![Message::human("hi")].into(),
-            ..ModelRequest::default()
-        })
-        .await
-        .unwrap_err();
-    assert!(matches!(error, ModelError::Transport { .. }), "{error:?}");
+    assert_unreachable_is_transport(openai_at(&dead_address())).await;
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use trellis_middleware::{CacheTtl, Message, ToolSpec};
+use trellis_middleware::{CacheTtl, ChatModel, Message, ModelError, ModelRequest, ToolSpec};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -78,6 +78,33 @@ pub fn read_file_tool() -> Arc<ToolSpec> {
 pub fn with_breakpoint(mut message: Message, ttl: CacheTtl) -> Message {
     message.meta_mut().cache_breakpoint = Some(ttl);
     message
+}
+
+/// Each answer, given to `error_for` (one call answered with it), is a `ModelError::Other`: a
+/// success body that does not parse is a typed error, not a panic.
+pub async fn assert_malformed_bodies_are_other<F, Fut>(
+    error_for: F,
+    answers: impl IntoIterator<Item = ResponseTemplate>,
+) where
+    F: Fn(ResponseTemplate) -> Fut,
+    Fut: std::future::Future<Output = ModelError>,
+{
+    for answer in answers {
+        let error = error_for(answer).await;
+        assert!(matches!(error, ModelError::Other { .. }), "{error:?}");
+    }
+}
+
+/// `model`, whose server does not listen, fails a call with `ModelError::Transport`.
+pub async fn assert_unreachable_is_transport(model: impl ChatModel) {
+    let error = model
+        .invoke(ModelRequest {
+            messages: vec![Message::human("hi")].into(),
+            ..ModelRequest::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ModelError::Transport { .. }), "{error:?}");
 }
 
 /// An address on loopback where nothing listens.

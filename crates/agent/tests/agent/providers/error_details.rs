@@ -15,7 +15,7 @@ use trellis_middleware::{ChatModel, DeltaSink, ModelDelta, ModelError, ModelRequ
 use wiremock::ResponseTemplate;
 
 use crate::cli::{example, trellis};
-use crate::providers_common::server_answering;
+use crate::providers::common::server_answering;
 
 fn anthropic_overloaded() -> ResponseTemplate {
     ResponseTemplate::new(529)

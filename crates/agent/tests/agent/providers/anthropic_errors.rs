@@ -13,11 +13,11 @@
 use std::time::Duration;
 
 use serde_json::json;
-use trellis_middleware::{ChatModel, Message, ModelError, ModelRequest};
+use trellis_middleware::{Message, ModelError, ModelRequest};
 use wiremock::ResponseTemplate;
 
-use crate::providers_anthropic_common::*;
-use crate::providers_common::*;
+use crate::providers::anthropic_common::*;
+use crate::providers::common::*;
 
 fn error_body(kind: &str, message: &str) -> serde_json::Value {
     json!({
@@ -113,23 +113,19 @@ async fn other_errors_by_type_and_status() {
 
 #[tokio::test]
 async fn malformed_success_body_is_a_typed_error() {
-    let error = error_for(ResponseTemplate::new(200).set_body_string("{\"content\": [")).await;
-    assert!(matches!(error, ModelError::Other { .. }), "{error:?}");
-    let error = error_for(ResponseTemplate::new(200).set_body_json(json!({"content": "not a list"}))).await;
-    assert!(matches!(error, ModelError::Other { .. }), "{error:?}");
+    assert_malformed_bodies_are_other(
+        error_for,
+        [
+            ResponseTemplate::new(200).set_body_string("{\"content\": ["),
+            ResponseTemplate::new(200).set_body_json(json!({"content": "not a list"})),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn unreachable_server_is_a_transport_error() {
-    let model = model_at(&dead_address());
-    let error = model
-        .invoke(ModelRequest {
-            messages: vec![Message::human("hi")].into(),
-            ..ModelRequest::default()
-        })
-        .await
-        .unwrap_err();
-    assert!(matches!(error, ModelError::Transport { .. }), "{error:?}");
+    assert_unreachable_is_transport(model_at(&dead_address())).await;
 }
 
 /// 408 and 409 are retried, as the official SDKs retry them; `x-should-retry` wins over the

@@ -7,8 +7,8 @@
 //!
 //! This file: how a conversation is sent — system blocks and cache breakpoints, tools, tool use and
 //! results, thinking, images, and system messages in mid-conversation. Structured output, extra
-//! parameters and capabilities: `providers_anthropic_options.rs`; errors:
-//! `providers_anthropic_errors.rs`.
+//! parameters and capabilities: `anthropic_options.rs`; errors:
+//! `anthropic_errors.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,8 +20,8 @@ use trellis_middleware::{
 };
 use wiremock::ResponseTemplate;
 
-use crate::providers_anthropic_common::*;
-use crate::providers_common::*;
+use crate::providers::anthropic_common::*;
+use crate::providers::common::*;
 
 #[tokio::test]
 async fn system_blocks_breakpoints_and_tools() {

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
-use trellis_middleware::{EventSink, ModelRequest, RunEvent, RunInput, ScriptedModel, ToolCall};
+use trellis_middleware::{EventSink, ModelRequest, RunEvent, RunInput, ToolCall};
 
-use crate::mcp_common::{self, agent_on, caps, library, python, tool_results};
+use crate::mcp::common::{self, agent_on, library, scripted, tool_results};
+use crate::support::skip_unless_python;
 
 const SKILL: &str = "/skills/call-transcripts/SKILL.md";
 const ADDED: &str = "crm__invoice_lookup";
@@ -30,15 +31,13 @@ fn call(id: &str, tool: &str, args: serde_json::Value) -> ToolCall {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_a_server_adds_or_removes_are_disclosed_or_withdrawn() {
-    let Some(python) = python("tools_a_server_adds_or_removes_are_disclosed_or_withdrawn") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let backend = library("mcp:crm").await;
     let config = McpServerConfig::stdio(
         "crm",
         &python,
         [
-            mcp_common::script(),
+            common::script(),
             "--name".into(),
             "crm".into(),
             "--dynamic".into(),
@@ -49,8 +48,7 @@ async fn tools_a_server_adds_or_removes_are_disclosed_or_withdrawn() {
     // client handles notifications on a task of their own; one more round trip to the same
     // server (search_calls) before the new tool is used leaves that task time to run.
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([call("c1", "read_file", json!({"file_path": SKILL}))])
             .then_tool_calls([call("c2", "crm__add_tool", json!({"tool": "invoice_lookup"}))])
             .then_tool_calls([call("c3", "crm__search_calls", json!({"account": "Acme"}))])

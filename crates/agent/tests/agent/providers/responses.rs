@@ -18,8 +18,8 @@ use trellis_middleware::{
 };
 use wiremock::ResponseTemplate;
 
-use crate::providers_common::{assert_json_eq, body_json, read_file_tool, server_answering};
-use crate::providers_stop_reasons::server_answering_in_turn;
+use crate::providers::common::{assert_json_eq, body_json, read_file_tool, server_answering};
+use crate::providers::stop_reasons::server_answering_in_turn;
 
 fn model_at(uri: &str) -> ResponsesModel {
     ResponsesModel::new(OpenAiConfig::openai("gpt-5", "sk-test").with_base_url(format!("{uri}/v1"))).unwrap()

@@ -6,8 +6,8 @@ use serde_json::json;
 use trellis_middleware::{Message, ModelRequest, ResponseFormat};
 use wiremock::ResponseTemplate;
 
-use crate::providers_common::*;
-use crate::providers_openai::{exchange, openai_at, text_response};
+use crate::providers::common::*;
+use crate::providers::openai::{exchange, openai_at, text_response};
 
 /// A Rust type's schemars schema under `strict: true` is made what Structured Outputs documents
 /// (platform.openai.com/docs/guides/structured-outputs#supported-schemas): every object closed

@@ -10,7 +10,8 @@ use serde_json::json;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_middleware::{RunContext, RunInput, ScriptedModel, ToolCall};
 
-use crate::mcp_common::{agent_on, alive, caps, gone, library, python, script, started, stdio, tool_results};
+use crate::mcp::common::{agent_on, alive, gone, library, script, scripted, started, stdio, tool_results};
+use crate::support::skip_unless_python;
 
 fn detached() -> RunContext {
     RunContext::detached(Arc::new(ScriptedModel::new()))
@@ -18,9 +19,7 @@ fn detached() -> RunContext {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_start_on_first_use_and_shutdown_leaves_no_process() {
-    let Some(python) = python("servers_start_on_first_use_and_shutdown_leaves_no_process") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("started");
     let servers = McpServers::new([stdio(&python, "crm", Some(&file))]).unwrap();
@@ -54,17 +53,12 @@ async fn servers_start_on_first_use_and_shutdown_leaves_no_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_starts_its_server_only_when_a_skill_needs_it_and_dropping_it_stops_it() {
-    let Some(python) =
-        python("an_agent_starts_its_server_only_when_a_skill_needs_it_and_dropping_it_stops_it")
-    else {
-        return;
-    };
+    let python = skip_unless_python!();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("started");
     let backend = library("mcp:crm").await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([ToolCall::new(
                 "c1",
                 "read_file",
@@ -105,16 +99,13 @@ async fn an_agent_starts_its_server_only_when_a_skill_needs_it_and_dropping_it_s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_become_tool_results_the_model_can_act_on() {
-    let Some(python) = python("failures_become_tool_results_the_model_can_act_on") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("started");
     let backend = library("mcp:crm").await;
     let call = |id: &str, tool: &str, args: serde_json::Value| ToolCall::new(id, tool, args);
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([call(
                 "c0",
                 "read_file",
@@ -260,13 +251,10 @@ async fn servers_that_never_start_cost_a_bounded_wait_and_leave_nothing_behind()
 /// names, and nothing else of the agent's — no API key, no `TRELLIS_*`, no `CARGO_*`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_servers_get_a_clean_environment() {
-    let Some(python) = python("stdio_servers_get_a_clean_environment") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let backend = library("mcp:crm").await;
     let model = Arc::new(
-        ScriptedModel::new()
-            .with_capabilities(caps())
+        scripted()
             .then_tool_calls([ToolCall::new(
                 "c0",
                 "read_file",

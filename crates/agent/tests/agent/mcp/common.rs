@@ -1,8 +1,9 @@
 //! Shared by the MCP tests: the real MCP server under `tests/mcp_server/` (official Python SDK, pinned
 //! in xtask/src/install.rs), started over stdio or streamable HTTP, and process checks.
 //!
-//! The Python interpreter comes from `TRELLIS_MCP_PYTHON` (set by `cargo xtask test`). Without it the
-//! tests print `skipped: …` and return, unless `TRELLIS_EMULATORS=required`, when they fail.
+//! The Python interpreter comes from `TRELLIS_MCP_PYTHON` (set by `cargo xtask test`), read by
+//! [`skip_unless_python!`](crate::support::skip_unless_python): without it the tests print
+//! `skipped: …` and return, unless `TRELLIS_EMULATORS=required`, when they fail.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -13,21 +14,7 @@ use std::time::Duration;
 use trellis_agent::mcp::McpServerConfig;
 use trellis_agent::{DeepAgentBuilder, deep_agent};
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
-use trellis_middleware::{ChatModel, ModelCapabilities, RunOutput, SkillSource};
-
-/// The interpreter with the `mcp` package, or `None` (after printing why) when the test should skip.
-pub fn python(test: &str) -> Option<String> {
-    match std::env::var("TRELLIS_MCP_PYTHON") {
-        Ok(p) if !p.is_empty() => Some(p),
-        _ if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") => {
-            panic!("{test}: TRELLIS_MCP_PYTHON is not set but TRELLIS_EMULATORS=required")
-        }
-        _ => {
-            eprintln!("skipped: {test} (set TRELLIS_MCP_PYTHON or run `cargo xtask test`)");
-            None
-        }
-    }
-}
+use trellis_middleware::{ChatModel, ModelCapabilities, RunOutput, ScriptedModel, SkillSource};
 
 /// The test server's script.
 pub fn script() -> String {
@@ -171,6 +158,11 @@ pub fn agent_on(model: Arc<dyn ChatModel>, backend: &Arc<StateBackend>) -> DeepA
     deep_agent(model)
         .backend(backend.clone())
         .skills_source(SkillSource::new(backend.clone(), "/skills").unwrap())
+}
+
+/// A scripted model that declares [`caps`]: the model of every agent scenario here.
+pub fn scripted() -> ScriptedModel {
+    ScriptedModel::new().with_capabilities(caps())
 }
 
 pub fn caps() -> ModelCapabilities {

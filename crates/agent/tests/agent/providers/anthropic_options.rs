@@ -16,8 +16,8 @@ use trellis_middleware::{
 };
 use wiremock::ResponseTemplate;
 
-use crate::providers_anthropic_common::*;
-use crate::providers_common::*;
+use crate::providers::anthropic_common::*;
+use crate::providers::common::*;
 
 fn verdict_format() -> ResponseFormat {
     ResponseFormat {

@@ -11,7 +11,7 @@ use trellis_agent::providers::openai::{OpenAiConfig, OpenAiModel};
 use trellis_middleware::{ChatModel, Message, ModelError, ModelRequest};
 use wiremock::ResponseTemplate;
 
-use crate::providers_common::*;
+use crate::providers::common::*;
 
 const LIMIT: usize = 4096;
 

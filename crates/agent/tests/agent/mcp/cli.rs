@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::mcp_common::{alive, python, script, started};
+use crate::mcp::common::{alive, script, started};
+use crate::support::skip_unless_python;
 
 fn reply(content: Value, stop: &str) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(json!({
@@ -21,9 +22,7 @@ fn reply(content: Value, stop: &str) -> ResponseTemplate {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_with_mcp_binds_the_server_to_a_skill() {
-    let Some(python) = python("run_with_mcp_binds_the_server_to_a_skill") else {
-        return;
-    };
+    let python = skip_unless_python!();
     let dir = tempfile::tempdir().unwrap();
     let skills = dir.path().join("team/skills");
     std::fs::create_dir_all(skills.join("call-transcripts")).unwrap();

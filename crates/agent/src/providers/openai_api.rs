@@ -1,0 +1,167 @@
+//! One model type for OpenAI's two JSON APIs: [`OpenAiApiModel`], the type of both
+//! [`OpenAiModel`](super::OpenAiModel) (Chat Completions) and [`ResponsesModel`](super::ResponsesModel)
+//! (Responses), generic over the [`WireApi`] that says what differs between them: the endpoint
+//! path, the request body, the reply parser, the stream assembler and the streaming fields.
+//!
+//! What they share is written once here: the bearer-key client on [`OpenAiConfig`], the declared
+//! capabilities, the `openai` provider name, error bodies read by
+//! [`openai::parse_error`](super::openai::parse_error), request `extra` keys merged last, the
+//! structured output taken from the answer's text, and streaming (`"stream": true`, server-sent
+//! events) unless [`OpenAiConfig::stream`] is off.
+
+use std::marker::PhantomData;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use trellis_middleware::{
+    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, stream_by_invoking,
+};
+
+use super::http::HttpClient;
+use super::openai::{OpenAiConfig, bearer_client, parse_error, response::take_structured_output};
+use super::streamed::{Assemble, Framing, stream_reply};
+use super::{ProviderError, merge_extra};
+
+/// Chat Completions: the `W` of [`OpenAiModel`](super::OpenAiModel), its hooks in `openai.rs`.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatCompletions;
+
+/// The Responses API: the `W` of [`ResponsesModel`](super::ResponsesModel), its hooks in
+/// `responses.rs`.
+#[derive(Debug, Clone, Copy)]
+pub struct Responses;
+
+/// What one OpenAI wire API does its own way; the rest is [`OpenAiApiModel`]'s.
+pub(crate) trait WireApi: Send + Sync + 'static {
+    /// The model type's name, for its `Debug` output (`OpenAiModel`).
+    const TYPE_NAME: &'static str;
+    /// The API's name in errors (`Chat Completions`).
+    const NAME: &'static str;
+    /// The endpoint's path under the base URL (`chat/completions`).
+    const PATH: &'static str;
+    /// Assembles the API's event stream into the body a plain call returns.
+    type Assembler: Assemble + Send;
+
+    /// The request body for `request`, before its `extra` keys are merged.
+    fn request_body(config: &OpenAiConfig, request: &ModelRequest) -> Result<Value, ModelError>;
+
+    /// A reply body (plain, or assembled from the stream) as a response.
+    fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError>;
+
+    /// Fields a streamed request carries besides `"stream": true`; none by default.
+    fn add_stream_options(_body: &mut Map<String, Value>) {}
+}
+
+/// A model behind the OpenAI API `W`: see [`OpenAiModel`](super::OpenAiModel) and
+/// [`ResponsesModel`](super::ResponsesModel).
+#[derive(Clone)]
+pub struct OpenAiApiModel<W> {
+    config: OpenAiConfig,
+    endpoint: String,
+    client: HttpClient,
+    wire: PhantomData<W>,
+}
+
+impl<W: WireApi> std::fmt::Debug for OpenAiApiModel<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(W::TYPE_NAME)
+            .field("config", &self.config)
+            .field("endpoint", &self.endpoint)
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+// `WireApi` is sealed on purpose: the two APIs above are its only implementations, and users name
+// the models by their aliases, never by `W`.
+#[allow(private_bounds)]
+impl<W: WireApi> OpenAiApiModel<W> {
+    /// Build the provider (and its HTTP client). Fails on a base URL that is not http(s) or a key
+    /// that cannot be sent as a header.
+    pub fn new(mut config: OpenAiConfig) -> Result<Self, ProviderError> {
+        let client = bearer_client(&mut config)?;
+        let endpoint = format!("{}/{}", config.base_url, W::PATH);
+        Ok(Self {
+            config,
+            endpoint,
+            client,
+            wire: PhantomData,
+        })
+    }
+
+    /// The configuration (its `Debug` output hides the key).
+    pub fn config(&self) -> &OpenAiConfig {
+        &self.config
+    }
+
+    /// The URL requests are posted to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The exact JSON body [`invoke`](ChatModel::invoke) would send for `request`.
+    pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
+        let mut body = W::request_body(&self.config, request)?;
+        merge_extra(&mut body, &request.extra);
+        Ok(body)
+    }
+
+    /// `body` read as the reply to `request`: with a response format, the answer's text parsed as
+    /// JSON is the structured output.
+    fn response(&self, request: &ModelRequest, body: &[u8]) -> Result<ModelResponse, ModelError> {
+        let mut response = W::parse_response(body)?;
+        if request.response_format.is_some() {
+            take_structured_output(&mut response, &self.config.model);
+        }
+        Ok(response)
+    }
+}
+
+#[async_trait]
+impl<W: WireApi> ChatModel for OpenAiApiModel<W> {
+    fn provider(&self) -> Option<&str> {
+        Some("openai")
+    }
+
+    fn id(&self) -> &str {
+        &self.config.model
+    }
+
+    fn capabilities(&self) -> ModelCapabilities {
+        self.config.capabilities()
+    }
+
+    async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        let body = self.request_body(&request)?;
+        let reply = self.client.exchange(&self.endpoint, &body, parse_error).await?;
+        self.response(&request, &reply)
+    }
+
+    async fn stream(
+        &self,
+        request: ModelRequest,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        if !self.config.stream {
+            return stream_by_invoking(self, request, on_delta).await;
+        }
+        let mut body = self.request_body(&request)?;
+        if let Value::Object(map) = &mut body {
+            map.insert("stream".into(), Value::Bool(true));
+            W::add_stream_options(map);
+        }
+        let streamed = stream_reply::<W::Assembler>(
+            &self.client,
+            &self.endpoint,
+            &body,
+            parse_error,
+            Framing::ServerSentEvents,
+            W::NAME,
+            on_delta,
+        )
+        .await?;
+        let response = self.response(&request, streamed.body())?;
+        streamed.deliver(&response, on_delta);
+        Ok(response)
+    }
+}
