@@ -21,10 +21,10 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use trellis_middleware::backend::{Backend, FilesystemBackend};
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::skills::validate;
 use trellis_middleware::skills::{DiscoveryOptions, IssueCode, discover};
 use trellis_middleware::tools::{FileAccess, ToolContext};
-use trellis_middleware::*;
 
 use crate::adversarial_skills_common::*;
 use crate::common;

@@ -10,6 +10,11 @@ use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::Barrier;
 use trellis_middleware::backend::{Backend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath};
+use trellis_middleware::core_stack::{TODOS, TOKEN_USAGE};
+use trellis_middleware::runtime::checkpoint::{CHECKPOINT_FORMAT, Checkpoint, CheckpointError};
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::message_list::Messages;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 use crate::common::*;

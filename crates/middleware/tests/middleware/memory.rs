@@ -9,6 +9,7 @@ use trellis_middleware::backend::{
     Backend, BackendExt, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath,
     WriteMode,
 };
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 use crate::common;

@@ -6,6 +6,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::model::ToolSpec;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::{BoundTools, SkillSource};
 use trellis_middleware::skills::{PIN_SKILLS, RELOAD_SKILLS, RolesFromMetadata, SKILLS_ACTIVATED, Viewer};
 use trellis_middleware::*;
 

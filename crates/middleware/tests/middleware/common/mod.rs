@@ -5,6 +5,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use trellis_middleware::runtime::checkpoint::Checkpoint;
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::message::{ContentBlock, ToolMessage};
+use trellis_middleware::runtime::model::ModelCapabilities;
 use trellis_middleware::*;
 
 /// A shared, ordered log.
