@@ -42,7 +42,7 @@ use trellis_middleware::skills::SkillSource;
 use trellis_middleware::skills::{DiscoveryOptions, PersonalSkills, discover};
 use trellis_middleware::tools::UserIdentity;
 use trellis_middleware::tools::UserSpaces;
-use trellis_middleware::user_home::UserHomes;
+use trellis_middleware::users::UserHomes;
 use trellis_middleware::*;
 
 const PERSONAL: usize = 5;

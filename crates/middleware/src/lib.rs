@@ -97,8 +97,10 @@ pub mod runtime;
 pub mod skills;
 pub mod subagents;
 pub mod summarization;
-pub mod user_cache;
-pub mod user_home;
+pub mod token_estimate;
+pub mod untrusted;
+
+pub mod users;
 
 pub use attachments::AttachmentsMiddleware;
 pub use core_stack::{

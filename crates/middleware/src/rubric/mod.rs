@@ -354,7 +354,7 @@ impl RubricMiddleware {
             return Ok(current.clone());
         }
         Ok(GradingState {
-            grading_run_id: crate::runtime::util::unique_id("grading"),
+            grading_run_id: crate::runtime::random::unique_id("grading"),
             rubric: rubric.to_owned(),
             ..GradingState::default()
         })

@@ -44,7 +44,7 @@ pub(super) fn disclose_in_messages(request: &mut ModelRequest, disclosed: &[Disc
 
 /// The message a pinned skill adds.
 pub(super) fn pinned_message(skill: &SkillMetadata, body: &str) -> Message {
-    let attr = |text: &str| super::render::escape_untrusted(text).replace('"', "&quot;");
+    let attr = |text: &str| crate::untrusted::escape_untrusted(text).replace('"', "&quot;");
     let text = format!(
         "<pinned_skill name=\"{}\" path=\"{}\">\nThe user asked for this skill; follow it.\n\n{}\n</pinned_skill>",
         attr(&skill.name),

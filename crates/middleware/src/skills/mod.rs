@@ -15,36 +15,36 @@
 //! This module holds no middleware state and registers no tool; the skills middleware builds on
 //! these pieces: it keeps the [`SkillCatalog`] in thread state (it is serializable), renders it once
 //! with [`render::render`], filters it per user with [`SkillCatalog::visible_to`], and on reload
-//! calls [`discovery::rescan`] with the previous catalog.
+//! calls [`rescan`] with the previous catalog.
 //!
-//! Failure tiers (see [`validate`] and [`discovery`]):
+//! Failure tiers (see [`validate`] and [`discover`]):
 //! 1. a subdirectory without `SKILL.md` is silently not a skill;
 //! 2. a broken skill (bad YAML, frontmatter not a mapping or missing, missing name or description,
 //!    not UTF-8, too big, `SKILL.md` that is a directory or unreadable) is skipped and logged, and
 //!    recorded in [`SkillCatalog::issues`];
 //! 3. a source that cannot be listed becomes a warning shown to the model inside an
 //!    untrusted-diagnostics block ([`render::render_warnings`], escaped by
-//!    [`render::escape_untrusted`]).
+//!    [`escape_untrusted`](crate::untrusted::escape_untrusted)).
 
 mod activation;
-pub mod catalog;
-pub mod discovery;
+pub(crate) mod catalog;
+pub(crate) mod discovery;
 mod fastyaml;
 pub mod frontmatter;
 pub(crate) mod issue_log;
-pub mod layers;
-pub mod middleware;
+pub(crate) mod layers;
+pub(crate) mod middleware;
 pub mod persist;
-pub mod personal;
+pub(crate) mod personal;
 mod previous;
 mod ranged_listing;
 pub mod render;
-pub mod search;
+pub(crate) mod search;
 mod shared_catalog;
-pub mod skill;
-pub mod source;
-pub mod thread_state;
-pub mod tools;
+pub(crate) mod skill;
+pub(crate) mod source;
+pub(crate) mod thread_state;
+pub(crate) mod tools;
 pub mod validate;
 mod views;
 mod yaml_text;
@@ -80,10 +80,7 @@ pub use persist::{
     default_cache_dir, discover_persisted,
 };
 pub use personal::{DEFAULT_PERSONAL_SKILLS_DIR, PERSONAL_LABEL, PersonalSkills};
-pub use render::{
-    RenderOptions, RenderedSection, escape_controls, escape_untrusted, estimate_tokens, inline_untrusted,
-    render, render_layered,
-};
+pub use render::{RenderOptions, RenderedSection, inline_untrusted, render, render_layered};
 pub use search::{LazySkillIndex, SearchHit, SkillIndex};
 pub use skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};
 pub use source::{SkillSource, SourceError, SourceInfo, derive_label};

@@ -23,8 +23,8 @@ use crate::backend::{Backend, CompositeBackend, StateBackend, VirtualPath};
 use crate::runtime::context::RunContext;
 use crate::runtime::error::AgentError;
 use crate::tools::Extensions;
-use crate::user_cache::{DEFAULT_USER_CACHE_CAPACITY, UserCache};
-use crate::user_home::{UserHome, UserHomes, shown_path};
+use crate::users::{DEFAULT_USER_CACHE_CAPACITY, UserCache};
+use crate::users::{UserHome, UserHomes, shown_path};
 
 /// Where personal skills live by default, relative to the user's workspace.
 pub const DEFAULT_PERSONAL_SKILLS_DIR: &str = "agents/skills";

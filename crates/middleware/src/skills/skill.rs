@@ -253,13 +253,13 @@ pub struct SkillIssue {
 
 impl SkillIssue {
     /// An issue whose message is made safe for one line of a terminal or log with
-    /// [`escape_controls`](super::render::escape_controls): messages quote text from the file (names,
+    /// [`escape_controls`](crate::untrusted::escape_controls): messages quote text from the file (names,
     /// keys, parser errors), and that text must not start lines or send terminal escapes.
     pub fn new(path: VirtualPath, code: IssueCode, message: impl AsRef<str>) -> Self {
         Self {
             path,
             code,
-            message: super::render::escape_controls(message.as_ref()),
+            message: crate::untrusted::escape_controls(message.as_ref()),
         }
     }
 

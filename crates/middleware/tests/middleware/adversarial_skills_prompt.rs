@@ -264,17 +264,9 @@ fn raw_request(endpoint: &str, method: &str, target: &str, body: &[u8]) -> Strin
 /// untrusted-diagnostics block, escaped and on one line, so it cannot close the block or start a line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_storage_error_text_is_escaped_in_the_warnings_block() {
-    let endpoint = match std::env::var("TRELLIS_S3_ENDPOINT") {
-        Ok(v) if !v.is_empty() => v,
-        _ if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") => {
-            panic!("TRELLIS_S3_ENDPOINT is not set but TRELLIS_EMULATORS=required; is moto running?")
-        }
-        _ => {
-            eprintln!("skipped: hostile S3 key (set TRELLIS_S3_ENDPOINT or run `cargo xtask test`)");
-            return;
-        }
+    let Some((endpoint, bucket)) = crate::common::s3_emulator("hostile S3 key") else {
+        return;
     };
-    let bucket = std::env::var("TRELLIS_TEST_BUCKET").unwrap_or_else(|_| "trellis-test".to_owned());
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -408,19 +408,7 @@ fn object_store_memory_resume_in_a_second_runtime() {
 
 /// The emulator's endpoint and bucket, or `None` (after saying so) when the suite should be skipped.
 fn s3_target() -> Option<(String, String)> {
-    let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
-    match (var("TRELLIS_S3_ENDPOINT"), var("TRELLIS_TEST_BUCKET")) {
-        (Some(endpoint), Some(bucket)) => Some((endpoint, bucket)),
-        _ => {
-            if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") {
-                panic!(
-                    "TRELLIS_EMULATORS=required, but TRELLIS_S3_ENDPOINT or TRELLIS_TEST_BUCKET is not set"
-                );
-            }
-            println!("skipped: S3 checkpointer suite (set TRELLIS_S3_ENDPOINT or run cargo xtask test)");
-            None
-        }
-    }
+    s3_emulator("S3 checkpointer suite")
 }
 
 /// A new S3 client (as another process would have) on `prefix` of the test bucket.

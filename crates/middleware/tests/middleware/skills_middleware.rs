@@ -438,7 +438,7 @@ async fn over_budget_catalog_offers_search_that_reaches_every_skill() {
         .unwrap()
         .text;
     assert!(
-        trellis_middleware::skills::estimate_tokens(section) <= 1_000,
+        trellis_middleware::token_estimate::estimate_tokens(section) <= 1_000,
         "within budget"
     );
     assert!(request.tools.iter().any(|t| t.name == "search_skills"));

@@ -18,7 +18,7 @@ use trellis_middleware::skills::{
 };
 use trellis_middleware::tools::UserIdentity;
 use trellis_middleware::tools::{UserFiles, UserSpaces};
-use trellis_middleware::user_home::{UserHomeError, UserHomes};
+use trellis_middleware::users::{UserHomeError, UserHomes};
 use trellis_middleware::*;
 
 use crate::common::{caps, put};
