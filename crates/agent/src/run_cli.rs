@@ -17,9 +17,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use trellis_middleware::backend::sandbox::Network;
+use trellis_middleware::runtime::interrupt::Decisions;
 use trellis_middleware::skills::PIN_SKILLS;
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::tools::{CommandPolicy, UserFiles, UserIdentity};
-use trellis_middleware::{Agent, BackendCheckpointer, ChatModel, Decisions, RunInput, SkillSource, ThreadId};
+use trellis_middleware::{Agent, BackendCheckpointer, ChatModel, RunInput, ThreadId};
 
 use crate::agent_file::{LimitsSettings, PermissionSpec, SubagentConfig, SummarizationSettings};
 use crate::approval_cli::{self, ApproveRule, EXIT_WAITING, LinePrompter, Outcome, Prompter};
@@ -489,7 +491,10 @@ async fn drive(
 }
 
 /// Decide with the flags, and on a terminal (stdin and stderr) by asking.
-fn decide(interrupt: &trellis_middleware::Interrupt, approvals: &Approvals) -> Result<Outcome> {
+fn decide(
+    interrupt: &trellis_middleware::runtime::interrupt::Interrupt,
+    approvals: &Approvals,
+) -> Result<Outcome> {
     let given = approvals.given.as_ref();
     if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
         return approval_cli::decide(interrupt, &approvals.rule, given, None);

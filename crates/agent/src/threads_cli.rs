@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use trellis_middleware::backend::{Backend, DEFAULT_LIST_LIMIT, FilesystemBackend, VirtualPath};
-use trellis_middleware::skills::escape_controls as safe;
-use trellis_middleware::{BackendCheckpointer, CheckpointInfo, Checkpointer, Message, ThreadId};
+use trellis_middleware::runtime::checkpoint::CheckpointInfo;
+use trellis_middleware::untrusted::escape_controls as safe;
+use trellis_middleware::{BackendCheckpointer, Checkpointer, Message, ThreadId};
 
 /// Characters of a message `show` prints.
 pub const BRIEF_CHARS: usize = 120;

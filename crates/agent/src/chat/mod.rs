@@ -34,9 +34,8 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use trellis_middleware::backend::{Backend, VirtualPath};
-use trellis_middleware::skills::{
-    PIN_SKILLS, RELOAD_SKILLS, SkillCatalog, SkillIndex, escape_controls as safe,
-};
+use trellis_middleware::skills::{PIN_SKILLS, RELOAD_SKILLS, SkillCatalog, SkillIndex};
+use trellis_middleware::untrusted::escape_controls as safe;
 use trellis_middleware::{AgentError, Checkpointer, RunInput, ThreadId};
 
 use crate::approval_cli::{self, Outcome, Prompter};
@@ -258,7 +257,7 @@ impl Session<'_> {
         }
     }
 
-    fn decide(&mut self, interrupt: &trellis_middleware::Interrupt) -> Result<Outcome> {
+    fn decide(&mut self, interrupt: &trellis_middleware::runtime::interrupt::Interrupt) -> Result<Outcome> {
         approval_cli::decide(
             interrupt,
             &self.approvals.rule,

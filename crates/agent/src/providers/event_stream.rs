@@ -17,7 +17,8 @@ use bytes::BytesMut;
 use futures::StreamExt;
 use reqwest::header::HeaderValue;
 use serde_json::Value;
-use trellis_middleware::{DeltaSink, ModelError};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::stream::DeltaSink;
 
 use super::http::{ErrorParser, HttpClient, answered, request_id};
 use super::sse::{Assemble, Streamed, ended_early};

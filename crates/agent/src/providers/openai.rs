@@ -45,9 +45,9 @@ mod wire;
 use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde_json::Value;
-use trellis_middleware::{
-    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, stream_by_invoking,
-};
+use trellis_middleware::runtime::model::{ModelCapabilities, ModelError};
+use trellis_middleware::runtime::stream::{DeltaSink, stream_by_invoking};
+use trellis_middleware::{ChatModel, ModelRequest, ModelResponse};
 
 pub use request::IMAGE_OMITTED;
 pub use response::{parse_error, parse_response};

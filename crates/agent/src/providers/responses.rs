@@ -17,9 +17,9 @@ mod stream;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use trellis_middleware::{
-    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, stream_by_invoking,
-};
+use trellis_middleware::runtime::model::{ModelCapabilities, ModelError};
+use trellis_middleware::runtime::stream::{DeltaSink, stream_by_invoking};
+use trellis_middleware::{ChatModel, ModelRequest, ModelResponse};
 
 pub use request::REASONING_PREFIX;
 pub use response::parse_response;

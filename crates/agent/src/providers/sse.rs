@@ -15,9 +15,10 @@ use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, HeaderValue};
 use serde_json::Value;
 use sse_stream::{Sse, SseStream};
-use trellis_middleware::{HttpDetails, ModelError};
+use trellis_middleware::runtime::model::{HttpDetails, ModelError};
 
-use trellis_middleware::{DeltaSink, ModelDelta, ModelResponse, deltas_of};
+use trellis_middleware::ModelResponse;
+use trellis_middleware::runtime::stream::{DeltaSink, ModelDelta, deltas_of};
 
 use super::http::{
     ErrorParser, HttpClient, answered, note_request_id, obey_should_retry, request_id, retry_after,

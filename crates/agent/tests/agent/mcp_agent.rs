@@ -9,9 +9,11 @@ use std::sync::Arc;
 
 use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
+use trellis_middleware::runtime::model::ToolSpec;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::skills::Viewer;
 use trellis_middleware::tools::UserIdentity;
-use trellis_middleware::{ModelRequest, RunInput, ScriptedModel, ToolCall, ToolSpec};
+use trellis_middleware::{ModelRequest, RunInput, ToolCall};
 
 use crate::mcp_common::{agent_on, caps, http_server, library, python, started, stdio, tool_results};
 

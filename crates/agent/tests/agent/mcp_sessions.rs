@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::skills::Viewer;
-use trellis_middleware::{RunInput, ScriptedModel, ToolCall};
+use trellis_middleware::{RunInput, ToolCall};
 
 use crate::mcp_common::{
     self, agent_on, caps, gone, http_server_with, library, python, script, tool_results,

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
-use trellis_middleware::{EventSink, ModelRequest, RunEvent, RunInput, ScriptedModel, ToolCall};
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::{ModelRequest, RunInput, ToolCall};
 
 use crate::mcp_common::{self, agent_on, caps, library, python, tool_results};
 

@@ -13,7 +13,9 @@ use std::time::Duration;
 use trellis_agent::mcp::McpServerConfig;
 use trellis_agent::{DeepAgentBuilder, deep_agent};
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
-use trellis_middleware::{ChatModel, ModelCapabilities, RunOutput, SkillSource};
+use trellis_middleware::runtime::model::ModelCapabilities;
+use trellis_middleware::skills::SkillSource;
+use trellis_middleware::{ChatModel, RunOutput};
 
 /// The interpreter with the `mcp` package, or `None` (after printing why) when the test should skip.
 pub fn python(test: &str) -> Option<String> {
@@ -194,7 +196,7 @@ pub fn tool_results(out: &RunOutput) -> Vec<(String, bool)> {
             (
                 t.content
                     .iter()
-                    .filter_map(trellis_middleware::ContentBlock::as_text)
+                    .filter_map(trellis_middleware::runtime::message::ContentBlock::as_text)
                     .collect(),
                 t.is_error,
             )

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use trellis_middleware::{CacheTtl, Message, ToolSpec};
+use trellis_middleware::Message;
+use trellis_middleware::runtime::message::CacheTtl;
+use trellis_middleware::runtime::model::ToolSpec;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
