@@ -18,7 +18,7 @@ use trellis_middleware::backend::{Backend, StateBackend};
 use trellis_middleware::runtime::context::RunContext;
 use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::skills::SkillSource;
-use trellis_middleware::skills::render::{self, RenderOptions};
+use trellis_middleware::skills::prompt::render::{self, RenderOptions};
 use trellis_middleware::skills::{IssueCode, SearchSkillsTool};
 use trellis_middleware::*;
 

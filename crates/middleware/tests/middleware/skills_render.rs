@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use trellis_middleware::backend::VirtualPath;
-use trellis_middleware::skills::render::{self, RenderOptions};
+use trellis_middleware::skills::prompt::render::{self, RenderOptions};
 use trellis_middleware::skills::{
     MetadataMap, RolesFromMetadata, SkillCatalog, SkillIndex, SkillMetadata, SourceInfo, Viewer, derive_label,
 };

@@ -20,11 +20,11 @@
 
 use std::fmt::Write as _;
 
-use super::catalog::SkillCatalog;
-use super::layers::LayeredCatalog;
-use super::skill::SkillMetadata;
-use super::source::SourceInfo;
-use super::{MAX_SHOWN_WARNINGS, MAX_WARNING_CHARS};
+use crate::skills::catalog::SkillCatalog;
+use crate::skills::catalog::layers::LayeredCatalog;
+use crate::skills::discovery::source::SourceInfo;
+use crate::skills::parse::skill::SkillMetadata;
+use crate::skills::{MAX_SHOWN_WARNINGS, MAX_WARNING_CHARS};
 use crate::token_estimate::estimate_tokens;
 use crate::untrusted::escape_untrusted;
 

@@ -20,9 +20,9 @@
 
 use crate::backend::VirtualPath;
 
-use super::frontmatter::{self, Frontmatter, FrontmatterError, YamlValue};
-use super::skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};
-use super::{MAX_COMPATIBILITY_CHARS, MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS};
+use crate::skills::parse::frontmatter::{self, Frontmatter, FrontmatterError, YamlValue};
+use crate::skills::parse::skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};
+use crate::skills::{MAX_COMPATIBILITY_CHARS, MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS};
 
 /// The frontmatter keys the Agent Skills spec defines.
 pub const SPEC_FIELDS: [&str; 6] = [

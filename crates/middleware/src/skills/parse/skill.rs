@@ -12,7 +12,7 @@ pub struct SkillMetadata {
     /// The name from the frontmatter, trimmed (not necessarily valid: invalid names load with a
     /// warning).
     pub name: String,
-    /// The description, trimmed, at most [`MAX_DESCRIPTION_CHARS`](super::MAX_DESCRIPTION_CHARS)
+    /// The description, trimmed, at most [`MAX_DESCRIPTION_CHARS`](crate::skills::MAX_DESCRIPTION_CHARS)
     /// characters.
     pub description: String,
     /// The `SKILL.md` path the model reads, `<source>/<dir>/SKILL.md`.
@@ -20,7 +20,7 @@ pub struct SkillMetadata {
     /// `license`, trimmed; absent when missing, null or empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub license: Option<String>,
-    /// `compatibility`, trimmed, at most [`MAX_COMPATIBILITY_CHARS`](super::MAX_COMPATIBILITY_CHARS)
+    /// `compatibility`, trimmed, at most [`MAX_COMPATIBILITY_CHARS`](crate::skills::MAX_COMPATIBILITY_CHARS)
     /// characters; absent when missing, null or empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compatibility: Option<String>,
@@ -144,7 +144,7 @@ pub enum IssueCode {
     Unreadable,
     /// `SKILL.md` is a directory.
     SkillMdIsDirectory,
-    /// Larger than [`MAX_SKILL_FILE_BYTES`](super::MAX_SKILL_FILE_BYTES).
+    /// Larger than [`MAX_SKILL_FILE_BYTES`](crate::skills::MAX_SKILL_FILE_BYTES).
     FileTooLarge,
     /// No frontmatter, an unclosed one, or one over the size limit.
     FrontmatterMissing,
