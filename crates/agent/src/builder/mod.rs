@@ -31,7 +31,7 @@ use trellis_middleware::backend::sandbox::{Network, Sandbox};
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath};
 use trellis_middleware::core_stack::RetryConfig;
 use trellis_middleware::runtime::interrupt::ToolGate;
-use trellis_middleware::skills::render::SEARCH_TOOL;
+use trellis_middleware::skills::prompt::render::SEARCH_TOOL;
 use trellis_middleware::skills::{BoundTools, Persisted, PersonalSkills, SkillSource};
 use trellis_middleware::subagents::SubAgent;
 use trellis_middleware::subagents::TASK_TOOL_NAME;
