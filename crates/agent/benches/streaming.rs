@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trellis_agent::providers::{AnthropicConfig, AnthropicModel};
-use trellis_middleware::{ChatModel, ModelDelta, ModelRequest};
+use trellis_middleware::runtime::stream::ModelDelta;
+use trellis_middleware::{ChatModel, ModelRequest};
 
 fn smoke() -> bool {
     !std::env::args().any(|a| a == "--bench")

@@ -13,7 +13,8 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing_subscriber::prelude::*;
 use trellis_agent::telemetry::{OtlpConfig, Telemetry};
-use trellis_middleware::{Agent, FnTool, RunInput, ScriptedModel, ToolCall, ToolOutput};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::{Agent, FnTool, RunInput, ToolCall, ToolOutput};
 
 fn smoke() -> bool {
     !std::env::args().any(|a| a == "--bench")

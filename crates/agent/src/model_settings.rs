@@ -11,9 +11,9 @@
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use trellis_middleware::{
-    AgentError, Middleware, ModelRequest, ModelResponse, Next, ReasoningEffort, RunContext, State,
-};
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::model::ReasoningEffort;
+use trellis_middleware::{AgentError, Middleware, ModelRequest, ModelResponse, Next, State};
 
 /// Typed settings for every model call; `None` (or empty) leaves the provider's default.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

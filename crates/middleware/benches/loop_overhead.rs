@@ -16,6 +16,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use trellis_middleware::runtime::checkpoint::Checkpoint;
+use trellis_middleware::runtime::message::AiMessage;
+use trellis_middleware::runtime::model::ModelCapabilities;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::*;
 
 #[path = "../tests/middleware/common/mod.rs"]

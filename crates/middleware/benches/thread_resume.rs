@@ -46,11 +46,14 @@ use trellis_middleware::backend::{
     GrepQuery, ObjectStoreBackend, ReadOutput, Result as BackendResult, StoreOptions, VirtualPath, WriteMode,
     WriteOutcome,
 };
+use trellis_middleware::runtime::message::{AiMessage, ContentBlock};
+use trellis_middleware::runtime::model::Usage;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::tools::Limits;
 use trellis_middleware::{
-    Agent, AiMessage, BackendCheckpointer, Checkpointer, ContentBlock, FnTool, ModelResponse,
-    ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware, RunInput, ScriptedModel,
-    ThreadId, TodoListMiddleware, TokenUsageMiddleware, ToolCall, ToolOutput, Usage,
+    Agent, BackendCheckpointer, Checkpointer, FnTool, ModelResponse, ModelRetryMiddleware,
+    PatchToolCallsMiddleware, PromptCachingMiddleware, RunInput, ThreadId, TodoListMiddleware,
+    TokenUsageMiddleware, ToolCall, ToolOutput,
 };
 
 const FILES: usize = 100;

@@ -35,8 +35,14 @@ use std::time::{Duration, Instant};
 use bench_util::{child_spec, median, ms, peak_rss_mb, peak_rss_of_child, runtime};
 use serde_json::json;
 use trellis_middleware::backend::{Backend, FilesystemBackend, VirtualPath};
+use trellis_middleware::runtime::message::{AiMessage, ContentBlock};
+use trellis_middleware::runtime::model::ModelCapabilities;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::skills::{DiscoveryOptions, PersonalSkills, discover};
+use trellis_middleware::tools::UserIdentity;
 use trellis_middleware::tools::UserSpaces;
+use trellis_middleware::users::UserHomes;
 use trellis_middleware::*;
 
 const PERSONAL: usize = 5;

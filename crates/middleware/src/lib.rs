@@ -1,24 +1,40 @@
 //! # trellis-middleware
 //!
-//! The runtime every Trellis consumer is written against:
+//! The runtime every Trellis consumer is written against, and the consumers themselves. The crate
+//! root names what an agent is built with:
 //!
-//! * the conversation vocabulary ([`Message`], [`SystemBlock`] with cache breakpoints, [`ToolCall`],
-//!   [`ModelRequest`], [`ModelResponse`], [`Usage`]);
-//! * the [`ChatModel`] trait with declared [`ModelCapabilities`], and [`ScriptedModel`] for tests;
-//! * the [`Middleware`] protocol — `before_agent`, `before_model`, `wrap_model_call`, `after_model`,
-//!   `wrap_tool_call`, `after_agent` — with typed [`State`] slots (private ones never leave the thread);
-//! * the agent loop ([`Agent`]): concurrent tool calls with results in call order, a step limit,
-//!   unknown/failing/panicking tools answered as errors, clean cancellation, run events;
-//! * threads and checkpoints ([`Checkpointer`], [`InMemoryCheckpointer`], [`BackendCheckpointer`] with
-//!   version-checked writes over any storage backend, object stores included);
-//! * tools: the one [`Tool`] trait of `trellis-fs-tools` (re-exported as [`tools`]), run by the loop
-//!   with a [`ToolContext`] whose run is a [`RunContext`] ([`ToolContextExt::run`]);
-//! * core middlewares: [`PatchToolCallsMiddleware`], [`ModelRetryMiddleware`],
-//!   [`TokenUsageMiddleware`], [`PromptCachingMiddleware`], [`TodoListMiddleware`].
+//! * the agent loop ([`Agent`], built by [`AgentBuilder`]): concurrent tool calls with results in
+//!   call order, a step limit, unknown/failing/panicking tools answered as errors, clean
+//!   cancellation, run events; a run takes a [`RunInput`] and returns a [`RunOutput`];
+//! * the [`Middleware`] protocol — `before_agent`, `before_model`, `wrap_model_call` ([`Next`]),
+//!   `after_model`, `wrap_tool_call` ([`ToolNext`]), `after_agent` ([`AfterAgent`]) — with typed
+//!   [`State`] slots ([`Slot`]; private ones never leave the thread);
+//! * the [`ChatModel`] trait, [`ModelRequest`] and [`ModelResponse`], and the conversation
+//!   ([`Message`], [`SystemBlock`] with cache breakpoints, [`ToolCall`]);
+//! * threads ([`ThreadId`]) and checkpoints ([`Checkpointer`], [`InMemoryCheckpointer`],
+//!   [`BackendCheckpointer`] with version-checked writes over any storage backend, object stores
+//!   included); a run that stops says why in an [`AgentError`];
+//! * tools: the one [`Tool`] trait of `trellis-fs-tools` ([`ToolContext`], [`ToolOutput`],
+//!   [`ToolError`], [`FnTool`]; the rest under [`tools`]), run by the loop with a context whose run
+//!   is reached through [`ToolContextExt::run`];
+//! * the core middlewares ([`core_stack`]): [`FilesystemMiddleware`], [`PatchToolCallsMiddleware`],
+//!   [`ModelRetryMiddleware`], [`TokenUsageMiddleware`], [`PromptCachingMiddleware`],
+//!   [`TodoListMiddleware`];
+//! * the consumers, each in its module with its slots and settings: [`SkillsMiddleware`]
+//!   ([`skills`]), [`MemoryMiddleware`] ([`memory`]), [`RubricMiddleware`] ([`rubric`]),
+//!   [`SummarizationMiddleware`] ([`summarization`]), [`SubAgentMiddleware`] ([`subagents`]),
+//!   [`AttachmentsMiddleware`] ([`attachments`]), and approvals ([`approvals`]).
+//!
+//! The rest of the runtime's vocabulary lives under [`runtime`]: [`runtime::message`],
+//! [`runtime::model`], [`runtime::checkpoint`] (records and the by-content serializers),
+//! [`runtime::state`], [`runtime::events`], [`runtime::interrupt`], [`runtime::stream`],
+//! [`runtime::context`], [`runtime::telemetry`], and [`runtime::scripted_model`] for tests.
 //!
 //! ```
 //! use std::sync::Arc;
 //! use serde_json::json;
+//! use trellis_middleware::core_stack::TOKEN_USAGE;
+//! use trellis_middleware::runtime::scripted_model::ScriptedModel;
 //! use trellis_middleware::*;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -33,13 +49,14 @@
 //!     let sum = args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0);
 //!     Ok(ToolOutput::text(sum.to_string()))
 //! });
+//! // The order of the default stack (trellis-agent's `deep_agent`), core middlewares only.
 //! let agent = Agent::builder(model.clone())
 //!     .system_prompt("You are a calculator.")
 //!     .tool(add)
 //!     .middleware(PatchToolCallsMiddleware::new())
-//!     .middleware(ModelRetryMiddleware::default())
 //!     .middleware(TokenUsageMiddleware::new())
 //!     .middleware(PromptCachingMiddleware::new())
+//!     .middleware(ModelRetryMiddleware::default())
 //!     .build()?;
 //!
 //! let out = agent.run(RunInput::human("What is 2 + 3?")).await?;
@@ -56,10 +73,12 @@
 //! # }).unwrap();
 //! ```
 //!
-//! Middleware order matters: the first registered is the outermost. The core stack, in the
-//! recommended order: [`TodoListMiddleware`], [`PatchToolCallsMiddleware`], [`ModelRetryMiddleware`],
-//! [`TokenUsageMiddleware`], then the middlewares that add stable system text, then
-//! [`PromptCachingMiddleware`], then those whose text changes (memory).
+//! Middleware order matters: the first registered is the outermost. The default stack of
+//! trellis-agent (`crates/agent/src/builder/mod.rs`, docs/architecture.md) is, outermost first:
+//! [`FilesystemMiddleware`], skills, subagents, [`PatchToolCallsMiddleware`], the caller's
+//! middlewares, [`TokenUsageMiddleware`], [`PromptCachingMiddleware`] (the breakpoint after the
+//! stable system text), attachments and memory (text that changes), summarization, and
+//! [`ModelRetryMiddleware`] innermost, so a retry re-sends the same (condensed) request.
 
 #![warn(missing_docs)]
 
@@ -71,67 +90,44 @@ pub use trellis_fs_tools::backend;
 
 pub mod approvals;
 pub mod attachments;
-mod core_stack;
+pub mod core_stack;
 pub mod memory;
 pub mod rubric;
-mod runtime;
+pub mod runtime;
 pub mod skills;
 pub mod subagents;
 pub mod summarization;
-pub mod user_cache;
-pub mod user_home;
+pub mod token_estimate;
+pub mod untrusted;
 
-pub use attachments::{ATTACHMENTS, Attachment, AttachmentStore, AttachmentsMiddleware, Upload};
+pub mod users;
+
+pub use attachments::AttachmentsMiddleware;
 pub use core_stack::{
-    EXECUTE_LINE, FILESYSTEM_SECTION, FilesystemMiddleware, ModelRetryMiddleware, PatchToolCallsMiddleware,
-    PromptCachingMiddleware, RetryConfig, TODOS, TOKEN_USAGE, Todo, TodoListMiddleware, TodoStatus,
-    TokenUsage, TokenUsageMiddleware, WriteTodosTool,
+    FilesystemMiddleware, ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware,
+    TodoListMiddleware, TokenUsageMiddleware,
 };
-pub use memory::{MEMORY, MemoryMiddleware};
-pub use rubric::{
-    CriterionEval, GraderVerdict, RUBRIC, RUBRIC_RESULT, Rubric, RubricEvaluation, RubricMiddleware,
-    RubricResult, Verdict,
-};
+pub use memory::MemoryMiddleware;
+pub use rubric::RubricMiddleware;
 pub use runtime::agent::Agent;
-pub use runtime::agent_builder::{AgentBuilder, DEFAULT_MAX_STEPS};
-pub use runtime::checkpoint::{
-    BackendCheckpointer, CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion,
-    Checkpointer, ForkOrigin, GarbageReport, InMemoryCheckpointer, StoredCheckpoint, TEXT_BY_CONTENT_BYTES,
-    serialize_by_content, serialize_str_by_content,
-};
-pub use runtime::context::{Extensions, InvalidThreadId, RunContext, ThreadId};
-pub use runtime::error::{AgentError, BoxError};
-pub use runtime::events::{EventSink, RunEvent};
-pub use runtime::interrupt;
-pub use runtime::interrupt::{
-    AgentFrame, ApprovalRequest, Decision, DecisionError, DecisionKind, Decisions, Interrupt,
-    NestedInterrupts, Review, ToolGate,
-};
-pub use runtime::message::{
-    AiMessage, CacheTtl, ContentBlock, HumanMessage, ImageSource, Message, MessageMeta, SystemBlock,
-    SystemMessage, ToolCall, ToolMessage,
-};
-pub use runtime::message_list::Messages;
+pub use runtime::agent_builder::AgentBuilder;
+pub use runtime::checkpoint::{BackendCheckpointer, Checkpointer, InMemoryCheckpointer};
+pub use runtime::context::ThreadId;
+pub use runtime::error::AgentError;
+pub use runtime::message::{Message, SystemBlock, ToolCall};
 pub use runtime::middleware::{AfterAgent, Middleware, Next, ToolNext};
-pub use runtime::model::{
-    ChatModel, HttpDetails, ModelCapabilities, ModelError, ModelRequest, ModelResponse, ReasoningEffort,
-    ResponseFormat, StopReason, ToolChoice, ToolSpec, Usage,
-};
+pub use runtime::model::{ChatModel, ModelRequest, ModelResponse};
 pub use runtime::run::{RunInput, RunOutput};
-pub use runtime::scripted_model::ScriptedModel;
-pub use runtime::state::{PublicState, Slot, SlotValue, Slots, State, StateError, StateUpdates};
-pub use runtime::stream::{DeltaSink, ModelDelta, deltas_of, stream_by_invoking};
-pub use runtime::telemetry;
+pub use runtime::state::{Slot, State};
 pub use runtime::tools::ToolContextExt;
-pub use runtime::truncation::{DEFAULT_TRUNCATED_CALL_RETRIES, TRUNCATION_SOURCE};
-pub use skills::{BoundTools, SkillSource, SkillsMiddleware, ToolResolver};
-pub use subagents::{SubAgent, SubAgentMiddleware};
-pub use summarization::{SummarizationConfig, SummarizationMiddleware, Threshold};
-pub use tools::{
-    DetachedRun, FnTool, HiddenPaths, Tool, ToolContext, ToolError, ToolOutput, ToolRun, UserIdentity,
-    parameters_schema, parameters_schema as tool_schema, parse_args,
-};
-pub use user_home::{UserHome, UserHomeError, UserHomes};
+pub use skills::SkillsMiddleware;
+pub use subagents::SubAgentMiddleware;
+pub use summarization::SummarizationMiddleware;
+pub use tools::{FnTool, Tool, ToolContext, ToolError, ToolOutput};
+
+mod deprecated;
+#[allow(deprecated)]
+pub use deprecated::*;
 
 /// `docs/writing-a-tool.md`, compiled: its example is this crate's doctest.
 #[cfg(doctest)]

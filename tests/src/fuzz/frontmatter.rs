@@ -4,10 +4,11 @@
 //! Input: the bytes of a whole `SKILL.md`.
 
 use trellis_backend::VirtualPath;
-use trellis_middleware::skills::frontmatter::{
+use trellis_middleware::skills::parse::frontmatter::{
     self, Frontmatter, FrontmatterError, MAX_FRONTMATTER_BYTES, MAX_NODES, MAX_TEXT_BYTES, Split, YamlValue,
 };
-use trellis_middleware::skills::{MAX_COMPATIBILITY_CHARS, MAX_DESCRIPTION_CHARS, fuzzing, validate};
+use trellis_middleware::skills::parse::validate;
+use trellis_middleware::skills::{MAX_COMPATIBILITY_CHARS, MAX_DESCRIPTION_CHARS, fuzzing};
 
 /// Check the input as described in the module docs.
 pub fn check(data: &[u8]) {

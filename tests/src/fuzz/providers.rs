@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use trellis_agent::providers::{anthropic, openai};
-use trellis_middleware::{ContentBlock, Message, ModelError, ModelResponse, StopReason};
+use trellis_middleware::runtime::message::ContentBlock;
+use trellis_middleware::runtime::model::{ModelError, StopReason};
+use trellis_middleware::{Message, ModelResponse};
 
 /// Statuses the error parser is called with.
 pub const STATUSES: [u16; 16] = [

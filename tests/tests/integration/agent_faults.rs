@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use trellis_backend::{Backend, BackendError, RetryOptions, StoreOptions, VirtualPath, WriteMode};
 use trellis_middleware::memory::MemoryError;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::*;
 use trellis_tests::emulator::{Cloud, cloud_target, unique};
 use trellis_tests::fault_proxy::{Fault, FaultProxy, Rule};

@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::json;
 use trellis_backend::{Backend, ObjectStoreBackend, StoreOptions, VirtualPath};
+use trellis_middleware::runtime::checkpoint::CheckpointError;
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::message_list::Messages;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 use trellis_tests::emulator::{s3_target, unique};
 

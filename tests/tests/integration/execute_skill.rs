@@ -15,6 +15,8 @@ use trellis_backend::{
     Backend, BackendExt, CompositeBackend, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions,
     VirtualPath, WriteMode,
 };
+use trellis_middleware::attachments::{AttachmentStore, Upload};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::skills::SkillSource;
 use trellis_middleware::tools::{Access, FileLayout, PermissionRule, Permissions};
 use trellis_middleware::*;

@@ -17,10 +17,10 @@ use serde_json::json;
 use trellis_agent::providers::HttpConfig;
 use trellis_agent::providers::anthropic::{AnthropicConfig, AnthropicModel};
 use trellis_agent::providers::openai::{OpenAiConfig, OpenAiModel};
-use trellis_middleware::{
-    Agent, AgentError, ChatModel, EventSink, ModelError, ModelRetryMiddleware, RetryConfig, RunEvent,
-    RunInput, RunOutput,
-};
+use trellis_middleware::core_stack::RetryConfig;
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::{Agent, AgentError, ChatModel, ModelRetryMiddleware, RunInput, RunOutput};
 use trellis_tests::fault_proxy::{Fault, FaultProxy, Rule};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};

@@ -14,6 +14,8 @@ use serde_json::{Value, json};
 use trellis_agent::builder::DeepAgentBuilder;
 use trellis_agent::deep_agent;
 use trellis_backend::{Backend, FilesystemBackend, ObjectStoreBackend, StoreOptions, VirtualPath};
+use trellis_middleware::runtime::message::AiMessage;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 use trellis_tests::emulator::{s3_target, unique};
 

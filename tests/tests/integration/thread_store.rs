@@ -14,6 +14,7 @@ use trellis_backend::{
     Backend, BackendError, BackendExt, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions,
     VirtualPath, WriteMode,
 };
+use trellis_middleware::runtime::checkpoint::{Checkpoint, CheckpointError, CheckpointVersion, ForkOrigin};
 use trellis_middleware::skills::{SKILLS, SkillsState};
 use trellis_middleware::*;
 use trellis_tests::emulator::{Cloud, cloud_target, unique};

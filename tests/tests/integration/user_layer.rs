@@ -14,6 +14,9 @@ use trellis_agent::deep_agent;
 use trellis_backend::{
     Backend, BackendExt, FilesystemBackend, ObjectStoreBackend, StoreOptions, VirtualPath, WriteMode,
 };
+use trellis_middleware::runtime::message::AiMessage;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::tools::FileLayout;
 use trellis_middleware::*;
 use trellis_tests::emulator::{s3_target, unique};

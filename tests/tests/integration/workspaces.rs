@@ -209,7 +209,8 @@ async fn a_subagent_sees_its_parents_uploads_and_outputs_but_not_its_scratch() {
 async fn attachments_land_in_their_thread_and_its_subagents_see_them() {
     let h = Harness::with(|b| b);
     let thread = trellis_middleware::ThreadId::new("with-upload").unwrap();
-    let store = trellis_middleware::AttachmentStore::for_thread(&h.agent, &thread).expect("thread files");
+    let store = trellis_middleware::attachments::AttachmentStore::for_thread(&h.agent, &thread)
+        .expect("thread files");
     let input = store
         .attach(
             trellis_middleware::RunInput::human(call_text("ls", json!({"path": "/attachments"})))

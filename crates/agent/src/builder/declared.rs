@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
+use trellis_middleware::core_stack::RetryConfig;
+use trellis_middleware::skills::SkillSource;
+use trellis_middleware::subagents::SubAgent;
 use trellis_middleware::{
     AgentError, ChatModel, Middleware, ModelRetryMiddleware, PatchToolCallsMiddleware,
-    PromptCachingMiddleware, RetryConfig, SkillSource, SkillsMiddleware, SubAgent, TokenUsageMiddleware,
-    Tool,
+    PromptCachingMiddleware, SkillsMiddleware, TokenUsageMiddleware, Tool,
 };
 
 /// A subagent declared by name (the agent file's `[[subagents]]`), resolved when the agent is
@@ -77,7 +79,8 @@ pub(super) fn resolve_declared(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use serde_json::json;
-    use trellis_middleware::{RunInput, ScriptedModel, ToolCall};
+    use trellis_middleware::runtime::scripted_model::ScriptedModel;
+    use trellis_middleware::{RunInput, ToolCall};
 
     use super::*;
     use crate::builder::deep_agent;

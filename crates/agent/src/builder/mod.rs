@@ -27,20 +27,23 @@
 
 use std::sync::Arc;
 
-use trellis_middleware::ToolGate;
 use trellis_middleware::backend::sandbox::{Network, Sandbox};
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath};
-use trellis_middleware::skills::render::SEARCH_TOOL;
+use trellis_middleware::core_stack::RetryConfig;
+use trellis_middleware::runtime::interrupt::ToolGate;
+use trellis_middleware::skills::prompt::render::SEARCH_TOOL;
 use trellis_middleware::skills::{BoundTools, Persisted, PersonalSkills, SkillSource};
+use trellis_middleware::subagents::SubAgent;
 use trellis_middleware::subagents::TASK_TOOL_NAME;
+use trellis_middleware::summarization::SummarizationConfig;
 use trellis_middleware::tools::{
     CommandPolicy, ExecuteTool, FileAccess, FileLayout, Limits, Permissions, UserSpaces,
 };
+use trellis_middleware::users::UserHomes;
 use trellis_middleware::{
     Agent, AgentError, AttachmentsMiddleware, ChatModel, Checkpointer, FilesystemMiddleware,
     MemoryMiddleware, Middleware, ModelRetryMiddleware, PatchToolCallsMiddleware, PromptCachingMiddleware,
-    RetryConfig, SkillsMiddleware, SubAgent, SubAgentMiddleware, SummarizationConfig,
-    SummarizationMiddleware, TokenUsageMiddleware, Tool, UserHomes,
+    SkillsMiddleware, SubAgentMiddleware, SummarizationMiddleware, TokenUsageMiddleware, Tool,
 };
 
 use crate::mcp::{McpServerConfig, McpServers};

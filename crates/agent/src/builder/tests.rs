@@ -4,8 +4,9 @@
 
 use serde_json::json;
 use trellis_middleware::backend::{VirtualPath, WriteMode};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::subagents::SUBAGENT_PROMPT;
-use trellis_middleware::{ModelRequest, RunInput, ScriptedModel, ToolCall};
+use trellis_middleware::{ModelRequest, RunInput, ToolCall};
 
 use super::*;
 

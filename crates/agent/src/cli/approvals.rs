@@ -26,8 +26,8 @@ use std::str::FromStr;
 
 use anyhow::{Result, bail};
 use trellis_middleware::approvals::{Ask, InterruptOn};
-use trellis_middleware::skills::escape_controls as safe;
-use trellis_middleware::{ApprovalRequest, Decision, DecisionKind, Decisions, Interrupt};
+use trellis_middleware::runtime::interrupt::{ApprovalRequest, Decision, DecisionKind, Decisions, Interrupt};
+use trellis_middleware::untrusted::escape_controls as safe;
 
 /// The exit status of a run that stopped to wait for decisions nobody could give.
 pub const EXIT_WAITING: u8 = 3;
@@ -331,7 +331,8 @@ pub fn resume_command(thread_id: &str, state_dir: &Path) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
-    use trellis_middleware::{AgentFrame, ToolCall, ToolGate};
+    use trellis_middleware::ToolCall;
+    use trellis_middleware::runtime::interrupt::{AgentFrame, ToolGate};
 
     fn request(id: &str, tool: &str, allowed: &[DecisionKind]) -> ApprovalRequest {
         ApprovalRequest {

@@ -9,8 +9,9 @@ use anyhow::{Result, bail};
 use trellis_middleware::backend::sandbox::Network;
 use trellis_middleware::skills::DEFAULT_PERSONAL_SKILLS_DIR;
 use trellis_middleware::skills::PIN_SKILLS;
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::tools::{CommandPolicy, UserFiles, UserIdentity};
-use trellis_middleware::{Agent, BackendCheckpointer, ChatModel, RunInput, SkillSource, ThreadId};
+use trellis_middleware::{Agent, BackendCheckpointer, ChatModel, RunInput, ThreadId};
 
 use crate::builder::{DeclaredSubagent, DeepAgentBuilder, deep_agent};
 use crate::cli::config::RunConfig;

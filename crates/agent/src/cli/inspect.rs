@@ -10,14 +10,15 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
-use trellis_middleware::SkillSource;
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::model::ModelCapabilities;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::skills::DEFAULT_PERSONAL_SKILLS_DIR;
-use trellis_middleware::skills::{LayeredCatalog, SKILLS, SkillsState, estimate_tokens};
+use trellis_middleware::skills::SkillSource;
+use trellis_middleware::skills::{LayeredCatalog, SKILLS, SkillsState};
+use trellis_middleware::token_estimate::estimate_tokens;
 use trellis_middleware::tools::{UserFiles, UserIdentity};
-use trellis_middleware::{
-    AgentError, ChatModel, Middleware, ModelCapabilities, ModelRequest, RunContext, RunInput, ScriptedModel,
-    State,
-};
+use trellis_middleware::{AgentError, ChatModel, Middleware, ModelRequest, RunInput, State};
 
 use crate::builder::deep_agent;
 use crate::cli::args::{DEFAULT_INSPECT_MODEL, InspectArgs};
@@ -326,8 +327,8 @@ pub fn render_text(report: &InspectReport) -> String {
         out.push('\n');
         if let Some(ttl) = block.cache_breakpoint {
             let ttl = match ttl {
-                trellis_middleware::CacheTtl::FiveMinutes => "5 min",
-                trellis_middleware::CacheTtl::OneHour => "1 h",
+                trellis_middleware::runtime::message::CacheTtl::FiveMinutes => "5 min",
+                trellis_middleware::runtime::message::CacheTtl::OneHour => "1 h",
             };
             out.push_str(&format!(
                 "--- cache breakpoint ({ttl}): everything above is cached ---\n"

@@ -69,7 +69,7 @@ pub fn init_logging(verbose: u8, quiet: bool, otlp: Option<&Otlp>) -> Option<Tel
     #[cfg(feature = "otel")]
     if let Some(config) = otlp.and_then(|o| OtlpConfig::from_env(o.url.as_deref())) {
         if otlp.is_some_and(|o| o.content) {
-            trellis_middleware::telemetry::set_capture_content(true);
+            trellis_middleware::runtime::telemetry::set_capture_content(true);
         }
         match Telemetry::install(&config) {
             Ok((telemetry, layer)) => {

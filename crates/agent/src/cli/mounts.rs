@@ -20,12 +20,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use trellis_middleware::SkillSource;
 use trellis_middleware::backend::ScopeId;
 use trellis_middleware::backend::VirtualPath;
 use trellis_middleware::backend::{
     Backend, CompositeBackend, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions,
 };
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::tools::{Access, FileLayout, PermissionRule, Permissions};
 
 use crate::cli::state_dir::StateDir;

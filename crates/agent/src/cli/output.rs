@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use std::time::Duration;
 
-use trellis_middleware::{EventSink, ModelDelta, RunEvent, RunOutput};
+use trellis_middleware::RunOutput;
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::stream::ModelDelta;
 
 use crate::cli::summary::{Prices, Summary};
 

@@ -9,7 +9,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use trellis_middleware::{Agent, Decisions, RunInput, ThreadId};
+use trellis_middleware::runtime::interrupt::Decisions;
+use trellis_middleware::{Agent, RunInput, ThreadId};
 
 use crate::cli::approvals::{self, ApproveRule, EXIT_WAITING, LinePrompter, Outcome, Prompter};
 use crate::cli::assemble::{self, mcp_servers};
@@ -159,7 +160,10 @@ async fn drive(
 }
 
 /// Decide with the flags, and on a terminal (stdin and stderr) by asking.
-fn decide(interrupt: &trellis_middleware::Interrupt, approvals: &Approvals) -> Result<Outcome> {
+fn decide(
+    interrupt: &trellis_middleware::runtime::interrupt::Interrupt,
+    approvals: &Approvals,
+) -> Result<Outcome> {
     let given = approvals.given.as_ref();
     if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
         return approvals::decide(interrupt, &approvals.rule, given, None);

@@ -24,8 +24,9 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use trellis_middleware::skills::{
     BucketIndex, CatalogStore, DiscoveryOptions, LocalCatalogDir, Persisted, SkillCatalog, default_cache_dir,
-    discover_persisted, escape_controls as safe,
+    discover_persisted,
 };
+use trellis_middleware::untrusted::escape_controls as safe;
 
 use crate::cli::mounts::Mounts;
 

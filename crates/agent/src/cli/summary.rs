@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use trellis_middleware::{RunEvent, Usage};
+use trellis_middleware::runtime::events::RunEvent;
+use trellis_middleware::runtime::model::Usage;
 
 /// When the built-in prices were last checked against the providers' price pages.
 pub const PRICES_AS_OF: &str = "2025-11-01";

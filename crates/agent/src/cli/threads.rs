@@ -11,8 +11,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use trellis_middleware::backend::{DEFAULT_LIST_LIMIT, VirtualPath};
-use trellis_middleware::skills::escape_controls as safe;
-use trellis_middleware::{BackendCheckpointer, CheckpointInfo, Checkpointer, Message, ThreadId};
+use trellis_middleware::runtime::checkpoint::CheckpointInfo;
+use trellis_middleware::untrusted::escape_controls as safe;
+use trellis_middleware::{BackendCheckpointer, Checkpointer, Message, ThreadId};
 
 use crate::cli::config::RunConfig;
 use crate::cli::state_dir::StateDir;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use trellis_middleware::RunContext;
+use trellis_middleware::runtime::context::RunContext;
 use trellis_middleware::skills::Viewer;
 
 use super::error::McpError;

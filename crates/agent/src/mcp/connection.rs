@@ -31,7 +31,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
 use tokio::io::AsyncBufReadExt;
-use trellis_middleware::RunContext;
+use trellis_middleware::runtime::context::RunContext;
 
 use super::config::{DEFAULT_INHERITED_ENV, HttpServer, McpServerConfig, McpTransport, StdioServer};
 use super::error::McpError;

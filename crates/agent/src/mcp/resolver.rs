@@ -22,8 +22,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use trellis_middleware::Tool;
+use trellis_middleware::runtime::context::RunContext;
 use trellis_middleware::skills::ToolResolver;
-use trellis_middleware::{RunContext, Tool};
 
 use super::config::{McpServerConfig, McpTransport};
 use super::connection::{McpConnection, http_headers};

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use reqwest::header::HeaderValue;
-use trellis_middleware::RunContext;
+use trellis_middleware::runtime::context::RunContext;
 
 use super::config::{McpServerConfig, McpTransport, viewer};
 use super::connection::McpConnection;

@@ -11,7 +11,7 @@
 //! # Request mapping
 //!
 //! * `system`: one text block per system block, `"cache_control": {"type": "ephemeral"}` on blocks
-//!   with a breakpoint (`"ttl": "1h"` added for [`CacheTtl::OneHour`](trellis_middleware::CacheTtl)).
+//!   with a breakpoint (`"ttl": "1h"` added for [`CacheTtl::OneHour`](trellis_middleware::runtime::message::CacheTtl)).
 //! * `messages`: human and tool messages are `user` turns, AI messages `assistant` turns; consecutive
 //!   turns of one role are merged, so the tool results of one step travel in one `user` message.
 //!   A message's breakpoint goes on its last block.
@@ -53,9 +53,9 @@ use std::borrow::Cow;
 use async_trait::async_trait;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
-use trellis_middleware::{
-    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, stream_by_invoking,
-};
+use trellis_middleware::runtime::model::{ModelCapabilities, ModelError};
+use trellis_middleware::runtime::stream::{DeltaSink, stream_by_invoking};
+use trellis_middleware::{ChatModel, ModelRequest, ModelResponse};
 
 pub use request::{MAX_CACHE_BREAKPOINTS, REDACTED_THINKING_PREFIX, STRUCTURED_OUTPUT_TOOL_DESCRIPTION};
 pub use response::{parse_error, parse_response};
@@ -282,7 +282,7 @@ impl AnthropicModel {
         let mut paused = pause::Paused::default();
         let response = loop {
             let offset = paused.blocks();
-            let shifted = |delta: trellis_middleware::ModelDelta| {
+            let shifted = |delta: trellis_middleware::runtime::stream::ModelDelta| {
                 if let (Some(on_delta), Some(delta)) = (on_delta, pause::shift(delta, offset)) {
                     on_delta(delta);
                 }
@@ -301,7 +301,7 @@ impl AnthropicModel {
             response::take_structured_output(&mut response, &format.name);
         }
         if let Some(on_delta) = on_delta {
-            on_delta(trellis_middleware::ModelDelta::Finished {
+            on_delta(trellis_middleware::runtime::stream::ModelDelta::Finished {
                 stop_reason: response.stop_reason.clone(),
                 usage: response.usage,
             });

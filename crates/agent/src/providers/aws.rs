@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
 use aws_sigv4::sign::v4;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use trellis_middleware::ModelError;
+use trellis_middleware::runtime::model::ModelError;
 
 use super::ProviderError;
 use super::clock::Clock;

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
-use trellis_middleware::ModelError;
+use trellis_middleware::runtime::model::ModelError;
 
 use super::ProviderError;
 use super::anthropic::{AnthropicConfig, AnthropicModel, Platform};

@@ -1,5 +1,5 @@
 //! [`ProviderError`]: why a provider could not be set up (as opposed to a failed call, which is a
-//! [`ModelError`](trellis_middleware::ModelError)).
+//! [`ModelError`](trellis_middleware::runtime::model::ModelError)).
 
 /// Why a provider could not be built from a model string or a configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -20,7 +20,7 @@ use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use reqwest::header::HeaderValue;
 use serde_json::Value;
-use trellis_middleware::ModelError;
+use trellis_middleware::runtime::model::ModelError;
 
 use super::http::{ErrorParser, HttpClient, answered, request_id};
 use super::streamed::{ReplyEvent, ReplyEvents, ReplyStream};

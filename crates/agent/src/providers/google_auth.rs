@@ -28,7 +28,7 @@ use ring::signature::{RSA_PKCS1_SHA256, RsaKeyPair};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
-use trellis_middleware::ModelError;
+use trellis_middleware::runtime::model::ModelError;
 
 use super::ProviderError;
 use super::clock::Clock;

@@ -11,7 +11,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use std::sync::Arc;
 
-use trellis_middleware::{HttpDetails, ModelError};
+use trellis_middleware::runtime::model::{HttpDetails, ModelError};
 
 use super::ProviderError;
 

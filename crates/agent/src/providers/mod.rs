@@ -14,7 +14,7 @@
 //!   `vertex:<model>` → a provider, with credentials from the usual environment variables.
 //!
 //! Providers never retry (the retry middleware does) and never panic on what a server sends: every
-//! failure is a [`ModelError`](trellis_middleware::ModelError) of the right kind, with the
+//! failure is a [`ModelError`](trellis_middleware::runtime::model::ModelError) of the right kind, with the
 //! server's `retry-after` hint where it gave one.
 //!
 //! Both providers render a mid-conversation [`Message::System`](trellis_middleware::Message::System)

@@ -8,7 +8,7 @@
 //! the API; pass `?context_window=N` in the model string then.
 
 use serde_json::Value;
-use trellis_middleware::ModelError;
+use trellis_middleware::runtime::model::ModelError;
 
 use super::http::{HttpClient, HttpConfig};
 use super::snippet;

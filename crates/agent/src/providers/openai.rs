@@ -46,7 +46,8 @@ use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde_json::{Map, Value};
 #[cfg(doc)]
 use trellis_middleware::ChatModel;
-use trellis_middleware::{ModelCapabilities, ModelError, ModelRequest, ModelResponse};
+use trellis_middleware::runtime::model::{ModelCapabilities, ModelError};
+use trellis_middleware::{ModelRequest, ModelResponse};
 
 pub use request::IMAGE_OMITTED;
 pub use response::{parse_error, parse_response};

@@ -13,9 +13,9 @@ use std::marker::PhantomData;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
-use trellis_middleware::{
-    ChatModel, DeltaSink, ModelCapabilities, ModelError, ModelRequest, ModelResponse, stream_by_invoking,
-};
+use trellis_middleware::runtime::model::{ModelCapabilities, ModelError};
+use trellis_middleware::runtime::stream::{DeltaSink, stream_by_invoking};
+use trellis_middleware::{ChatModel, ModelRequest, ModelResponse};
 
 use super::http::HttpClient;
 use super::openai::{OpenAiConfig, bearer_client, parse_error, response::take_structured_output};

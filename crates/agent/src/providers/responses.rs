@@ -18,7 +18,8 @@ mod stream;
 use serde_json::Value;
 #[cfg(doc)]
 use trellis_middleware::ChatModel;
-use trellis_middleware::{ModelError, ModelRequest, ModelResponse};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::{ModelRequest, ModelResponse};
 
 pub use request::REASONING_PREFIX;
 pub use response::parse_response;

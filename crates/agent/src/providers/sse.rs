@@ -15,9 +15,9 @@ use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, HeaderValue};
 use serde_json::Value;
 use sse_stream::{Sse, SseStream};
+use trellis_middleware::runtime::model::ModelError;
 #[cfg(test)]
-use trellis_middleware::ModelDelta;
-use trellis_middleware::ModelError;
+use trellis_middleware::runtime::stream::ModelDelta;
 
 use super::http::{
     ErrorParser, HttpClient, answered, note_request_id, obey_should_retry, request_id, retry_after,

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use serde_json::Value;
-use trellis_middleware::{DeltaSink, HttpDetails, ModelDelta, ModelError, ModelResponse, deltas_of};
+use trellis_middleware::ModelResponse;
+use trellis_middleware::runtime::model::{HttpDetails, ModelError};
+use trellis_middleware::runtime::stream::{DeltaSink, ModelDelta, deltas_of};
 
 use super::http::{ErrorParser, HttpClient};
 use super::sse::Opened;

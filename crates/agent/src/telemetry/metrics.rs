@@ -1,5 +1,5 @@
 //! [`Metrics`]: OpenTelemetry metrics from the run's `chat` and `execute_tool` spans (see
-//! `trellis_middleware::telemetry`), so the runtime needs no metrics code of its own. The
+//! `trellis_middleware::runtime::telemetry`), so the runtime needs no metrics code of its own. The
 //! [`super::SpanLayer`] hands it each finished span ([`super::SpanLayer::with_metrics`]), so the
 //! attributes are read once for both.
 //!

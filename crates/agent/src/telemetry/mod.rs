@@ -1,5 +1,5 @@
 //! OpenTelemetry export (the `otel` feature): the run's spans (named after the GenAI semantic
-//! conventions by `trellis_middleware::telemetry`) and metrics ([`metrics`]) over OTLP/HTTP with
+//! conventions by `trellis_middleware::runtime::telemetry`) and metrics ([`metrics`]) over OTLP/HTTP with
 //! protobuf bodies, to any collector (Jaeger, Grafana Tempo, an OpenTelemetry Collector).
 //!
 //! [`OtlpConfig::from_env`] reads the standard variables — `OTEL_EXPORTER_OTLP_ENDPOINT` (the

@@ -16,9 +16,11 @@ use tracing_subscriber::prelude::*;
 use trellis_agent::deep_agent;
 use trellis_agent::telemetry::{OtlpConfig, Telemetry};
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
-use trellis_middleware::{
-    AiMessage, ContentBlock, ModelResponse, RunInput, ScriptedModel, SkillSource, ToolCall, Usage,
-};
+use trellis_middleware::runtime::message::{AiMessage, ContentBlock};
+use trellis_middleware::runtime::model::Usage;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
+use trellis_middleware::{ModelResponse, RunInput, ToolCall};
 
 use crate::support::skip_unless_python;
 
@@ -205,7 +207,7 @@ async fn run_agent() {
 
 /// Run the agent with export to `receiver`, then shut the exporters down.
 async fn export_one_run(receiver: &Receiver, content: bool) -> trellis_agent::telemetry::ShutdownReport {
-    trellis_middleware::telemetry::set_capture_content(content);
+    trellis_middleware::runtime::telemetry::set_capture_content(content);
     let mut config = OtlpConfig::new(&receiver.url());
     config.timeout = Duration::from_secs(5);
     let (telemetry, layer) = Telemetry::install(&config).unwrap();
@@ -337,7 +339,7 @@ async fn prompt_text_is_exported_only_when_asked() {
     let python = skip_unless_python!();
     let receiver = Receiver::start(&python, false);
     export_one_run(&receiver, true).await;
-    trellis_middleware::telemetry::set_capture_content(false);
+    trellis_middleware::runtime::telemetry::set_capture_content(false);
     let spans = receiver.spans().await;
     let chat = by_name(&spans, "chat scripted")[0];
     let input = chat["attrs"]["gen_ai.input.messages"]

@@ -5,7 +5,7 @@
 //!
 //! ```
 //! use trellis_middleware::approvals::{Ask, InterruptOn};
-//! use trellis_middleware::interrupt::DecisionKind;
+//! use trellis_middleware::runtime::interrupt::DecisionKind;
 //! use trellis_middleware::tools::CommandPolicy;
 //!
 //! let gate = InterruptOn::new()

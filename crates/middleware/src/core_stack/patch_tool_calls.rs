@@ -17,7 +17,7 @@ use crate::runtime::tool_step::is_waiting;
 /// error) between the model's reply and its tool results; providers reject a conversation that
 /// contains them.
 ///
-/// The calls of a step waiting for decisions (see [`crate::interrupt`]) are left alone.
+/// The calls of a step waiting for decisions (see [`crate::runtime::interrupt`]) are left alone.
 ///
 /// The result is an error tool message tagged with source `patch_tool_calls`, placed right after the
 /// results the AI message did get (so each reply's results stay together).

@@ -9,8 +9,8 @@ use crate::runtime::context::RunContext;
 use crate::runtime::error::AgentError;
 use crate::runtime::middleware::{Middleware, Next};
 use crate::runtime::model::{ModelError, ModelRequest, ModelResponse};
+use crate::runtime::random::{SplitMix, random_seed};
 use crate::runtime::state::State;
-use crate::runtime::util::{SplitMix, random_seed};
 
 /// Retry settings.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -44,11 +44,11 @@ use crate::backend::{Backend, BackendError, VirtualPath};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-pub use crate::user_cache::DEFAULT_USER_CACHE_CAPACITY;
+pub use crate::users::DEFAULT_USER_CACHE_CAPACITY;
 pub use comments::strip_html_comments;
 pub use render::{MemoryFile, RenderReport, UserNote, render, render_for_user};
 
-use crate::user_home::{UserHomeError, UserHomes};
+use crate::users::{UserHomeError, UserHomes};
 use user::{UserEntry, UserMemory};
 
 use crate::runtime::context::RunContext;

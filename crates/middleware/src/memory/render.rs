@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::untrusted::{escape_attribute, escape_closing_tags};
+
 /// One loaded memory file, after comment stripping.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryFile {
@@ -85,8 +87,8 @@ pub fn render_for_user(
         let shown_len = shown.chars().count();
         remaining -= shown_len.min(remaining);
         shown_chars += shown_len;
-        out.push_str(&format!("<memory path=\"{}\">\n", escape_attr(&file.path)));
-        out.push_str(&escape_closing_tag(shown));
+        out.push_str(&format!("<memory path=\"{}\">\n", escape_attribute(&file.path)));
+        out.push_str(&escape_closing_tags(shown, &["memory"]));
         if cut {
             out.push_str("\n[… the rest of this file is not shown: memory is over its size budget]");
         }
@@ -116,7 +118,7 @@ fn write_user_note(out: &mut String, files: &[MemoryFile], note: UserNote<'_>) {
     let quoted = |paths: &[&String]| {
         paths
             .iter()
-            .map(|p| format!("`{}`", escape_attr(p)))
+            .map(|p| format!("`{}`", escape_attribute(p)))
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -152,29 +154,6 @@ fn cut_at_line(text: &str, max: usize) -> (&str, bool) {
         Some(i) => (&text[..i], true),
         None => ("", true),
     }
-}
-
-/// `</memory` in any letter case becomes `<\/memory`, so file content cannot close its own tag.
-fn escape_closing_tag(text: &str) -> String {
-    const TAG: &str = "</memory";
-    // ASCII lower-casing keeps byte offsets, so matches in `lower` index `text` too.
-    let lower = text.to_ascii_lowercase();
-    let mut out = String::with_capacity(text.len());
-    let mut from = 0;
-    while let Some(i) = lower[from..].find(TAG).map(|i| from + i) {
-        out.push_str(&text[from..i]);
-        out.push_str("<\\/");
-        out.push_str(&text[i + 2..i + TAG.len()]);
-        from = i + TAG.len();
-    }
-    out.push_str(&text[from..]);
-    out
-}
-
-fn escape_attr(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('"', "&quot;")
-        .replace('<', "&lt;")
 }
 
 #[cfg(test)]

@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::backend::{BackendError, VirtualPath, WriteMode};
 use crate::tools::Extensions;
-use crate::user_cache::UserCache;
-use crate::user_home::{UserHome, UserHomes, shown_path};
+use crate::users::UserCache;
+use crate::users::{UserHome, UserHomes, shown_path};
 
 use super::{MemoryError, MemoryFile, to_memory_file};
 

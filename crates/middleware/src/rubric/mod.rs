@@ -8,7 +8,10 @@
 //! ```
 //! use std::sync::Arc;
 //! use serde_json::json;
-//! use trellis_middleware::*;
+//! use trellis_middleware::rubric::{RUBRIC, RUBRIC_RESULT, Rubric, RubricResult};
+//! use trellis_middleware::runtime::message::AiMessage;
+//! use trellis_middleware::runtime::scripted_model::ScriptedModel;
+//! use trellis_middleware::{Agent, AgentError, ModelResponse, RubricMiddleware, RunInput};
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let agent_model = Arc::new(ScriptedModel::new().then_text("Paris.").then_text("Paris (source: CIA Factbook)."));
@@ -351,7 +354,7 @@ impl RubricMiddleware {
             return Ok(current.clone());
         }
         Ok(GradingState {
-            grading_run_id: crate::runtime::util::unique_id("grading"),
+            grading_run_id: crate::runtime::random::unique_id("grading"),
             rubric: rubric.to_owned(),
             ..GradingState::default()
         })

@@ -18,6 +18,7 @@ use std::fmt::Write as _;
 use crate::runtime::message::{ContentBlock, Message};
 
 use super::RUBRIC_SOURCE;
+use crate::untrusted::escape_closing_tags;
 
 /// Messages of the transcript's tail shown to the grader.
 pub const MAX_TRANSCRIPT_MESSAGES: usize = 30;
@@ -41,34 +42,10 @@ pub fn random_nonce() -> String {
             tracing::warn!(%error, "no OS randomness for the rubric nonce; using a hashed seed");
             format!(
                 "{:016x}",
-                crate::runtime::util::SplitMix::new(crate::runtime::util::random_seed()).next_u64()
+                crate::runtime::random::SplitMix::new(crate::runtime::random::random_seed()).next_u64()
             )
         }
     }
-}
-
-/// Escape every closing tag of a fenced block (`</rubric…`, `</transcript…`, `</criteria…`,
-/// ASCII-case-insensitive) as `<\/…`, so `text` cannot end the block it is placed in.
-pub fn escape_closers(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut copied = 0;
-    let mut i = 0;
-    while let Some(pos) = text[i..].find("</") {
-        let at = i + pos;
-        let rest = &bytes[at + 2..];
-        let closes_fence = FENCED
-            .iter()
-            .any(|tag| rest.len() >= tag.len() && rest[..tag.len()].eq_ignore_ascii_case(tag.as_bytes()));
-        if closes_fence {
-            out.push_str(&text[copied..at]);
-            out.push_str("<\\/");
-            copied = at + 2;
-        }
-        i = at + 2;
-    }
-    out.push_str(&text[copied..]);
-    out
 }
 
 /// Cut `text` to `max` characters, marking the cut.
@@ -204,7 +181,7 @@ pub fn grader_payload(p: &PayloadParts<'_>) -> String {
              others.\n\n<criteria-{n}>\n"
         );
         for (i, name) in p.criteria.iter().enumerate() {
-            let _ = writeln!(out, "{}. {}", i + 1, escape_closers(name));
+            let _ = writeln!(out, "{}. {}", i + 1, escape_closing_tags(name, &FENCED));
         }
         let _ = write!(out, "</criteria-{n}>\n\n");
     }
@@ -213,8 +190,8 @@ pub fn grader_payload(p: &PayloadParts<'_>) -> String {
         "<rubric-{n}>\n{rubric}\n</rubric-{n}>\n\n<transcript-{n}>\n{transcript}\n</transcript-{n}>\n\n\
          Judge the work against the rubric only, and answer with your verdict: the overall result, a short \
          explanation, and one entry per criterion (passed, or failed with the gap that remains).",
-        rubric = escape_closers(p.rubric.trim()),
-        transcript = escape_closers(p.transcript),
+        rubric = escape_closing_tags(p.rubric.trim(), &FENCED),
+        transcript = escape_closing_tags(p.transcript, &FENCED),
     );
     out
 }
@@ -226,6 +203,7 @@ mod tests {
 
     #[test]
     fn closers_are_escaped_in_any_case_and_nothing_else() {
+        let escape_closers = |text: &str| escape_closing_tags(text, &FENCED);
         assert_eq!(
             escape_closers("a </rubric> b </RuBrIc-12ab> c </Transcript d </criteria-x>"),
             "a <\\/rubric> b <\\/RuBrIc-12ab> c <\\/Transcript d <\\/criteria-x>"

@@ -38,13 +38,14 @@ use crate::runtime::error::AgentError;
 use crate::runtime::events::RunEvent;
 use crate::runtime::interrupt::{DecisionError, InheritedGate, Interrupt, NestedInterrupts, ToolGate};
 use crate::runtime::message::{Message, SystemBlock, ToolCall, ToolMessage};
-use crate::runtime::middleware::{AfterAgent, Middleware, Next, ToolNext, ToolSet, panicked};
+use crate::runtime::middleware::{AfterAgent, Middleware, Next, ToolNext};
 use crate::runtime::model::{ChatModel, ModelRequest, ResponseFormat, StopReason, Usage};
 use crate::runtime::run::{RunInput, RunOutput};
 use crate::runtime::state::{PublicState, State, StateUpdates};
+use crate::runtime::tool_set::{ToolSet, panicked};
 use crate::runtime::tool_step::{PENDING_STEP, StepOutcome};
 use crate::runtime::truncation;
-use crate::runtime::{call_ids, telemetry, util};
+use crate::runtime::{call_ids, random, telemetry};
 use crate::tools::{ParentFiles, ThreadFiles, ToolOutput};
 
 /// What an [`Agent`] is made of (built by [`AgentBuilder`](crate::AgentBuilder)).
@@ -186,7 +187,7 @@ impl Agent {
     pub async fn run(&self, mut input: RunInput) -> Result<RunOutput, AgentError> {
         let cx = RunContext {
             thread_id: input.thread_id.take().unwrap_or_else(ThreadId::generate),
-            run_id: util::unique_id("r"),
+            run_id: random::unique_id("r"),
             agent_name: self.inner.name.clone(),
             model: self.inner.model.clone(),
             step: 0,

@@ -8,8 +8,9 @@ use crate::runtime::checkpoint::{Checkpointer, InMemoryCheckpointer};
 use crate::runtime::error::AgentError;
 use crate::runtime::interrupt::ToolGate;
 use crate::runtime::message::SystemBlock;
-use crate::runtime::middleware::{Middleware, ToolSet};
+use crate::runtime::middleware::Middleware;
 use crate::runtime::model::{ChatModel, ResponseFormat};
+use crate::runtime::tool_set::ToolSet;
 use crate::runtime::truncation::DEFAULT_TRUNCATED_CALL_RETRIES;
 use crate::tools::Tool;
 

@@ -15,7 +15,7 @@ use std::collections::HashSet;
 
 use crate::runtime::message::{AiMessage, Message};
 use crate::runtime::message_list::Messages;
-use crate::runtime::util;
+use crate::runtime::random;
 
 /// Give every call in `reply` that needs one a fresh id (see the module docs). Returns how many
 /// ids were replaced.
@@ -41,7 +41,7 @@ pub(crate) fn make_unique(reply: &mut AiMessage, history: &Messages) -> usize {
     for (call, taken) in reply.calls_mut().zip(taken) {
         if call.id.is_empty() || taken || seen.contains(&call.id) {
             let fresh = loop {
-                let id = util::unique_id("call");
+                let id = random::unique_id("call");
                 if !seen.contains(&id) {
                     break id;
                 }

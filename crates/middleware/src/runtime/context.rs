@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::backend::ScopeId;
 use crate::runtime::events::{EventSink, RunEvent};
 use crate::runtime::model::ChatModel;
-use crate::runtime::{telemetry, util};
+use crate::runtime::{random, telemetry};
 pub use crate::tools::Extensions;
 
 /// A thread's id: 1 to 128 ASCII letters, digits, `-`, `_` or `.`, not starting with `.`. Safe to
@@ -35,7 +35,7 @@ impl ThreadId {
 
     /// A fresh random id.
     pub fn generate() -> Self {
-        Self(util::unique_id("t"))
+        Self(random::unique_id("t"))
     }
 
     /// The id.
@@ -87,7 +87,7 @@ impl RunContext {
     pub fn detached(model: Arc<dyn ChatModel>) -> Self {
         Self {
             thread_id: ThreadId::generate(),
-            run_id: util::unique_id("r"),
+            run_id: random::unique_id("r"),
             agent_name: None,
             model,
             step: 0,

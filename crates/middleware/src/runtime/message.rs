@@ -167,7 +167,7 @@ impl MessageMeta {
 
 /// A system message in the middle of a conversation: instructions or tool definitions disclosed at a
 /// point after the cached prefix. Only for models that declare
-/// [`tools_mid_conversation`](crate::ModelCapabilities::tools_mid_conversation); the top-level system
+/// [`tools_mid_conversation`](crate::runtime::model::ModelCapabilities::tools_mid_conversation); the top-level system
 /// prompt is [`ModelRequest::system`](crate::ModelRequest::system).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SystemMessage {

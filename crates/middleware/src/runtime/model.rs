@@ -300,7 +300,7 @@ pub struct ModelCapabilities {
     pub prompt_caching: bool,
     /// Most cache breakpoints one request may carry (4 on Anthropic); 0 without caching.
     pub max_cache_breakpoints: u32,
-    /// Tool definitions may arrive in a [`SystemMessage`](crate::SystemMessage) mid-conversation.
+    /// Tool definitions may arrive in a [`SystemMessage`](crate::runtime::message::SystemMessage) mid-conversation.
     pub tools_mid_conversation: bool,
     /// [`ResponseFormat`] is honoured.
     pub structured_output: bool,

@@ -25,7 +25,8 @@ enum Step {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use trellis_middleware::{ChatModel, ModelRequest, ScriptedModel, ToolCall};
+/// use trellis_middleware::runtime::scripted_model::ScriptedModel;
+/// use trellis_middleware::{ChatModel, ModelRequest, ToolCall};
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let model = Arc::new(
 ///     ScriptedModel::new()

@@ -23,9 +23,9 @@ use crate::runtime::interrupt::{
     AgentFrame, ApprovalRequest, Decision, DecisionError, Decisions, Interrupt, NestedInterrupts, ToolGate,
 };
 use crate::runtime::message::{ContentBlock, Message, ToolCall, ToolMessage};
-use crate::runtime::middleware::ToolSet;
 use crate::runtime::state::{Slot, State, StateUpdates};
 use crate::runtime::telemetry;
+use crate::runtime::tool_set::ToolSet;
 
 /// The step waiting for decisions, in the thread's private state.
 pub(crate) static PENDING_STEP: Slot<PendingStep> = Slot::private("_pending_tool_step");

@@ -7,7 +7,7 @@
 //!   that is one listing instead of one GET per skill), and when nothing changed they share that
 //!   catalog outright. These loads are single-flight: threads that start while one runs wait for
 //!   it and share its catalog (so a change stays unseen by a new thread for at most one scan; see
-//!   `skills/shared_catalog.rs`). A run input of [`RELOAD_SKILLS`]
+//!   `skills/catalog/shared_catalog.rs`). A run input of [`RELOAD_SKILLS`]
 //!   `true` rescans before the next call, re-reading only `SKILL.md` files whose version changed
 //!   ([`rescan`](super::rescan)), and recomputes the disclosed tools against the new catalog.
 //! * **The section.** The catalog, filtered for the run's viewer, is rendered once per catalog (and
@@ -47,17 +47,17 @@ use crate::backend::Backend;
 use async_trait::async_trait;
 
 use super::SkillMetadata;
-use super::activation::{activations, disclose_in_messages, pinned_message};
+use super::catalog::layers::{Layer, LayeredCatalog};
+use super::catalog::personal::PersonalSkills;
+use super::catalog::shared_catalog::{SharedCatalog, Sources};
+use super::catalog::views::{View, Views};
 use super::catalog::{SkillCatalog, SkillVisibility, Viewer};
 use super::discovery::DiscoveryOptions;
-use super::layers::{Layer, LayeredCatalog};
+use super::discovery::source::SkillSource;
 use super::persist::Persisted;
-use super::personal::PersonalSkills;
-use super::render::{RenderOptions, render_layered};
-use super::shared_catalog::{SharedCatalog, Sources};
-use super::source::SkillSource;
+use super::prompt::activation::{activations, disclose_in_messages, pinned_message};
+use super::prompt::render::{RenderOptions, render_layered};
 use super::tools::BoundTools;
-use super::views::{View, Views};
 use crate::runtime::context::RunContext;
 use crate::runtime::error::AgentError;
 use crate::runtime::message::{SystemBlock, ToolCall};

@@ -14,79 +14,64 @@
 //!
 //! This module holds no middleware state and registers no tool; the skills middleware builds on
 //! these pieces: it keeps the [`SkillCatalog`] in thread state (it is serializable), renders it once
-//! with [`render::render`], filters it per user with [`SkillCatalog::visible_to`], and on reload
-//! calls [`discovery::rescan`] with the previous catalog.
+//! with [`prompt::render::render`], filters it per user with [`SkillCatalog::visible_to`], and on reload
+//! calls [`rescan`] with the previous catalog.
 //!
-//! Failure tiers (see [`validate`] and [`discovery`]):
+//! Failure tiers (see [`parse::validate`] and [`discover`]):
 //! 1. a subdirectory without `SKILL.md` is silently not a skill;
 //! 2. a broken skill (bad YAML, frontmatter not a mapping or missing, missing name or description,
 //!    not UTF-8, too big, `SKILL.md` that is a directory or unreadable) is skipped and logged, and
 //!    recorded in [`SkillCatalog::issues`];
 //! 3. a source that cannot be listed becomes a warning shown to the model inside an
-//!    untrusted-diagnostics block ([`render::render_warnings`], escaped by
-//!    [`render::escape_untrusted`]).
+//!    untrusted-diagnostics block ([`prompt::render::render_warnings`], escaped by
+//!    [`escape_untrusted`](crate::untrusted::escape_untrusted)).
 
-mod activation;
-pub mod catalog;
-pub mod discovery;
-mod fastyaml;
-pub mod frontmatter;
-pub(crate) mod issue_log;
-pub mod layers;
-pub mod middleware;
-pub mod persist;
-pub mod personal;
-mod previous;
-mod ranged_listing;
-pub mod render;
-pub mod search;
-mod shared_catalog;
-pub mod skill;
-pub mod source;
-pub mod thread_state;
-pub mod tools;
-pub mod validate;
-mod views;
-mod yaml_text;
+/// The persisted catalog (its home is [`discovery`], which it seeds), at the path users name.
+pub use discovery::persist;
+
+pub(crate) mod catalog;
+pub(crate) mod discovery;
+pub(crate) mod middleware;
+pub mod parse;
+pub mod prompt;
+pub(crate) mod thread_state;
+pub(crate) mod tools;
 
 /// Entry points for the fuzz targets (`fuzz/`) and their replay test, which check the frontmatter
 /// fast path against the full YAML parser. Not a stable API.
 #[doc(hidden)]
 pub mod fuzzing {
-    use super::frontmatter::{Frontmatter, FrontmatterError, YamlValue};
+    use super::parse::frontmatter::{Frontmatter, FrontmatterError, YamlValue};
 
     /// The fast path alone: `Some` only for frontmatter in its simple subset, and then exactly what
     /// [`parse_full`] gives.
     pub fn parse_simple(text: &str) -> Option<Vec<(String, YamlValue)>> {
-        super::fastyaml::parse_simple(text)
+        super::parse::fastyaml::parse_simple(text)
     }
 
     /// The full YAML parser alone, with the nesting, value and text bounds of
-    /// [`frontmatter::parse`](super::frontmatter::parse) (not its size check).
+    /// [`parse::frontmatter::parse`](super::parse::frontmatter::parse) (not its size check).
     pub fn parse_full(text: &str) -> Result<Frontmatter, FrontmatterError> {
-        super::frontmatter::parse_full(text)
+        super::parse::frontmatter::parse_full(text)
     }
 }
 
+pub use catalog::layers::{Layer, LayeredCatalog};
+pub use catalog::personal::{DEFAULT_PERSONAL_SKILLS_DIR, PERSONAL_LABEL, PersonalSkills};
 pub use catalog::{RolesFromMetadata, SkillCatalog, SkillVisibility, SkippedFile, Viewer};
+pub use discovery::source::{SkillSource, SourceError, SourceInfo, derive_label};
 pub use discovery::{Discovery, DiscoveryOptions, DiscoveryStats, discover, rescan, rescan_owned};
-pub use layers::{Layer, LayeredCatalog};
 pub use middleware::{
     DISCLOSURE_SOURCE, Disclosure, PIN_SKILLS, PINNED_SOURCE, RELOAD_SKILLS, SKILLS, SKILLS_ACTIVATED,
     SkillsMiddleware, SkillsState,
 };
+pub use parse::skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};
 pub use persist::{
     BucketIndex, CacheError, CacheReport, CatalogStore, LocalCatalogDir, Persisted, PersistedDiscovery,
     default_cache_dir, discover_persisted,
 };
-pub use personal::{DEFAULT_PERSONAL_SKILLS_DIR, PERSONAL_LABEL, PersonalSkills};
-pub use render::{
-    RenderOptions, RenderedSection, escape_controls, escape_untrusted, estimate_tokens, inline_untrusted,
-    render, render_layered,
-};
-pub use search::{LazySkillIndex, SearchHit, SkillIndex};
-pub use skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};
-pub use source::{SkillSource, SourceError, SourceInfo, derive_label};
+pub use prompt::render::{RenderOptions, RenderedSection, inline_untrusted, render, render_layered};
+pub use prompt::search::{LazySkillIndex, SearchHit, SkillIndex};
 pub use tools::{BoundTools, SearchSkillsTool, ToolResolver};
 
 /// The file that makes a directory a skill.

@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::catalog::SkillCatalog;
-use super::layers::LayeredCatalog;
-use super::render::inline_untrusted;
-use super::search::{LazySkillIndex, SearchHit};
+use super::catalog::layers::LayeredCatalog;
+use super::prompt::render::inline_untrusted;
+use super::prompt::search::{LazySkillIndex, SearchHit};
 use crate::runtime::context::RunContext;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput};
 
@@ -151,7 +151,7 @@ impl SearchSkillsTool {
 #[async_trait]
 impl Tool for SearchSkillsTool {
     fn name(&self) -> &str {
-        super::render::SEARCH_TOOL
+        super::prompt::render::SEARCH_TOOL
     }
 
     fn description(&self) -> &str {

@@ -15,12 +15,12 @@
 //!    [`SUBAGENT_ORIGIN`] slot);
 //! 4. runs it with the task as the only new user message, the parent's run extensions (identity,
 //!    roles, the approval policy it inherits) plus a [`SubagentRun`] marker, and the parent's event
-//!    sink (child events are forwarded wrapped in [`RunEvent::Subagent`](crate::RunEvent::Subagent));
+//!    sink (child events are forwarded wrapped in [`RunEvent::Subagent`](crate::runtime::events::RunEvent::Subagent));
 //! 5. returns `task_id: <id>` and the child's final answer (its structured output, when it has one)
 //!    — nothing else of the child's state reaches the parent.
 //!
 //! When the child stops to wait for decisions on its tool calls, the call raises that interrupt to
-//! the parent's step ([`NestedInterrupts`](crate::NestedInterrupts)), so it reaches the top-level
+//! the parent's step ([`NestedInterrupts`](crate::runtime::interrupt::NestedInterrupts)), so it reaches the top-level
 //! caller; resuming the parent runs this call again, which resumes that same child thread.
 //!
 //! Several `task` calls of one step run concurrently (the loop runs a step's tool calls

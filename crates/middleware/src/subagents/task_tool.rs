@@ -12,9 +12,9 @@ use crate::runtime::checkpoint::Checkpointer;
 use crate::runtime::context::{RunContext, ThreadId};
 use crate::runtime::events::{EventSink, RunEvent};
 use crate::runtime::interrupt::{AgentFrame, NestedInterrupts};
+use crate::runtime::random;
 use crate::runtime::run::{RunInput, RunOutput};
 use crate::runtime::tools::ToolContextExt;
-use crate::runtime::util;
 use crate::tools::{Extensions, Tool, ToolContext, ToolError, ToolOutput, parse_args};
 
 use super::{NAME, SUBAGENT_ORIGIN, SubAgent, SubagentOrigin, SubagentRun, TASK_TOOL_NAME};
@@ -248,7 +248,7 @@ impl TaskTool {
                     (id, true)
                 }
                 None => (
-                    ThreadId::new(util::unique_id("task"))
+                    ThreadId::new(random::unique_id("task"))
                         .map_err(|e| ToolError::failed(format!("could not name the task: {e}")))?,
                     false,
                 ),

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::runtime::message::{ContentBlock, Message};
 use crate::runtime::model::{ModelRequest, ToolSpec};
+use crate::token_estimate::tokens_for_bytes;
 
 /// Tokens added per message for the role and framing.
 pub const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
@@ -102,7 +103,7 @@ pub trait TokenEstimator: Send + Sync + Debug {
     }
 }
 
-/// The default estimator: UTF-8 bytes / 4, rounded up. Cheap (no allocation, JSON is measured while
+/// The default estimator: UTF-8 bytes / 4, rounded up ([`tokens_for_bytes`]). Cheap (no allocation, JSON is measured while
 /// being serialized into a byte counter) and close for English prose and code; it undercounts
 /// scripts that take one token per character (CJK), which is why the default trigger leaves a margin.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -110,11 +111,11 @@ pub struct BytesEstimator;
 
 impl TokenEstimator for BytesEstimator {
     fn text(&self, text: &str) -> u64 {
-        (text.len() as u64).div_ceil(4)
+        tokens_for_bytes(text.len() as u64)
     }
 
     fn json(&self, value: &Value) -> u64 {
-        json_bytes(value).div_ceil(4)
+        tokens_for_bytes(json_bytes(value))
     }
 }
 

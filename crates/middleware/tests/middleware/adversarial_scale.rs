@@ -10,7 +10,10 @@ use std::time::Instant;
 
 use serde_json::json;
 use trellis_middleware::backend::{Backend, FilesystemBackend};
-use trellis_middleware::skills::render::{self, RenderOptions};
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
+use trellis_middleware::skills::prompt::render::{self, RenderOptions};
 use trellis_middleware::skills::{DiscoveryOptions, IssueCode, SearchSkillsTool, discover};
 use trellis_middleware::*;
 

@@ -21,10 +21,10 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use trellis_middleware::backend::{Backend, FilesystemBackend};
-use trellis_middleware::skills::validate;
+use trellis_middleware::skills::SkillSource;
+use trellis_middleware::skills::parse::validate;
 use trellis_middleware::skills::{DiscoveryOptions, IssueCode, discover};
 use trellis_middleware::tools::{FileAccess, ToolContext};
-use trellis_middleware::*;
 
 use crate::adversarial_skills_common::*;
 use crate::common;
@@ -128,7 +128,7 @@ async fn ten_megabyte_frontmatter_is_skipped_after_a_bounded_read() {
 }
 
 fn frontmatter_span() -> u64 {
-    trellis_middleware::skills::frontmatter::MAX_FRONTMATTER_BYTES as u64 + 3
+    trellis_middleware::skills::parse::frontmatter::MAX_FRONTMATTER_BYTES as u64 + 3
 }
 
 // ---------------------------------------------------------- 4. symlinks and encodings: discovery

@@ -14,7 +14,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use trellis_middleware::backend::{Backend, BackendExt, FilesystemBackend, StateBackend};
+use trellis_middleware::runtime::message::ContentBlock;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::skills::{RolesFromMetadata, Viewer};
+use trellis_middleware::subagents::SubAgent;
 use trellis_middleware::tools::{FileAccess, ToolContext};
 use trellis_middleware::*;
 

@@ -15,7 +15,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 use trellis_middleware::backend::{Backend, StateBackend};
-use trellis_middleware::skills::render::{self, RenderOptions};
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
+use trellis_middleware::skills::prompt::render::{self, RenderOptions};
 use trellis_middleware::skills::{IssueCode, SearchSkillsTool};
 use trellis_middleware::*;
 
@@ -261,17 +264,9 @@ fn raw_request(endpoint: &str, method: &str, target: &str, body: &[u8]) -> Strin
 /// untrusted-diagnostics block, escaped and on one line, so it cannot close the block or start a line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_storage_error_text_is_escaped_in_the_warnings_block() {
-    let endpoint = match std::env::var("TRELLIS_S3_ENDPOINT") {
-        Ok(v) if !v.is_empty() => v,
-        _ if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") => {
-            panic!("TRELLIS_S3_ENDPOINT is not set but TRELLIS_EMULATORS=required; is moto running?")
-        }
-        _ => {
-            eprintln!("skipped: hostile S3 key (set TRELLIS_S3_ENDPOINT or run `cargo xtask test`)");
-            return;
-        }
+    let Some((endpoint, bucket)) = crate::common::s3_emulator("hostile S3 key") else {
+        return;
     };
-    let bucket = std::env::var("TRELLIS_TEST_BUCKET").unwrap_or_else(|_| "trellis-test".to_owned());
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -9,6 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use serde_json::json;
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::message::{AiMessage, ContentBlock};
+use trellis_middleware::runtime::model::ResponseFormat;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 use crate::common::*;

@@ -6,6 +6,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::json;
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::message::AiMessage;
+use trellis_middleware::runtime::model::{ModelError, Usage};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::runtime::stream::ModelDelta;
 use trellis_middleware::*;
 
 use crate::common::*;

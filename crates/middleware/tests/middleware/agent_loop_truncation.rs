@@ -8,6 +8,10 @@
 use std::sync::Arc;
 
 use serde_json::json;
+use trellis_middleware::runtime::message::AiMessage;
+use trellis_middleware::runtime::model::StopReason;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::runtime::truncation::{DEFAULT_TRUNCATED_CALL_RETRIES, TRUNCATION_SOURCE};
 use trellis_middleware::*;
 
 use crate::common::*;

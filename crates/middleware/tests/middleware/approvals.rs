@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::json;
 use trellis_middleware::approvals::{Ask, InterruptOn};
 use trellis_middleware::backend::{Backend, BackendExt, FilesystemBackend, StateBackend, VirtualPath};
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::interrupt::{Decision, DecisionError, DecisionKind, Decisions};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 use crate::common::*;

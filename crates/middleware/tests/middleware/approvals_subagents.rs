@@ -8,6 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 use trellis_middleware::approvals::{Ask, InterruptOn};
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::interrupt::{Decision, Decisions};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::subagents::SubAgent;
 use trellis_middleware::*;
 
 use crate::approvals::{counting_tool, request_ids, resume, thread};

@@ -5,8 +5,10 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use trellis_middleware::attachments::{AttachmentError, NEW_ATTACHMENTS, Upload};
+use trellis_middleware::attachments::{ATTACHMENTS, Attachment, AttachmentStore, Upload};
+use trellis_middleware::attachments::{AttachmentError, NEW_ATTACHMENTS};
 use trellis_middleware::backend::{BackendExt, StateBackend, VirtualPath};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 use crate::common::*;

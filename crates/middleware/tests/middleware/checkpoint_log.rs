@@ -12,6 +12,10 @@ use serde_json::json;
 use trellis_middleware::backend::{
     Backend, BackendError, BackendExt, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath, WriteMode,
 };
+use trellis_middleware::core_stack::TODOS;
+use trellis_middleware::runtime::checkpoint::{Checkpoint, CheckpointError};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::*;
 
 use crate::common::{Spy, SpyOp};
@@ -19,7 +23,7 @@ use crate::common::{Spy, SpyOp};
 /// A slot value with a large part that steps share.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct Catalog {
-    #[serde(serialize_with = "trellis_middleware::serialize_by_content")]
+    #[serde(serialize_with = "trellis_middleware::runtime::checkpoint::serialize_by_content")]
     skills: Arc<Vec<String>>,
     counter: u32,
 }

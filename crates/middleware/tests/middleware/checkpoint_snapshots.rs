@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use trellis_middleware::backend::{Backend, BackendExt, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::runtime::checkpoint::{Checkpoint, CheckpointError};
 use trellis_middleware::*;
 
 use crate::common::Spy;

@@ -10,6 +10,11 @@ use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::Barrier;
 use trellis_middleware::backend::{Backend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath};
+use trellis_middleware::core_stack::{TODOS, TOKEN_USAGE};
+use trellis_middleware::runtime::checkpoint::{CHECKPOINT_FORMAT, Checkpoint, CheckpointError};
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::message_list::Messages;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 use crate::common::*;
@@ -403,19 +408,7 @@ fn object_store_memory_resume_in_a_second_runtime() {
 
 /// The emulator's endpoint and bucket, or `None` (after saying so) when the suite should be skipped.
 fn s3_target() -> Option<(String, String)> {
-    let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
-    match (var("TRELLIS_S3_ENDPOINT"), var("TRELLIS_TEST_BUCKET")) {
-        (Some(endpoint), Some(bucket)) => Some((endpoint, bucket)),
-        _ => {
-            if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") {
-                panic!(
-                    "TRELLIS_EMULATORS=required, but TRELLIS_S3_ENDPOINT or TRELLIS_TEST_BUCKET is not set"
-                );
-            }
-            println!("skipped: S3 checkpointer suite (set TRELLIS_S3_ENDPOINT or run cargo xtask test)");
-            None
-        }
-    }
+    s3_emulator("S3 checkpointer suite")
 }
 
 /// A new S3 client (as another process would have) on `prefix` of the test bucket.

@@ -6,6 +6,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::json;
+use trellis_middleware::core_stack::{RetryConfig, TODOS, TOKEN_USAGE, TodoStatus};
+use trellis_middleware::runtime::checkpoint::Checkpoint;
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::message::{AiMessage, CacheTtl};
+use trellis_middleware::runtime::model::{ModelCapabilities, ModelError, Usage};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 use crate::common::*;

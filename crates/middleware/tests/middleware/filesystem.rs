@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 use trellis_middleware::backend::{Backend, BackendExt, StateBackend, VirtualPath};
+use trellis_middleware::runtime::message::ContentBlock;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 fn call(id: &str, name: &str, args: serde_json::Value) -> ToolCall {

@@ -3,7 +3,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use trellis_middleware::skills::frontmatter::{self, FrontmatterError, MAX_TEXT_BYTES, Split, YamlValue};
+use trellis_middleware::skills::parse::frontmatter::{
+    self, FrontmatterError, MAX_TEXT_BYTES, Split, YamlValue,
+};
 
 #[test]
 fn a_prefix_holding_part_of_a_byte_order_mark_is_not_missing_its_frontmatter() {

@@ -9,6 +9,7 @@ use trellis_middleware::backend::{
     Backend, BackendExt, FilesystemBackend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath,
     WriteMode,
 };
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 use crate::common;
@@ -286,14 +287,9 @@ async fn concurrent_memory_edits_on_local_state() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_memory_edits_on_s3() {
-    let Ok(endpoint) = std::env::var("TRELLIS_S3_ENDPOINT") else {
-        if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") {
-            panic!("TRELLIS_S3_ENDPOINT is not set but TRELLIS_EMULATORS=required");
-        }
-        eprintln!("skipped: memory S3 suite (set TRELLIS_S3_ENDPOINT or run `cargo xtask test`)");
+    let Some((endpoint, bucket)) = crate::common::s3_emulator("memory S3 suite") else {
         return;
     };
-    let bucket = std::env::var("TRELLIS_TEST_BUCKET").unwrap_or_else(|_| "trellis-test".into());
     let options = StoreOptions::s3_compatible(endpoint, "test", "test");
     let prefix = format!(
         "memory-concurrency-{}-{}",

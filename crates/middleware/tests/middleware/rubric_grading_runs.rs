@@ -7,6 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use trellis_middleware::rubric::GradingState;
+use trellis_middleware::rubric::{RUBRIC, RUBRIC_RESULT, Rubric, RubricResult};
+use trellis_middleware::runtime::error::BoxError;
+use trellis_middleware::runtime::message::AiMessage;
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 use crate::rubric_common::*;

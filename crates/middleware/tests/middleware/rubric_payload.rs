@@ -7,6 +7,11 @@ use std::sync::Arc;
 use serde_json::json;
 use trellis_middleware::rubric::MAX_MESSAGE_CHARS;
 use trellis_middleware::rubric::payload::render_transcript;
+use trellis_middleware::rubric::{RUBRIC, Rubric};
+use trellis_middleware::runtime::message::{
+    AiMessage, ContentBlock, HumanMessage, ImageSource, MessageMeta, ToolMessage,
+};
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 use crate::rubric_common::*;

@@ -9,7 +9,13 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use trellis_middleware::rubric::verdict::verdict_format;
+use trellis_middleware::rubric::{
+    CriterionEval, GraderVerdict, RUBRIC, RUBRIC_RESULT, Rubric, RubricResult, Verdict,
+};
 use trellis_middleware::rubric::{GRADER_DISPLAY_NAME, GRADER_SYSTEM_PROMPT, RUBRIC_SOURCE, VerdictError};
+use trellis_middleware::runtime::message::AiMessage;
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::*;
 
 use crate::rubric_common::*;

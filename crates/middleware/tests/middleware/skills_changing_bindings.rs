@@ -9,6 +9,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde_json::json;
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::{BoundTools, SkillSource, ToolResolver};
 use trellis_middleware::*;
 
 use crate::common::caps;

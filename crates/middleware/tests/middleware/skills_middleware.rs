@@ -6,6 +6,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::model::ToolSpec;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::{BoundTools, SkillSource};
 use trellis_middleware::skills::{PIN_SKILLS, RELOAD_SKILLS, RolesFromMetadata, SKILLS_ACTIVATED, Viewer};
 use trellis_middleware::*;
 
@@ -434,7 +438,7 @@ async fn over_budget_catalog_offers_search_that_reaches_every_skill() {
         .unwrap()
         .text;
     assert!(
-        trellis_middleware::skills::estimate_tokens(section) <= 1_000,
+        trellis_middleware::token_estimate::estimate_tokens(section) <= 1_000,
         "within budget"
     );
     assert!(request.tools.iter().any(|t| t.name == "search_skills"));

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use trellis_middleware::backend::VirtualPath;
-use trellis_middleware::skills::frontmatter::{self, FrontmatterError, YamlValue};
-use trellis_middleware::skills::validate::{self, Validated};
+use trellis_middleware::skills::parse::frontmatter::{self, FrontmatterError, YamlValue};
+use trellis_middleware::skills::parse::validate::{self, Validated};
 use trellis_middleware::skills::{IssueCode, MetadataMap, Severity, SkillMetadata};
 
 fn path(dir: &str) -> VirtualPath {

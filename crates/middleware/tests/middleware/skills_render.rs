@@ -5,11 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use trellis_middleware::backend::VirtualPath;
-use trellis_middleware::skills::render::{self, RenderOptions};
+use trellis_middleware::skills::prompt::render::{self, RenderOptions};
 use trellis_middleware::skills::{
-    MetadataMap, RolesFromMetadata, SkillCatalog, SkillIndex, SkillMetadata, SourceInfo, Viewer,
-    derive_label, escape_untrusted,
+    MetadataMap, RolesFromMetadata, SkillCatalog, SkillIndex, SkillMetadata, SourceInfo, Viewer, derive_label,
 };
+use trellis_middleware::untrusted::escape_untrusted;
 
 fn src(path: &str) -> SourceInfo {
     let path = VirtualPath::parse(path).unwrap();

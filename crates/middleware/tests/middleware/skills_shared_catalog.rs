@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::runtime::message::AiMessage;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::skills::RELOAD_SKILLS;
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::*;
 
 use crate::common::caps;

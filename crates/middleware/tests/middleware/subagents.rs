@@ -9,6 +9,14 @@ use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::Barrier;
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::message::AiMessage;
+use trellis_middleware::runtime::message_list::Messages;
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
+use trellis_middleware::subagents::SubAgent;
 use trellis_middleware::subagents::{GENERAL_PURPOSE, SUBAGENT_ORIGIN, SUBAGENT_PROMPT};
 use trellis_middleware::*;
 

@@ -8,7 +8,13 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 use trellis_middleware::backend::{Backend, BackendExt, StateBackend, VirtualPath, WriteMode};
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::message::{AiMessage, ToolMessage};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::summarization::{BytesEstimator, SUMMARIZATION, SUMMARY_SOURCE, TokenEstimator};
+use trellis_middleware::summarization::{SummarizationConfig, Threshold};
 use trellis_middleware::*;
 
 use crate::common::*;

@@ -8,7 +8,11 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use serde_json::json;
 use trellis_middleware::backend::StateBackend;
+use trellis_middleware::runtime::message::{AiMessage, ToolMessage};
+use trellis_middleware::runtime::message_list::Messages;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::summarization::{SUMMARY_SOURCE, safe_cutoff, safe_cuts};
+use trellis_middleware::summarization::{SummarizationConfig, Threshold};
 use trellis_middleware::*;
 
 use crate::common::*;

@@ -9,10 +9,15 @@ use std::sync::Arc;
 use serde_json::json;
 use trellis_middleware::backend::{Backend, BackendExt, StateBackend, VirtualPath, WriteMode};
 use trellis_middleware::memory::MemoryError;
+use trellis_middleware::runtime::context::{Extensions, RunContext};
+use trellis_middleware::runtime::message::AiMessage;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
 use trellis_middleware::skills::{
-    LayeredCatalog, PIN_SKILLS, PersonalSkills, RolesFromMetadata, SKILLS, SKILLS_ACTIVATED,
+    BoundTools, LayeredCatalog, PIN_SKILLS, PersonalSkills, RolesFromMetadata, SKILLS, SKILLS_ACTIVATED,
+    SkillSource,
 };
-use trellis_middleware::tools::{UserFiles, UserSpaces};
+use trellis_middleware::tools::{UserFiles, UserIdentity, UserSpaces};
+use trellis_middleware::users::{UserHomeError, UserHomes};
 use trellis_middleware::*;
 
 use crate::common::{caps, put};

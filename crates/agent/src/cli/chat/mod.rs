@@ -33,9 +33,8 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use trellis_middleware::backend::{Backend, VirtualPath};
-use trellis_middleware::skills::{
-    PIN_SKILLS, RELOAD_SKILLS, SkillCatalog, SkillIndex, escape_controls as safe,
-};
+use trellis_middleware::skills::{PIN_SKILLS, RELOAD_SKILLS, SkillCatalog, SkillIndex};
+use trellis_middleware::untrusted::escape_controls as safe;
 use trellis_middleware::{AgentError, Checkpointer, RunInput, ThreadId};
 
 use crate::cli::approvals::{self, Outcome, Prompter};
@@ -260,7 +259,7 @@ impl Session<'_> {
         }
     }
 
-    fn decide(&mut self, interrupt: &trellis_middleware::Interrupt) -> Result<Outcome> {
+    fn decide(&mut self, interrupt: &trellis_middleware::runtime::interrupt::Interrupt) -> Result<Outcome> {
         approvals::decide(
             interrupt,
             &self.approvals.rule,

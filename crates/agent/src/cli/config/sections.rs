@@ -4,8 +4,8 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use trellis_middleware::summarization::{SummarizationConfig, Threshold};
 use trellis_middleware::tools::{Access, Effect, Limits, PermissionRule};
-use trellis_middleware::{SummarizationConfig, Threshold};
 
 /// One file-tool permission rule (`[[permissions]]`), evaluated after the built-in rule that keeps
 /// skill sources read-only; the first matching rule decides.

@@ -12,7 +12,9 @@
 //! keep pointing at the merged message's blocks.
 
 use serde_json::Value;
-use trellis_middleware::{ModelDelta, ModelResponse, StopReason};
+use trellis_middleware::ModelResponse;
+use trellis_middleware::runtime::model::StopReason;
+use trellis_middleware::runtime::stream::ModelDelta;
 
 /// Continuations of one paused turn the provider sends before it gives the turn back paused.
 pub const MAX_CONTINUATIONS: u32 = 3;

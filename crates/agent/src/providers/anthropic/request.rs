@@ -3,7 +3,7 @@
 //! The mapping, in the order Anthropic builds its cache prefix (tools → system → messages):
 //!
 //! * `tools`: the request's tools, then the structured-output tool (when a
-//!   [`ResponseFormat`](trellis_middleware::ResponseFormat) is set), then tools disclosed by
+//!   [`ResponseFormat`](trellis_middleware::runtime::model::ResponseFormat) is set), then tools disclosed by
 //!   [`Message::System`] messages, in conversation order, skipping names already listed.
 //! * `system`: one text block per [`SystemBlock`](trellis_middleware::SystemBlock), with
 //!   `cache_control` where the block has a breakpoint.
@@ -23,9 +23,9 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 
 use serde_json::Value;
-use trellis_middleware::{
-    CacheTtl, ContentBlock, ImageSource, Message, ModelError, ModelRequest, ToolChoice,
-};
+use trellis_middleware::runtime::message::{CacheTtl, ContentBlock, ImageSource};
+use trellis_middleware::runtime::model::{ModelError, ToolChoice};
+use trellis_middleware::{Message, ModelRequest};
 
 use super::wire::{self, Block, Role};
 use crate::providers::{f32_to_f64, system_reminder};

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use trellis_middleware::{
-    AiMessage, ContentBlock, MessageMeta, ModelError, ModelResponse, StopReason, ToolCall, Usage,
-};
+use trellis_middleware::runtime::message::{AiMessage, ContentBlock, MessageMeta};
+use trellis_middleware::runtime::model::{ModelError, StopReason, Usage};
+use trellis_middleware::{ModelResponse, ToolCall};
 
 use super::request::REDACTED_THINKING_PREFIX;
 use super::wire;

@@ -10,7 +10,8 @@
 //! delta types are ignored, as the documentation asks.
 
 use serde_json::{Map, Value, json};
-use trellis_middleware::{DeltaSink, ModelDelta, ModelError};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::stream::{DeltaSink, ModelDelta};
 
 use super::response::parse_error;
 use crate::providers::streamed::{Assemble, bad_event};
@@ -210,7 +211,8 @@ fn append(block: &mut Value, key: &str, piece: &str) {
 mod tests {
 
     use proptest::prelude::*;
-    use trellis_middleware::{ContentBlock, ModelResponse};
+    use trellis_middleware::ModelResponse;
+    use trellis_middleware::runtime::message::ContentBlock;
 
     use super::*;
     use crate::providers::anthropic::parse_response;

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use trellis_middleware::CacheTtl;
+use trellis_middleware::runtime::message::CacheTtl;
 
 /// The request body.
 #[derive(Debug, Serialize)]

@@ -26,7 +26,9 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 
 use serde_json::Value;
-use trellis_middleware::{ContentBlock, ImageSource, Message, ModelRequest, ToolChoice};
+use trellis_middleware::runtime::message::{ContentBlock, ImageSource};
+use trellis_middleware::runtime::model::ToolChoice;
+use trellis_middleware::{Message, ModelRequest};
 
 use super::{InlineSystem, MaxTokensField};
 use super::{schema, wire};

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use trellis_middleware::{
-    AiMessage, ContentBlock, MessageMeta, ModelError, ModelResponse, StopReason, ToolCall, Usage,
-};
+use trellis_middleware::runtime::message::{AiMessage, ContentBlock, MessageMeta};
+use trellis_middleware::runtime::model::{ModelError, StopReason, Usage};
+use trellis_middleware::{ModelResponse, ToolCall};
 
 use super::wire;
 use crate::providers::snippet;

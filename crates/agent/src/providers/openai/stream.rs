@@ -16,7 +16,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
-use trellis_middleware::{DeltaSink, ModelDelta, ModelError};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::stream::{DeltaSink, ModelDelta};
 
 use super::response::parse_error;
 use crate::providers::streamed::{Assemble, bad_event};

@@ -16,7 +16,9 @@
 //! * Always `"store": false` and `"include": ["reasoning.encrypted_content"]`.
 
 use serde_json::{Value, json};
-use trellis_middleware::{ContentBlock, ImageSource, Message, ModelError, ModelRequest, ToolChoice};
+use trellis_middleware::runtime::message::{ContentBlock, ImageSource};
+use trellis_middleware::runtime::model::{ModelError, ToolChoice};
+use trellis_middleware::{Message, ModelRequest};
 
 use crate::providers::openai::request::{replayed_arguments, tool_text};
 use crate::providers::openai::schema;

@@ -12,9 +12,9 @@
 //! `output_tokens`. A body holding a non-null `error` is read as an error.
 
 use serde_json::{Value, json};
-use trellis_middleware::{
-    AiMessage, ContentBlock, MessageMeta, ModelError, ModelResponse, StopReason, ToolCall, Usage,
-};
+use trellis_middleware::runtime::message::{AiMessage, ContentBlock, MessageMeta};
+use trellis_middleware::runtime::model::{ModelError, StopReason, Usage};
+use trellis_middleware::{ModelResponse, ToolCall};
 
 use super::request::REASONING_PREFIX;
 use crate::providers::openai::parse_error;

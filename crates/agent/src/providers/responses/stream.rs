@@ -19,7 +19,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
-use trellis_middleware::{DeltaSink, ModelDelta, ModelError};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::stream::{DeltaSink, ModelDelta};
 
 use crate::providers::openai::parse_error;
 use crate::providers::streamed::{Assemble, bad_event};
@@ -209,7 +210,9 @@ mod tests {
     use super::*;
     use crate::providers::responses::parse_response;
     use crate::providers::sse::assemble_split;
-    use trellis_middleware::{ContentBlock, ModelResponse, StopReason};
+    use trellis_middleware::ModelResponse;
+    use trellis_middleware::runtime::message::ContentBlock;
+    use trellis_middleware::runtime::model::StopReason;
 
     /// The reply's output items as the `Response` object documents them: a reasoning item with
     /// two summaries, a message with multi-byte text, and a function call.

@@ -9,7 +9,7 @@ use std::path::Path;
 use trellis_agent::cli::config::RunConfig;
 use trellis_agent::cli::config::{self as agent_file, AgentFileError, Flags};
 use trellis_agent::cli::sandbox::SandboxChoice;
-use trellis_middleware::ReasoningEffort;
+use trellis_middleware::runtime::model::ReasoningEffort;
 
 /// Resolve `text` written as `dir/trellis.toml`, with `flags`.
 fn resolve_in(dir: &Path, text: &str, flags: Flags) -> Result<RunConfig, AgentFileError> {
@@ -424,7 +424,8 @@ fn the_schema_is_stable() {
 #[tokio::test]
 async fn a_subagents_skills_are_listed_to_it_alone() {
     use std::sync::Arc;
-    use trellis_middleware::{RunInput, ScriptedModel, ToolCall};
+    use trellis_middleware::runtime::scripted_model::ScriptedModel;
+    use trellis_middleware::{RunInput, ToolCall};
 
     let dir = tempfile::tempdir().unwrap();
     for (lib, name) in [

@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
+use trellis_middleware::runtime::model::ToolSpec;
 use trellis_middleware::skills::Viewer;
 use trellis_middleware::tools::UserIdentity;
-use trellis_middleware::{ModelRequest, RunInput, ToolCall, ToolSpec};
+use trellis_middleware::{ModelRequest, RunInput, ToolCall};
 
 use crate::mcp::common::{agent_on, http_server, library, scripted, started, stdio, tool_results};
 use crate::support::skip_unless_python;

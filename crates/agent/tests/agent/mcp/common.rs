@@ -14,7 +14,10 @@ use std::time::Duration;
 use trellis_agent::mcp::McpServerConfig;
 use trellis_agent::{DeepAgentBuilder, deep_agent};
 use trellis_middleware::backend::{Backend, StateBackend, VirtualPath, WriteMode};
-use trellis_middleware::{ChatModel, ModelCapabilities, RunOutput, ScriptedModel, SkillSource};
+use trellis_middleware::runtime::model::ModelCapabilities;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::skills::SkillSource;
+use trellis_middleware::{ChatModel, RunOutput};
 
 /// The test server's script.
 pub fn script() -> String {
@@ -186,7 +189,7 @@ pub fn tool_results(out: &RunOutput) -> Vec<(String, bool)> {
             (
                 t.content
                     .iter()
-                    .filter_map(trellis_middleware::ContentBlock::as_text)
+                    .filter_map(trellis_middleware::runtime::message::ContentBlock::as_text)
                     .collect(),
                 t.is_error,
             )

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
-use trellis_middleware::{RunContext, RunInput, ScriptedModel, ToolCall};
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::{RunInput, ToolCall};
 
 use crate::mcp::common::{agent_on, alive, gone, library, script, scripted, started, stdio, tool_results};
 use crate::support::skip_unless_python;
@@ -203,7 +205,7 @@ async fn servers_that_never_start_cost_a_bounded_wait_and_leave_nothing_behind()
         .with_max_restarts(1);
     let missing = McpServerConfig::stdio("missing", "/nonexistent/mcp-server", Vec::<String>::new()).unwrap();
     let servers = McpServers::new([hung, missing]).unwrap();
-    let (sink, mut events) = trellis_middleware::EventSink::channel();
+    let (sink, mut events) = trellis_middleware::runtime::events::EventSink::channel();
     let cx = detached().with_events(sink);
 
     assert!(servers.tools_for("mcp:hung", &cx).await.is_empty());
@@ -217,7 +219,7 @@ async fn servers_that_never_start_cost_a_bounded_wait_and_leave_nothing_behind()
     assert!(servers.tools_for("mcp:missing", &cx).await.is_empty());
     let mut unavailable = Vec::new();
     while let Ok(event) = events.try_recv() {
-        if let trellis_middleware::RunEvent::Middleware { kind, data, .. } = event
+        if let trellis_middleware::runtime::events::RunEvent::Middleware { kind, data, .. } = event
             && kind == "unavailable"
         {
             unavailable.push(data);

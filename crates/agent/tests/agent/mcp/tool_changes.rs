@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 use trellis_agent::mcp::McpServerConfig;
-use trellis_middleware::{EventSink, ModelRequest, RunEvent, RunInput, ToolCall};
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::{ModelRequest, RunInput, ToolCall};
 
 use crate::mcp::common::{self, agent_on, library, scripted, tool_results};
 use crate::support::skip_unless_python;

@@ -6,7 +6,8 @@
 
 use serde_json::json;
 use trellis_agent::providers::anthropic::{AnthropicConfig, AnthropicModel};
-use trellis_middleware::{ChatModel, ModelError, ModelRequest};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::{ChatModel, ModelRequest};
 use wiremock::ResponseTemplate;
 
 use super::common::{only_request, server_answering};

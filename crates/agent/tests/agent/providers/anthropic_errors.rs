@@ -13,7 +13,8 @@
 use std::time::Duration;
 
 use serde_json::json;
-use trellis_middleware::{Message, ModelError, ModelRequest};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::{Message, ModelRequest};
 use wiremock::ResponseTemplate;
 
 use crate::providers::anthropic_common::*;
@@ -180,7 +181,10 @@ fn a_reply_cut_at_the_context_window_is_context_too_long() {
     });
     let err = trellis_agent::providers::anthropic::parse_response(body.to_string().as_bytes()).unwrap_err();
     assert!(
-        matches!(err, trellis_middleware::ModelError::ContextTooLong { .. }),
+        matches!(
+            err,
+            trellis_middleware::runtime::model::ModelError::ContextTooLong { .. }
+        ),
         "{err:?}"
     );
 }

@@ -14,10 +14,11 @@
 
 use serde_json::json;
 use trellis_agent::providers::anthropic;
-use trellis_middleware::{
-    AiMessage, CacheTtl, ContentBlock, HumanMessage, ImageSource, Message, MessageMeta, ModelRequest,
-    StopReason, SystemBlock, SystemMessage, ToolCall, ToolChoice, ToolMessage, Usage,
+use trellis_middleware::runtime::message::{
+    AiMessage, CacheTtl, ContentBlock, HumanMessage, ImageSource, MessageMeta, SystemMessage, ToolMessage,
 };
+use trellis_middleware::runtime::model::{StopReason, ToolChoice, Usage};
+use trellis_middleware::{Message, ModelRequest, SystemBlock, ToolCall};
 use wiremock::ResponseTemplate;
 
 use crate::providers::anthropic_common::*;
@@ -379,7 +380,7 @@ fn images_by_base64_and_url() {
 async fn mid_conversation_system_message_becomes_marked_user_text_and_tools() {
     let disclosed = SystemMessage {
         content: vec![ContentBlock::text("The skill web-research is active.")],
-        tools: vec![trellis_middleware::ToolSpec {
+        tools: vec![trellis_middleware::runtime::model::ToolSpec {
             name: "web_search".into(),
             description: "Search the web.".into(),
             parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}}),

@@ -11,9 +11,9 @@
 
 use serde_json::json;
 use trellis_agent::providers::anthropic;
-use trellis_middleware::{
-    ChatModel, ContentBlock, Message, ModelError, ModelRequest, ResponseFormat, StopReason,
-};
+use trellis_middleware::runtime::message::ContentBlock;
+use trellis_middleware::runtime::model::{ModelError, ResponseFormat, StopReason};
+use trellis_middleware::{ChatModel, Message, ModelRequest};
 use wiremock::ResponseTemplate;
 
 use crate::providers::anthropic_common::*;

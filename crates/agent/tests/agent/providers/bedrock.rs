@@ -14,9 +14,10 @@ use serde_json::json;
 use trellis_agent::providers::{
     AnthropicModel, AwsCredentials, BedrockConfig, Clock, ProviderError, from_model_string_with_env,
 };
-use trellis_middleware::{
-    CacheTtl, ChatModel, DeltaSink, Message, ModelDelta, ModelError, ModelRequest, SystemBlock,
-};
+use trellis_middleware::runtime::message::CacheTtl;
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::stream::{DeltaSink, ModelDelta};
+use trellis_middleware::{ChatModel, Message, ModelRequest, SystemBlock};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 

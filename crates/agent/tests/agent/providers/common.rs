@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use trellis_middleware::{CacheTtl, ChatModel, Message, ModelError, ModelRequest, ToolSpec};
+use trellis_middleware::runtime::message::CacheTtl;
+use trellis_middleware::runtime::model::{ModelError, ToolSpec};
+use trellis_middleware::{ChatModel, Message, ModelRequest};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 

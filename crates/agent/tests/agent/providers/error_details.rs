@@ -11,7 +11,9 @@ use std::error::Error as _;
 use serde_json::json;
 use trellis_agent::providers::anthropic::{AnthropicConfig, AnthropicModel};
 use trellis_agent::providers::openai::{OpenAiConfig, OpenAiModel};
-use trellis_middleware::{ChatModel, DeltaSink, ModelDelta, ModelError, ModelRequest};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::stream::{DeltaSink, ModelDelta};
+use trellis_middleware::{ChatModel, ModelRequest};
 use wiremock::ResponseTemplate;
 
 use crate::cli::{example, trellis};

@@ -8,7 +8,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trellis_agent::providers::HttpConfig;
 use trellis_agent::providers::anthropic::{AnthropicConfig, AnthropicModel};
 use trellis_agent::providers::openai::{OpenAiConfig, OpenAiModel};
-use trellis_middleware::{ChatModel, Message, ModelError, ModelRequest};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::{ChatModel, Message, ModelRequest};
 use wiremock::ResponseTemplate;
 
 use crate::providers::common::*;

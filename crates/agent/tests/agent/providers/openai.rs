@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use trellis_agent::providers::openai::{self, InlineSystem, MaxTokensField, OpenAiConfig, OpenAiModel};
-use trellis_middleware::{
-    AiMessage, ChatModel, ContentBlock, HumanMessage, ImageSource, Message, MessageMeta, ModelError,
-    ModelRequest, ModelResponse, ResponseFormat, StopReason, SystemBlock, SystemMessage, ToolCall,
-    ToolChoice, ToolMessage, Usage,
+use trellis_middleware::runtime::message::{
+    AiMessage, ContentBlock, HumanMessage, ImageSource, MessageMeta, SystemMessage, ToolMessage,
 };
+use trellis_middleware::runtime::model::{ModelError, ResponseFormat, StopReason, ToolChoice, Usage};
+use trellis_middleware::{ChatModel, Message, ModelRequest, ModelResponse, SystemBlock, ToolCall};
 use wiremock::ResponseTemplate;
 
 use crate::providers::common::*;
@@ -106,7 +106,7 @@ fn conversation() -> ModelRequest {
             Message::Tool(ToolMessage::error("call_def", "read_file", "invalid arguments")),
             Message::System(SystemMessage {
                 content: vec![ContentBlock::text("The skill web-research is active.")],
-                tools: vec![trellis_middleware::ToolSpec {
+                tools: vec![trellis_middleware::runtime::model::ToolSpec {
                     name: "web_search".into(),
                     description: "Search the web.".into(),
                     parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}}),

@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::json;
-use trellis_middleware::{Message, ModelRequest, ResponseFormat};
+use trellis_middleware::runtime::model::ResponseFormat;
+use trellis_middleware::{Message, ModelRequest};
 use wiremock::ResponseTemplate;
 
 use crate::providers::common::*;

@@ -13,10 +13,11 @@ use serde_json::{Value, json};
 use trellis_agent::providers::{
     AnthropicConfig, AnthropicModel, AwsCredentials, BedrockConfig, Clock, GoogleCredentials, VertexConfig,
 };
-use trellis_middleware::{
-    AiMessage, CacheTtl, ChatModel, ContentBlock, ImageSource, Message, MessageMeta, ModelError,
-    ModelRequest, ResponseFormat, StopReason, SystemBlock, ToolCall, ToolMessage,
+use trellis_middleware::runtime::message::{
+    AiMessage, CacheTtl, ContentBlock, ImageSource, MessageMeta, ToolMessage,
 };
+use trellis_middleware::runtime::model::{ModelError, ResponseFormat, StopReason};
+use trellis_middleware::{ChatModel, Message, ModelRequest, SystemBlock, ToolCall};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -131,7 +132,7 @@ fn conversation() -> ModelRequest {
                 Message::Tool(ToolMessage::text("toolu_01", "read_file", "buy tea")),
                 CacheTtl::FiveMinutes,
             ),
-            Message::Human(trellis_middleware::HumanMessage {
+            Message::Human(trellis_middleware::runtime::message::HumanMessage {
                 content: vec![ContentBlock::Image {
                     source: ImageSource::Base64 {
                         media_type: "image/png".into(),

@@ -176,7 +176,8 @@ async fn ollama_gets_max_tokens_and_its_own_port() {
 /// system, message and tool blocks (`cache_control: {"type": "ephemeral"}`).
 #[tokio::test]
 async fn cache_off_sends_no_cache_control_and_declares_no_caching() {
-    use trellis_middleware::{CacheTtl, Message, ModelRequest, SystemBlock};
+    use trellis_middleware::runtime::message::CacheTtl;
+    use trellis_middleware::{Message, ModelRequest, SystemBlock};
     let server = wiremock::MockServer::start().await;
     wiremock::Mock::given(wiremock::matchers::method("POST"))
         .and(wiremock::matchers::path("/v1/messages"))

@@ -16,7 +16,8 @@
 use serde_json::json;
 use trellis_agent::providers::anthropic::{AnthropicConfig, AnthropicModel};
 use trellis_agent::providers::openai::{OpenAiConfig, OpenAiModel};
-use trellis_middleware::{ChatModel, Message, ModelError, ModelRequest, ReasoningEffort, ToolChoice};
+use trellis_middleware::runtime::model::{ModelError, ReasoningEffort, ToolChoice};
+use trellis_middleware::{ChatModel, Message, ModelRequest};
 use wiremock::ResponseTemplate;
 
 use crate::providers::common::{assert_json_eq, body_json, only_request, read_file_tool, server_answering};

@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 use trellis_agent::providers::openai::OpenAiConfig;
 use trellis_agent::providers::responses::parse_response;
 use trellis_agent::providers::{ResponsesModel, from_model_string_with_env};
+use trellis_middleware::runtime::model::{ModelError, ReasoningEffort, StopReason, ToolChoice};
 use trellis_middleware::{
-    Agent, ChatModel, FnTool, Message, ModelError, ModelRequest, ReasoningEffort, RunInput, StopReason,
-    SystemBlock, ToolChoice, ToolOutput,
+    Agent, ChatModel, FnTool, Message, ModelRequest, RunInput, SystemBlock, ToolOutput,
 };
 use wiremock::ResponseTemplate;
 

@@ -22,9 +22,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 use trellis_agent::providers::anthropic::{AnthropicConfig, AnthropicModel};
 use trellis_agent::providers::openai::{OpenAiConfig, OpenAiModel};
-use trellis_middleware::{
-    Agent, AgentError, ChatModel, FnTool, ModelDelta, ModelRequest, RunInput, StopReason, ToolOutput,
-};
+use trellis_middleware::runtime::model::StopReason;
+use trellis_middleware::runtime::stream::ModelDelta;
+use trellis_middleware::{Agent, AgentError, ChatModel, FnTool, ModelRequest, RunInput, ToolOutput};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 

@@ -7,7 +7,9 @@
 
 use serde_json::json;
 use trellis_agent::providers::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel, ResponsesModel};
-use trellis_middleware::{ChatModel, DeltaSink, ModelDelta, ModelError, ModelRequest};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::stream::{DeltaSink, ModelDelta};
+use trellis_middleware::{ChatModel, ModelRequest};
 use wiremock::ResponseTemplate;
 
 use crate::providers::common::server_answering;

@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use trellis_agent::providers::{AnthropicConfig, AnthropicModel, OpenAiConfig, OpenAiModel};
+use trellis_middleware::core_stack::RetryConfig;
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::model::{ModelError, StopReason};
+use trellis_middleware::runtime::stream::ModelDelta;
 use trellis_middleware::*;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};

@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 use trellis_agent::providers::{
     AnthropicModel, Clock, GoogleCredentials, VertexConfig, from_model_string_with_env,
 };
-use trellis_middleware::{ChatModel, DeltaSink, Message, ModelDelta, ModelError, ModelRequest};
+use trellis_middleware::runtime::model::ModelError;
+use trellis_middleware::runtime::stream::{DeltaSink, ModelDelta};
+use trellis_middleware::{ChatModel, Message, ModelRequest};
 use wiremock::matchers::{header as header_is, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 

@@ -22,7 +22,7 @@ use super::{
 use crate::backend::{Backend, BackendError, ConflictKind, ScopedBackend, Version, VirtualPath, WriteMode};
 use crate::runtime::context::ThreadId;
 use crate::runtime::message::Message;
-use crate::runtime::util;
+use crate::runtime::random;
 
 /// Threads stored through any [`Backend`] as an append-only log, one object per step:
 ///
@@ -376,7 +376,7 @@ fn chunk_messages(
 
 /// A fresh step nonce: 16 hex digits.
 pub(super) fn nonce() -> String {
-    let id = util::unique_id("n");
+    let id = random::unique_id("n");
     id.trim_start_matches("n-").chars().take(16).collect()
 }
 

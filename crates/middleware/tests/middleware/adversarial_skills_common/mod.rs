@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use trellis_middleware::backend::{Backend, VirtualPath, WriteMode};
+use trellis_middleware::skills::SkillSource;
 use trellis_middleware::skills::{DiscoveryOptions, IssueCode, SkillCatalog, discover};
-use trellis_middleware::*;
 
 pub fn vp(path: &str) -> VirtualPath {
     VirtualPath::parse(path).unwrap()

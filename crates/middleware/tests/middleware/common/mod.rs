@@ -5,6 +5,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use trellis_middleware::runtime::checkpoint::Checkpoint;
+use trellis_middleware::runtime::context::RunContext;
+use trellis_middleware::runtime::message::{ContentBlock, ToolMessage};
+use trellis_middleware::runtime::model::ModelCapabilities;
 use trellis_middleware::*;
 
 /// A shared, ordered log.
@@ -300,4 +304,24 @@ pub async fn put(backend: &dyn trellis_middleware::backend::Backend, path: &str,
         )
         .await
         .unwrap();
+}
+
+/// The one emulator guard of this test binary: the S3 emulator's endpoint and bucket for `suite`.
+///
+/// `TRELLIS_S3_ENDPOINT` unset or empty: with `TRELLIS_EMULATORS=required` (what `cargo xtask test`
+/// sets) that is a failure, a panic naming the suite; otherwise the suite is skipped with one line
+/// saying so, and `None` is returned. The bucket is `TRELLIS_TEST_BUCKET`, `trellis-test` when unset.
+pub fn s3_emulator(suite: &str) -> Option<(String, String)> {
+    let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
+    let Some(endpoint) = var("TRELLIS_S3_ENDPOINT") else {
+        if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") {
+            panic!(
+                "{suite}: TRELLIS_S3_ENDPOINT is not set but TRELLIS_EMULATORS=required; are the emulators running?"
+            );
+        }
+        eprintln!("skipped: {suite} (set TRELLIS_S3_ENDPOINT or run `cargo xtask test`)");
+        return None;
+    };
+    let bucket = var("TRELLIS_TEST_BUCKET").unwrap_or_else(|| "trellis-test".to_owned());
+    Some((endpoint, bucket))
 }

@@ -7,6 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 use trellis_middleware::rubric::RUBRIC_SOURCE;
+use trellis_middleware::rubric::{RUBRIC_RESULT, RubricEvaluation};
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::message::AiMessage;
+use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::runtime::state::PublicState;
 use trellis_middleware::*;
 
 /// A grader reply carrying `verdict` as its structured output.

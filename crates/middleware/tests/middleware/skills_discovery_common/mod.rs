@@ -47,21 +47,7 @@ pub fn state() -> Shared {
 /// The S3 emulator's endpoint and bucket, or `None` (skipped) when unset; a panic when
 /// `TRELLIS_EMULATORS=required`.
 pub fn s3_or_skip() -> Option<(String, String)> {
-    match (
-        std::env::var("TRELLIS_S3_ENDPOINT"),
-        std::env::var("TRELLIS_TEST_BUCKET"),
-    ) {
-        (Ok(endpoint), Ok(bucket)) if !endpoint.is_empty() && !bucket.is_empty() => Some((endpoint, bucket)),
-        _ if std::env::var("TRELLIS_EMULATORS").as_deref() == Ok("required") => {
-            panic!(
-                "skills S3 suite: TRELLIS_S3_ENDPOINT and TRELLIS_TEST_BUCKET must be set when TRELLIS_EMULATORS=required"
-            )
-        }
-        _ => {
-            println!("skipped: skills S3 suite (set TRELLIS_S3_ENDPOINT or run cargo xtask test)");
-            None
-        }
-    }
+    crate::common::s3_emulator("skills S3 suite")
 }
 
 /// A fresh prefix of the test bucket on the emulator.

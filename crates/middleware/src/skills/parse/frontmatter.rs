@@ -22,7 +22,7 @@
 
 use std::fmt;
 
-pub use super::yaml_text::{MAX_FLOW_DEPTH, MAX_NODES, MAX_TEXT_BYTES, YamlValue};
+pub use crate::skills::parse::yaml_text::{MAX_FLOW_DEPTH, MAX_NODES, MAX_TEXT_BYTES, YamlValue};
 
 /// Largest frontmatter accepted, in bytes, fences included.
 pub const MAX_FRONTMATTER_BYTES: usize = 64 * 1024;
@@ -219,7 +219,7 @@ pub fn parse(yaml: &[u8]) -> Result<Frontmatter, FrontmatterError> {
         return Err(FrontmatterError::TooLarge);
     }
     let text = std::str::from_utf8(yaml).map_err(|_| FrontmatterError::NotUtf8)?;
-    if let Some(entries) = super::fastyaml::parse_simple(text)
+    if let Some(entries) = crate::skills::parse::fastyaml::parse_simple(text)
         && !entries.is_empty()
     {
         return Ok(Frontmatter { entries });
@@ -229,7 +229,7 @@ pub fn parse(yaml: &[u8]) -> Result<Frontmatter, FrontmatterError> {
 
 /// [`parse`] without the fast path (the property tests compare the two).
 pub(crate) fn parse_full(text: &str) -> Result<Frontmatter, FrontmatterError> {
-    match super::yaml_text::parse(text)? {
+    match crate::skills::parse::yaml_text::parse(text)? {
         YamlValue::Map(entries) => Ok(Frontmatter {
             entries: entries
                 .into_iter()

@@ -14,12 +14,12 @@ use std::collections::HashMap;
 
 use crate::backend::{Version, VirtualPath};
 
-use super::catalog::{SkillCatalog, SkippedFile};
-use super::discovery::{Candidate, Outcome};
-use super::skill::{IssueCode, SkillIssue, SkillMetadata};
+use crate::skills::catalog::{SkillCatalog, SkippedFile};
+use crate::skills::discovery::{Candidate, Outcome};
+use crate::skills::parse::skill::{IssueCode, SkillIssue, SkillMetadata};
 
 /// An earlier catalog's entries by path, borrowed (`'a`) or owned (`'static`).
-pub(super) struct PreviousIndex<'a> {
+pub(in crate::skills) struct PreviousIndex<'a> {
     loaded: HashMap<Cow<'a, VirtualPath>, Cow<'a, SkillMetadata>>,
     skipped: HashMap<Cow<'a, VirtualPath>, Cow<'a, SkippedFile>>,
     issues: HashMap<Cow<'a, VirtualPath>, Vec<Cow<'a, SkillIssue>>>,
@@ -27,7 +27,7 @@ pub(super) struct PreviousIndex<'a> {
 
 impl<'a> PreviousIndex<'a> {
     /// Borrow `catalog`: what is reused is cloned.
-    pub(super) fn borrowed(catalog: &'a SkillCatalog) -> Self {
+    pub(in crate::skills) fn borrowed(catalog: &'a SkillCatalog) -> Self {
         let mut issues: HashMap<Cow<'a, VirtualPath>, Vec<Cow<'a, SkillIssue>>> = HashMap::new();
         for issue in catalog
             .issues()
@@ -56,7 +56,7 @@ impl<'a> PreviousIndex<'a> {
     }
 
     /// Take `catalog`: what is reused moves into the new catalog.
-    pub(super) fn owned(catalog: SkillCatalog) -> PreviousIndex<'static> {
+    pub(in crate::skills) fn owned(catalog: SkillCatalog) -> PreviousIndex<'static> {
         let (skills, found, shadowed, skipped) = catalog.into_parts();
         let mut issues: HashMap<Cow<'static, VirtualPath>, Vec<Cow<'static, SkillIssue>>> = HashMap::new();
         for issue in found.into_iter().filter(|i| i.code != IssueCode::DuplicateName) {
@@ -80,7 +80,7 @@ impl<'a> PreviousIndex<'a> {
     }
 
     /// The `SKILL.md` paths the earlier catalog holds below `dir` (loaded, shadowed or skipped).
-    pub(super) fn paths_below<'s>(&'s self, dir: &VirtualPath) -> Vec<&'s VirtualPath> {
+    pub(in crate::skills) fn paths_below<'s>(&'s self, dir: &VirtualPath) -> Vec<&'s VirtualPath> {
         self.loaded
             .keys()
             .chain(self.skipped.keys())
@@ -92,7 +92,7 @@ impl<'a> PreviousIndex<'a> {
     /// The earlier outcome of `candidate`, taken out of the index, when the earlier catalog holds
     /// its path at the version listed now; `None` (read the file) otherwise, or when nothing was
     /// listed for it.
-    pub(super) fn reuse(&mut self, candidate: &Candidate) -> Option<Outcome> {
+    pub(in crate::skills) fn reuse(&mut self, candidate: &Candidate) -> Option<Outcome> {
         let version = candidate.listed.as_ref()?;
         let at = &candidate.path;
         if let Some(skill) = take_at(&mut self.loaded, at, version, |s| s.version.as_ref()) {

@@ -4,7 +4,7 @@
 //! same bytes, every time, so the section can be rendered once per catalog and sent on every call
 //! without disturbing prompt caches.
 //!
-//! Budget (tokens are estimated as UTF-8 bytes / 4, rounded up, see [`estimate_tokens`]):
+//! Budget (tokens are estimated as UTF-8 bytes / 4, rounded up, see [`estimate_tokens`](crate::token_estimate::estimate_tokens)):
 //! 1. if the whole catalog fits, every skill is listed with its full description;
 //! 2. otherwise descriptions are shortened, all to the same longest length that fits (never below
 //!    [`MIN_DESCRIPTION_BYTES`]);
@@ -20,11 +20,13 @@
 
 use std::fmt::Write as _;
 
-use super::catalog::SkillCatalog;
-use super::layers::LayeredCatalog;
-use super::skill::SkillMetadata;
-use super::source::SourceInfo;
-use super::{MAX_SHOWN_WARNINGS, MAX_WARNING_CHARS};
+use crate::skills::catalog::SkillCatalog;
+use crate::skills::catalog::layers::LayeredCatalog;
+use crate::skills::discovery::source::SourceInfo;
+use crate::skills::parse::skill::SkillMetadata;
+use crate::skills::{MAX_SHOWN_WARNINGS, MAX_WARNING_CHARS};
+use crate::token_estimate::estimate_tokens;
+use crate::untrusted::escape_untrusted;
 
 /// The share of the context window the section may take by default, in percent.
 pub const DEFAULT_BUDGET_PERCENT: usize = 2;
@@ -40,7 +42,7 @@ pub const TRUNCATED_SUFFIX: &str = "... [truncated]";
 /// How to render the section.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderOptions {
-    /// Most tokens the whole section may take (see [`estimate_tokens`]).
+    /// Most tokens the whole section may take (see [`estimate_tokens`](crate::token_estimate::estimate_tokens)).
     pub budget_tokens: usize,
     /// Skills listed whatever the budget: pinned and recently used ones. Unknown names are ignored.
     pub keep: Vec<String>,
@@ -100,76 +102,6 @@ impl RenderedSection {
     pub fn needs_search(&self) -> bool {
         self.listed < self.total || self.shortened > 0
     }
-}
-
-/// Estimated tokens of `text`: UTF-8 bytes / 4, rounded up.
-pub fn estimate_tokens(text: &str) -> usize {
-    text.len().div_ceil(4)
-}
-
-/// True for characters that change how text looks without being visible: line and paragraph
-/// separators, bidirectional overrides and isolates, zero-width characters and the byte-order mark.
-pub(crate) fn is_invisible_format(c: char) -> bool {
-    matches!(
-        c,
-        '\u{ad}'
-            | '\u{61c}'
-            | '\u{180e}'
-            | '\u{200b}'..='\u{200f}'
-            | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{206f}'
-            | '\u{feff}'
-            | '\u{fff9}'..='\u{fffb}'
-    )
-}
-
-fn push_escaped_control(out: &mut String, c: char) -> bool {
-    match c {
-        '\n' => out.push_str("\\n"),
-        '\r' => out.push_str("\\r"),
-        '\t' => out.push_str("\\t"),
-        c if c.is_control() || is_invisible_format(c) => {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        }
-        _ => return false,
-    }
-    true
-}
-
-/// Make untrusted text safe to print on one line of a terminal or a log: control characters become
-/// visible escapes (`\n`, `\r`, `\t`, `\u{1b}`), and so do invisible formatting characters
-/// (U+2028/U+2029, bidirectional overrides, zero-width characters), so the text cannot start a new
-/// line, move the cursor or reorder what follows. Everything else, `<` included, is kept. Applying it
-/// twice changes nothing more (the escapes are plain characters).
-pub fn escape_controls(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if !push_escaped_control(&mut out, c) {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Make untrusted text inert inside the prompt: `&`, `<` and `>` become entities (so no tag can be
-/// opened or closed, `</skill_load_warnings>` included) and control and invisible formatting
-/// characters become visible escapes as in [`escape_controls`], so the text stays on one line.
-pub fn escape_untrusted(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            c => {
-                if !push_escaped_control(&mut out, c) {
-                    out.push(c);
-                }
-            }
-        }
-    }
-    out
 }
 
 /// A field of a skill (name, description, path, license, …) as the catalog shows it: whitespace runs

@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 
-use super::catalog::SkillCatalog;
+use crate::skills::catalog::SkillCatalog;
 
 const K1: f32 = 1.2;
 const B: f32 = 0.75;

@@ -1,4 +1,4 @@
-//! Text-keeping YAML: the full YAML parser behind [`frontmatter::parse`](super::frontmatter::parse),
+//! Text-keeping YAML: the full YAML parser behind [`frontmatter::parse`](crate::skills::parse::frontmatter::parse),
 //! reading any YAML into a [`YamlValue`] in which **every scalar keeps the text that was written**
 //! (`yes` stays `yes`, `1.10` stays `1.10`, `0o7` stays `0o7`); only plain `~`/`null`/empty scalars
 //! are [`YamlValue::Null`].
@@ -9,7 +9,7 @@
 //! depth); block nesting is capped by `serde_yaml` (128 levels); alias expansion is capped at
 //! [`MAX_NODES`] values and [`MAX_TEXT_BYTES`] bytes of materialized text (an alias "bomb" fails fast
 //! instead of expanding). The size bound on the input itself
-//! ([`MAX_FRONTMATTER_BYTES`](super::frontmatter::MAX_FRONTMATTER_BYTES)) is checked by the caller.
+//! ([`MAX_FRONTMATTER_BYTES`](crate::skills::parse::frontmatter::MAX_FRONTMATTER_BYTES)) is checked by the caller.
 
 use std::cell::Cell;
 use std::fmt;
@@ -18,7 +18,7 @@ use serde::de::{
     self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor,
 };
 
-use super::frontmatter::{FrontmatterError, MAX_FRONTMATTER_BYTES};
+use crate::skills::parse::frontmatter::{FrontmatterError, MAX_FRONTMATTER_BYTES};
 
 /// Deepest nesting of flow collections (`[`, `{`) accepted.
 pub const MAX_FLOW_DEPTH: usize = 64;

@@ -10,7 +10,7 @@
 //! Why: the full parser costs ~6 µs for a typical 300-byte frontmatter, as much as reading the file;
 //! this path costs well under 1 µs.
 
-use super::yaml_text::YamlValue;
+use crate::skills::parse::yaml_text::YamlValue;
 
 /// Parse `text` if it is in the simple subset; `None` otherwise (never a wrong answer).
 pub fn parse_simple(text: &str) -> Option<Vec<(String, YamlValue)>> {
@@ -205,7 +205,7 @@ mod tests {
         fn agrees_with_the_full_parser(lines in proptest::collection::vec(line(), 1..6), crlf in proptest::bool::ANY) {
             let text = lines.join(if crlf { "\r\n" } else { "\n" });
             if let Some(fast) = parse_simple(&text).filter(|e| !e.is_empty()) {
-                let full = super::super::frontmatter::parse_full(&text);
+                let full = crate::skills::parse::frontmatter::parse_full(&text);
                 proptest::prop_assert_eq!(full.map(|f| f.entries), Ok(fast), "{:?}", text);
             }
         }

@@ -10,7 +10,7 @@
 //!   `trellis skills index URL` publishes into the source itself so every worker shares it.
 //! * **Never trusted over the source.** [`discover_persisted`] always lists every source (one paged
 //!   listing on an object store, `ls` plus `stat`s elsewhere) and hands the persisted entries to
-//!   [`rescan`](super::discovery::rescan): a file is reused only when its path is listed now *and*
+//!   [`rescan`](crate::skills::discovery::rescan): a file is reused only when its path is listed now *and*
 //!   its version tag (ETag, generation, mtime+size) equals the stored one; everything else is read.
 //!   A deleted file is not listed, so it is gone; an added one has no entry, so it is read. A
 //!   change is therefore seen on the very next load (staleness zero), as far as the store's
@@ -22,7 +22,7 @@
 //!   source is scanned from scratch, then the cache is rewritten.
 //! * **Scope.** A persisted catalog belongs to the agent's *source*, not to a thread or a user:
 //!   every thread and user of an agent reads the same organisation library, so they share it.
-//!   Personal skills ([`PersonalSkills`](super::personal::PersonalSkills)) are never persisted
+//!   Personal skills ([`PersonalSkills`](crate::skills::catalog::personal::PersonalSkills)) are never persisted
 //!   here: their sources carry no origin, and each user's catalog stays in that user's bounded
 //!   in-memory cache. Keys are digests of the origin, so two sources never share a file unless
 //!   they name the same place.
@@ -42,10 +42,10 @@ use bytes::Bytes;
 pub use format::{FORMAT, FORMAT_VERSION, MAX_CATALOG_BYTES, cache_key, decode, encode};
 pub use store::{BucketIndex, CatalogStore, INDEX_FILE, LocalCatalogDir, default_cache_dir};
 
-use super::catalog::SkillCatalog;
-use super::discovery::{Discovery, DiscoveryOptions, rescan_owned};
-use super::source::SkillSource;
 use crate::backend::BackendError;
+use crate::skills::catalog::SkillCatalog;
+use crate::skills::discovery::source::SkillSource;
+use crate::skills::discovery::{Discovery, DiscoveryOptions, rescan_owned};
 
 /// Why a persisted catalog could not be loaded or saved. None of these fails discovery: the
 /// source is scanned instead and the problem is reported.
@@ -113,7 +113,7 @@ pub struct CacheReport {
 /// A discovery and what happened to each source's persisted catalog.
 #[derive(Debug, Clone)]
 pub struct PersistedDiscovery {
-    /// The catalog, equal to what [`discover`](super::discovery::discover) returns now.
+    /// The catalog, equal to what [`discover`](crate::skills::discovery::discover) returns now.
     pub discovery: Discovery,
     /// One per source (default for a source without persistence).
     pub reports: Vec<CacheReport>,
@@ -277,7 +277,7 @@ fn combine(
     let mut issues = Vec::new();
     let mut olds = Vec::new();
     for (index, seed, (digest, from)) in seeds {
-        let with_source = |mut s: super::skill::SkillMetadata| {
+        let with_source = |mut s: crate::skills::parse::skill::SkillMetadata| {
             s.source = index;
             s
         };

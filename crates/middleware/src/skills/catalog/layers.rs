@@ -10,10 +10,10 @@
 
 use std::sync::Arc;
 
-use super::catalog::SkillCatalog;
-use super::skill::SkillMetadata;
-use super::source::SourceInfo;
 use crate::backend::VirtualPath;
+use crate::skills::catalog::SkillCatalog;
+use crate::skills::discovery::source::SourceInfo;
+use crate::skills::parse::skill::SkillMetadata;
 
 /// Which layer a skill comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! [`SharedCatalog`]: the newest catalog of a [`SkillsMiddleware`](super::SkillsMiddleware)'s
+//! [`SharedCatalog`]: the newest catalog of a [`SkillsMiddleware`](crate::skills::SkillsMiddleware)'s
 //! sources, shared by every thread (and clone) of the middleware, and how threads get it.
 //!
 //! Agent-scoped: it holds only what the sources say (the same for every thread and user of the
@@ -19,22 +19,22 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::catalog::SkillCatalog;
-use super::discovery::{Discovery, DiscoveryOptions, discover, rescan};
-use super::persist::{Persisted, discover_persisted};
-use super::source::SkillSource;
 use crate::runtime::context::RunContext;
+use crate::skills::catalog::SkillCatalog;
+use crate::skills::discovery::source::SkillSource;
+use crate::skills::discovery::{Discovery, DiscoveryOptions, discover, rescan};
+use crate::skills::persist::{Persisted, discover_persisted};
 
 /// A catalog as threads receive it.
 #[derive(Clone)]
-pub(super) struct Latest {
+pub(in crate::skills) struct Latest {
     pub catalog: Arc<SkillCatalog>,
     /// Changes whenever the catalog does; keys the per-viewer caches.
     pub generation: u64,
 }
 
 /// What a middleware's sources are and how it reads them.
-pub(super) struct Sources<'a> {
+pub(in crate::skills) struct Sources<'a> {
     pub sources: &'a [SkillSource],
     pub persisted: &'a [Option<Persisted>],
     pub discovery: &'a DiscoveryOptions,
@@ -42,7 +42,7 @@ pub(super) struct Sources<'a> {
 
 /// See the module docs.
 #[derive(Default)]
-pub(super) struct SharedCatalog {
+pub(in crate::skills) struct SharedCatalog {
     latest: Mutex<Option<Latest>>,
     /// Held while a new thread's load runs.
     turn: tokio::sync::Mutex<()>,

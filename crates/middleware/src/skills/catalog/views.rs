@@ -7,11 +7,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::catalog::{SkillCatalog, SkillVisibility, Viewer};
-use super::layers::LayeredCatalog;
-use super::search::LazySkillIndex;
-use super::tools::SearchSkillsTool;
 use crate::backend::VirtualPath;
+use crate::skills::catalog::layers::LayeredCatalog;
+use crate::skills::catalog::{SkillCatalog, SkillVisibility, Viewer};
+use crate::skills::prompt::search::LazySkillIndex;
+use crate::skills::tools::SearchSkillsTool;
 use crate::tools::{HiddenPaths, Tool};
 
 /// Organisation views kept (one per recent viewer under a policy; one in all without).
@@ -21,7 +21,7 @@ const MAX_VIEWS: usize = 64;
 
 /// The skills one viewer sees, and its search tool.
 #[derive(Clone)]
-pub(super) struct View {
+pub(in crate::skills) struct View {
     generation: u64,
     viewer: Option<String>,
     personal: Option<usize>,
@@ -44,7 +44,7 @@ struct OrgView {
 
 /// The caches of views (shared by a middleware's clones).
 #[derive(Default)]
-pub(super) struct Views {
+pub(in crate::skills) struct Views {
     org: Mutex<Vec<OrgView>>,
     user: Mutex<Vec<View>>,
 }

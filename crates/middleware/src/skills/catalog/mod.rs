@@ -1,12 +1,17 @@
 //! [`SkillCatalog`]: the result of discovery, kept in thread state and rendered into the prompt.
 
+pub(crate) mod layers;
+pub(crate) mod personal;
+pub(crate) mod shared_catalog;
+pub(crate) mod views;
+
 use std::collections::HashMap;
 
 use crate::backend::{Version, VirtualPath};
 use serde::{Deserialize, Serialize};
 
-use super::skill::{SkillIssue, SkillMetadata};
-use super::source::SourceInfo;
+use crate::skills::discovery::source::SourceInfo;
+use crate::skills::parse::skill::{SkillIssue, SkillMetadata};
 
 /// Every skill found in an ordered list of sources, after overrides.
 ///

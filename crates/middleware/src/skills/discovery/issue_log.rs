@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use super::skill::{Severity, SkillIssue};
-use super::source::SkillSource;
+use crate::skills::discovery::source::SkillSource;
+use crate::skills::parse::skill::{Severity, SkillIssue};
 
 /// Log `issues` (see the module docs).
 pub(crate) fn log_issues(sources: &[SkillSource], issues: &[SkillIssue]) {

@@ -20,11 +20,11 @@ use sha2::{Digest, Sha256};
 
 use crate::backend::VirtualPath;
 
-use super::super::SKILL_FILE;
-use super::super::catalog::{SkillCatalog, SkippedFile};
-use super::super::skill::{SkillIssue, SkillMetadata};
-use super::super::source::{SkillSource, SourceInfo};
 use super::CacheError;
+use crate::skills::SKILL_FILE;
+use crate::skills::catalog::{SkillCatalog, SkippedFile};
+use crate::skills::discovery::source::{SkillSource, SourceInfo};
+use crate::skills::parse::skill::{SkillIssue, SkillMetadata};
 
 /// The `format` of the header line.
 pub const FORMAT: &str = "trellis.skills.catalog";

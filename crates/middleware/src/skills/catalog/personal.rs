@@ -5,7 +5,7 @@
 //!   the file tools find it; skill paths are the ones the model reads, below the workspace mount
 //!   (`/workspace/agents/skills/<slug>/SKILL.md`).
 //! * **One organisation catalog.** The agent's catalog is discovered and shared as before; each
-//!   user adds only their personal catalog, a [`LayeredCatalog`](super::layers::LayeredCatalog)
+//!   user adds only their personal catalog, a [`LayeredCatalog`](crate::skills::catalog::layers::LayeredCatalog)
 //!   over the shared one (no copy of the organisation's library per user).
 //! * **Cache.** The newest personal catalog of each user is kept in a bounded [`UserCache`]
 //!   (least recently used out). A new thread of a user rescans their directory against it, so only
@@ -16,15 +16,15 @@
 
 use std::sync::Arc;
 
-use super::catalog::SkillCatalog;
-use super::discovery::{DiscoveryOptions, DiscoveryStats, discover, rescan};
-use super::source::{SkillSource, SourceError};
 use crate::backend::{Backend, CompositeBackend, StateBackend, VirtualPath};
 use crate::runtime::context::RunContext;
 use crate::runtime::error::AgentError;
+use crate::skills::catalog::SkillCatalog;
+use crate::skills::discovery::source::{SkillSource, SourceError};
+use crate::skills::discovery::{DiscoveryOptions, DiscoveryStats, discover, rescan};
 use crate::tools::Extensions;
-use crate::user_cache::{DEFAULT_USER_CACHE_CAPACITY, UserCache};
-use crate::user_home::{UserHome, UserHomes, shown_path};
+use crate::users::{DEFAULT_USER_CACHE_CAPACITY, UserCache};
+use crate::users::{UserHome, UserHomes, shown_path};
 
 /// Where personal skills live by default, relative to the user's workspace.
 pub const DEFAULT_PERSONAL_SKILLS_DIR: &str = "agents/skills";
@@ -79,12 +79,12 @@ impl PersonalSkills {
         self.cache.len()
     }
 
-    pub(super) fn homes(&self) -> &UserHomes {
+    pub(in crate::skills) fn homes(&self) -> &UserHomes {
         &self.homes
     }
 
     /// The user's workspace seen at the mount, so skill paths are the model's.
-    pub(super) fn backend(&self, home: &UserHome) -> Arc<dyn Backend> {
+    pub(in crate::skills) fn backend(&self, home: &UserHome) -> Arc<dyn Backend> {
         let composite = CompositeBackend::new(Arc::new(StateBackend::new()));
         match composite.mount(home.mount.as_str(), home.backend.clone()) {
             Ok(mounted) => Arc::new(mounted),
@@ -103,7 +103,7 @@ impl PersonalSkills {
 
     /// The user's personal catalog, rescanned against the cached one (unchanged: the cached
     /// `Arc` itself), and what the scan did.
-    pub(super) async fn load(
+    pub(in crate::skills) async fn load(
         &self,
         home: &UserHome,
         options: &DiscoveryOptions,
@@ -128,7 +128,7 @@ impl PersonalSkills {
     /// For one run: the user's personal catalog (see [`load`](Self::load)) and their key, `None`s
     /// when the run has no user workspace; an unsafe user id is an error naming it. Emits
     /// `skills/personal_loaded` with what the scan read.
-    pub(super) async fn load_for_run(
+    pub(in crate::skills) async fn load_for_run(
         &self,
         cx: &RunContext,
         options: &DiscoveryOptions,
@@ -152,7 +152,7 @@ impl PersonalSkills {
     }
 
     /// The backend this run's user's personal skills are read from (`None` without a workspace).
-    pub(super) fn backend_for_run(&self, extensions: &Extensions) -> Option<Arc<dyn Backend>> {
+    pub(in crate::skills) fn backend_for_run(&self, extensions: &Extensions) -> Option<Arc<dyn Backend>> {
         let home = self.homes.resolve(extensions).ok()??;
         Some(self.backend(&home))
     }

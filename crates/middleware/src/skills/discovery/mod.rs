@@ -21,6 +21,12 @@
 //! object stores (a flat key space) the tags come from one paged recursive listing of the source;
 //! elsewhere from `ls` of the source plus one concurrent `stat` per skill directory.
 
+pub(crate) mod issue_log;
+pub mod persist;
+pub(crate) mod previous;
+pub(crate) mod ranged_listing;
+pub(crate) mod source;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,14 +35,14 @@ use crate::backend::{
 };
 use futures::StreamExt;
 
-use super::catalog::{SkillCatalog, SkippedFile};
-use super::frontmatter::{self, MAX_FRONTMATTER_BYTES, Split};
-use super::previous::PreviousIndex;
-use super::ranged_listing::{list_in_ranges, split_points};
-use super::skill::{IssueCode, SkillIssue, SkillMetadata};
-use super::source::SkillSource;
-use super::validate;
-use super::{MAX_SKILL_FILE_BYTES, SKILL_FILE};
+use crate::skills::catalog::{SkillCatalog, SkippedFile};
+use crate::skills::discovery::previous::PreviousIndex;
+use crate::skills::discovery::ranged_listing::{list_in_ranges, split_points};
+use crate::skills::discovery::source::SkillSource;
+use crate::skills::parse::frontmatter::{self, MAX_FRONTMATTER_BYTES, Split};
+use crate::skills::parse::skill::{IssueCode, SkillIssue, SkillMetadata};
+use crate::skills::parse::validate;
+use crate::skills::{MAX_SKILL_FILE_BYTES, SKILL_FILE};
 
 /// Bytes read from the top of each `SKILL.md` in the first pass.
 pub const DEFAULT_PREFIX_BYTES: u64 = 4096;
@@ -125,15 +131,15 @@ pub async fn rescan_owned(
 }
 
 #[derive(Debug, Clone)]
-pub(super) struct Candidate {
-    pub(super) source: usize,
-    pub(super) path: VirtualPath,
+pub(in crate::skills) struct Candidate {
+    pub(in crate::skills) source: usize,
+    pub(in crate::skills) path: VirtualPath,
     /// The version seen by a listing or stat (rescan), before reading.
-    pub(super) listed: Option<Version>,
+    pub(in crate::skills) listed: Option<Version>,
 }
 
 #[derive(Debug)]
-pub(super) enum Outcome {
+pub(in crate::skills) enum Outcome {
     NotASkill,
     Loaded(SkillMetadata, Vec<SkillIssue>),
     Skipped(SkippedFile, Vec<SkillIssue>),
@@ -558,7 +564,7 @@ fn merge(sources: &[SkillSource], outcomes: Vec<(usize, Outcome)>, warnings: Vec
     });
     let winners = loaded;
     issues.sort_by(|a, b| a.path.cmp(&b.path));
-    super::issue_log::log_issues(sources, &issues);
+    crate::skills::discovery::issue_log::log_issues(sources, &issues);
     SkillCatalog::from_parts(
         sources.iter().map(|s| s.info().clone()).collect(),
         winners,

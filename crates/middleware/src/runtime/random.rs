@@ -1,6 +1,9 @@
-//! Small helpers: a seedable random number generator and unique ids.
+//! Randomness: unique ids (threads, runs, tool calls, checkpoint nonces) from the operating system's
+//! random source, and [`SplitMix`], a seedable generator for retry jitter, where reproducible seeds
+//! matter and secrecy does not.
 
 use std::collections::hash_map::RandomState;
+use std::fmt::Write as _;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -44,10 +47,27 @@ impl SplitMix {
     }
 }
 
-/// `prefix` + 24 hex digits of randomness.
+/// `prefix` + `-` + 24 hex digits (96 bits) from the operating system's random source. Should that
+/// fail, the digits come from [`SplitMix`] over a hashed clock-and-counter seed, with a warning:
+/// still unique in practice, no longer unguessable.
 pub(crate) fn unique_id(prefix: &str) -> String {
-    let rng = SplitMix::new(random_seed());
-    format!("{prefix}-{:016x}{:08x}", rng.next_u64(), rng.next_u64() as u32)
+    let mut bytes = [0_u8; 12];
+    match getrandom::fill(&mut bytes) {
+        Ok(()) => {
+            let mut id = String::with_capacity(prefix.len() + 25);
+            id.push_str(prefix);
+            id.push('-');
+            for b in bytes {
+                let _ = write!(id, "{b:02x}");
+            }
+            id
+        }
+        Err(error) => {
+            tracing::warn!(%error, "no OS randomness for an id; using a hashed seed");
+            let rng = SplitMix::new(random_seed());
+            format!("{prefix}-{:016x}{:08x}", rng.next_u64(), rng.next_u64() as u32)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -64,5 +84,13 @@ mod tests {
             assert_eq!(x, b.next_f64());
         }
         assert_ne!(unique_id("x"), unique_id("x"));
+        let id = unique_id("t");
+        assert_eq!(id.len(), 2 + 24);
+        assert!(
+            id.starts_with("t-")
+                && id[2..]
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
     }
 }

@@ -4,15 +4,15 @@
 
 use std::sync::Arc;
 
-use super::SkillMetadata;
-use super::layers::LayeredCatalog;
-use super::middleware::{DISCLOSURE_SOURCE, Disclosure, PINNED_SOURCE};
 use crate::runtime::message::{ContentBlock, HumanMessage, Message, MessageMeta, SystemMessage};
 use crate::runtime::model::{ModelRequest, ToolSpec};
+use crate::skills::SkillMetadata;
+use crate::skills::catalog::layers::LayeredCatalog;
+use crate::skills::middleware::{DISCLOSURE_SOURCE, Disclosure, PINNED_SOURCE};
 
 /// Move the `disclosed` tools out of the request's tool list into system messages placed where
 /// each was disclosed (one message per position), so nothing before that point changes.
-pub(super) fn disclose_in_messages(request: &mut ModelRequest, disclosed: &[Disclosure]) {
+pub(in crate::skills) fn disclose_in_messages(request: &mut ModelRequest, disclosed: &[Disclosure]) {
     let mut groups: Vec<(usize, Vec<Arc<ToolSpec>>)> = Vec::new();
     for d in disclosed {
         if let Some(pos) = request.tools.iter().position(|t| t.name == d.tool) {
@@ -43,8 +43,8 @@ pub(super) fn disclose_in_messages(request: &mut ModelRequest, disclosed: &[Disc
 }
 
 /// The message a pinned skill adds.
-pub(super) fn pinned_message(skill: &SkillMetadata, body: &str) -> Message {
-    let attr = |text: &str| super::render::escape_untrusted(text).replace('"', "&quot;");
+pub(in crate::skills) fn pinned_message(skill: &SkillMetadata, body: &str) -> Message {
+    let attr = |text: &str| crate::untrusted::escape_untrusted(text).replace('"', "&quot;");
     let text = format!(
         "<pinned_skill name=\"{}\" path=\"{}\">\nThe user asked for this skill; follow it.\n\n{}\n</pinned_skill>",
         attr(&skill.name),
@@ -63,7 +63,7 @@ pub(super) fn pinned_message(skill: &SkillMetadata, body: &str) -> Message {
 
 /// Skills activated by messages from `from` on: a `read_file` call naming a skill's `SKILL.md` whose
 /// result is not an error (a partial read counts).
-pub(super) fn activations(
+pub(in crate::skills) fn activations(
     messages: &crate::runtime::message_list::Messages,
     from: usize,
     visible: &LayeredCatalog,

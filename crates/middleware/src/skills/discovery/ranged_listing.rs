@@ -15,14 +15,14 @@
 use crate::backend::{Backend, BackendError, FileListing, VirtualPath};
 
 /// Most ranges listed at once.
-pub(super) const MAX_RANGES: usize = 8;
+pub(in crate::skills) const MAX_RANGES: usize = 8;
 /// Fewest known skills per range: below that, one listing is as fast and costs fewer requests.
-pub(super) const SKILLS_PER_RANGE: usize = 250;
+pub(in crate::skills) const SKILLS_PER_RANGE: usize = 250;
 
 /// Split points for `known` (the distinct `SKILL.md` paths a previous catalog holds below one
 /// source, in any order): none when one listing will do, else up to `MAX_RANGES - 1` of them,
 /// sorted.
-pub(super) fn split_points(mut known: Vec<&VirtualPath>) -> Vec<VirtualPath> {
+pub(in crate::skills) fn split_points(mut known: Vec<&VirtualPath>) -> Vec<VirtualPath> {
     let ranges = (known.len() / SKILLS_PER_RANGE).clamp(1, MAX_RANGES);
     if ranges == 1 {
         return Vec::new();
@@ -38,7 +38,7 @@ pub(super) fn split_points(mut known: Vec<&VirtualPath>) -> Vec<VirtualPath> {
 /// Every file below `base`, listed as the ranges `splits` bounds, at once; sorted by path and
 /// cut at `limit` (then `truncated`). `None` when the backend cannot list a range natively (the
 /// caller lists `base` whole).
-pub(super) async fn list_in_ranges(
+pub(in crate::skills) async fn list_in_ranges(
     backend: &dyn Backend,
     base: &VirtualPath,
     splits: &[VirtualPath],

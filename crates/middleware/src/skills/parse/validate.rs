@@ -16,13 +16,13 @@
 //! Lengths are counted in Unicode scalar values (what the spec and the reference call characters).
 //! Messages quote file text with [`quote`] (escaped, cut to [`MAX_QUOTED_CHARS`]), and every
 //! [`SkillIssue`] message is passed through
-//! [`escape_controls`](super::render::escape_controls), so an issue is one line of plain text.
+//! [`escape_controls`](crate::untrusted::escape_controls), so an issue is one line of plain text.
 
 use crate::backend::VirtualPath;
 
-use super::frontmatter::{self, Frontmatter, FrontmatterError, YamlValue};
-use super::skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};
-use super::{MAX_COMPATIBILITY_CHARS, MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS};
+use crate::skills::parse::frontmatter::{self, Frontmatter, FrontmatterError, YamlValue};
+use crate::skills::parse::skill::{IssueCode, MetadataMap, Severity, SkillIssue, SkillMetadata};
+use crate::skills::{MAX_COMPATIBILITY_CHARS, MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS};
 
 /// The frontmatter keys the Agent Skills spec defines.
 pub const SPEC_FIELDS: [&str; 6] = [
@@ -98,7 +98,7 @@ pub fn is_safe_name(name: &str) -> bool {
         if c.is_ascii() {
             c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ' ')
         } else {
-            !c.is_control() && !c.is_whitespace() && !super::render::is_invisible_format(c)
+            !c.is_control() && !c.is_whitespace() && !crate::untrusted::is_invisible_format(c)
         }
     })
 }

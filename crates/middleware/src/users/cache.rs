@@ -4,10 +4,13 @@
 //! It holds at most `capacity` users; inserting one more evicts the least recently used. Values are
 //! `Arc`s, so a hit is a lock, a hash lookup and a reference-count increment, and an evicted value
 //! lives on in the threads that still hold it. Eviction only costs a re-read of that user's files on
-//! their next run; nothing is lost, because the files are the truth.
+//! their next run; nothing is lost, because the files are the truth. The map is the `lru` crate's
+//! (constant-time lookup, promotion and eviction) behind one mutex.
 
-use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
+
+use lru::LruCache;
 
 /// Users kept by default by each per-user cache.
 pub const DEFAULT_USER_CACHE_CAPACITY: usize = 1024;
@@ -15,36 +18,26 @@ pub const DEFAULT_USER_CACHE_CAPACITY: usize = 1024;
 /// A bounded least-recently-used map from user key to `Arc<V>`; see the module docs.
 #[derive(Debug)]
 pub struct UserCache<V> {
-    capacity: usize,
-    inner: Mutex<Entries<V>>,
-}
-
-#[derive(Debug)]
-struct Entries<V> {
-    clock: u64,
-    map: HashMap<String, (Arc<V>, u64)>,
+    inner: Mutex<LruCache<String, Arc<V>>>,
 }
 
 impl<V> UserCache<V> {
     /// A cache of at most `capacity` users (at least one).
     pub fn new(capacity: usize) -> Self {
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
         Self {
-            capacity: capacity.max(1),
-            inner: Mutex::new(Entries {
-                clock: 0,
-                map: HashMap::new(),
-            }),
+            inner: Mutex::new(LruCache::new(capacity)),
         }
     }
 
     /// Most users kept.
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.lock().cap().get()
     }
 
     /// Users cached now.
     pub fn len(&self) -> usize {
-        self.lock().map.len()
+        self.lock().len()
     }
 
     /// True when no user is cached.
@@ -54,34 +47,15 @@ impl<V> UserCache<V> {
 
     /// The value of `key`, marked as recently used.
     pub fn get(&self, key: &str) -> Option<Arc<V>> {
-        let mut entries = self.lock();
-        entries.clock += 1;
-        let now = entries.clock;
-        entries.map.get_mut(key).map(|(value, used)| {
-            *used = now;
-            value.clone()
-        })
+        self.lock().get(key).cloned()
     }
 
     /// Set `key` to `value`, evicting the least recently used user when full.
     pub fn insert(&self, key: &str, value: Arc<V>) {
-        let mut entries = self.lock();
-        entries.clock += 1;
-        let now = entries.clock;
-        if !entries.map.contains_key(key) && entries.map.len() >= self.capacity {
-            let oldest = entries
-                .map
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                entries.map.remove(&oldest);
-            }
-        }
-        entries.map.insert(key.to_owned(), (value, now));
+        self.lock().put(key.to_owned(), value);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Entries<V>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<String, Arc<V>>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -12,7 +12,7 @@ pub struct SkillMetadata {
     /// The name from the frontmatter, trimmed (not necessarily valid: invalid names load with a
     /// warning).
     pub name: String,
-    /// The description, trimmed, at most [`MAX_DESCRIPTION_CHARS`](super::MAX_DESCRIPTION_CHARS)
+    /// The description, trimmed, at most [`MAX_DESCRIPTION_CHARS`](crate::skills::MAX_DESCRIPTION_CHARS)
     /// characters.
     pub description: String,
     /// The `SKILL.md` path the model reads, `<source>/<dir>/SKILL.md`.
@@ -20,7 +20,7 @@ pub struct SkillMetadata {
     /// `license`, trimmed; absent when missing, null or empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub license: Option<String>,
-    /// `compatibility`, trimmed, at most [`MAX_COMPATIBILITY_CHARS`](super::MAX_COMPATIBILITY_CHARS)
+    /// `compatibility`, trimmed, at most [`MAX_COMPATIBILITY_CHARS`](crate::skills::MAX_COMPATIBILITY_CHARS)
     /// characters; absent when missing, null or empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compatibility: Option<String>,
@@ -144,7 +144,7 @@ pub enum IssueCode {
     Unreadable,
     /// `SKILL.md` is a directory.
     SkillMdIsDirectory,
-    /// Larger than [`MAX_SKILL_FILE_BYTES`](super::MAX_SKILL_FILE_BYTES).
+    /// Larger than [`MAX_SKILL_FILE_BYTES`](crate::skills::MAX_SKILL_FILE_BYTES).
     FileTooLarge,
     /// No frontmatter, an unclosed one, or one over the size limit.
     FrontmatterMissing,
@@ -253,13 +253,13 @@ pub struct SkillIssue {
 
 impl SkillIssue {
     /// An issue whose message is made safe for one line of a terminal or log with
-    /// [`escape_controls`](super::render::escape_controls): messages quote text from the file (names,
+    /// [`escape_controls`](crate::untrusted::escape_controls): messages quote text from the file (names,
     /// keys, parser errors), and that text must not start lines or send terminal escapes.
     pub fn new(path: VirtualPath, code: IssueCode, message: impl AsRef<str>) -> Self {
         Self {
             path,
             code,
-            message: super::render::escape_controls(message.as_ref()),
+            message: crate::untrusted::escape_controls(message.as_ref()),
         }
     }
 
