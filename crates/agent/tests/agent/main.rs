@@ -35,6 +35,7 @@ mod providers_openai;
 mod providers_openai_schemas;
 mod providers_parsers_never_panic;
 mod providers_platform_matrix;
+mod providers_redirects;
 mod providers_registry;
 mod providers_request_settings;
 mod providers_responses;
