@@ -226,28 +226,33 @@ impl HttpClient {
         self.stream_idle_timeout
     }
 
-    /// The body of `response`, chunk by chunk, refusing to grow past `max_response_bytes` (checked
-    /// against `content-length` first, then against what actually arrives).
+    /// The body of `response`, refusing to grow past `max_response_bytes` ([`read_capped`]).
     pub(crate) async fn read_body(&self, response: &mut reqwest::Response) -> Result<Bytes, ModelError> {
-        let limit = self.max_response_bytes;
-        let too_large = |size: String| ModelError::Other {
-            message: format!("the response body is larger than the {limit}-byte limit ({size})"),
-            http: None,
-        };
-        if let Some(declared) = response.content_length()
-            && declared > limit as u64
-        {
-            return Err(too_large(format!("content-length {declared}")));
-        }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(transport)? {
-            if body.len() + chunk.len() > limit {
-                return Err(too_large(format!("at least {} bytes", body.len() + chunk.len())));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(Bytes::from(body))
+        read_capped(response, self.max_response_bytes).await
     }
+}
+
+/// The body of `response`, chunk by chunk, refusing to grow past `limit` bytes (checked against
+/// `content-length` first, then against what actually arrives): every body a provider, a token
+/// endpoint or a collector sends is remote input.
+pub(crate) async fn read_capped(response: &mut reqwest::Response, limit: usize) -> Result<Bytes, ModelError> {
+    let too_large = |size: String| ModelError::Other {
+        message: format!("the response body is larger than the {limit}-byte limit ({size})"),
+        http: None,
+    };
+    if let Some(declared) = response.content_length()
+        && declared > limit as u64
+    {
+        return Err(too_large(format!("content-length {declared}")));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(transport)? {
+        if body.len() + chunk.len() > limit {
+            return Err(too_large(format!("at least {} bytes", body.len() + chunk.len())));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(body))
 }
 
 /// A header value that is never logged; an unusable value is a configuration error naming `what`.
