@@ -116,7 +116,7 @@ pub use runtime::context::ThreadId;
 pub use runtime::error::AgentError;
 pub use runtime::message::{Message, SystemBlock, ToolCall};
 pub use runtime::middleware::{AfterAgent, Middleware, Next, ToolNext};
-pub use runtime::model::{ChatModel, ModelRequest, ModelResponse};
+pub use runtime::model::{ChatModel, ModelError, ModelRequest, ModelResponse};
 pub use runtime::run::{RunInput, RunOutput};
 pub use runtime::state::{Slot, State};
 pub use runtime::tools::ToolContextExt;

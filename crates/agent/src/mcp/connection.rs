@@ -17,7 +17,7 @@
 //!   connection starts the same sequence in the background; if the runtime is gone by then, the
 //!   child is killed when its handle drops. No child outlives the agent that started it.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,22 +30,18 @@ use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceError, ServiceExt};
-use tokio::io::AsyncBufReadExt;
 use trellis_middleware::runtime::context::RunContext;
 
 use super::config::{DEFAULT_INHERITED_ENV, HttpServer, McpServerConfig, McpTransport, StdioServer};
 use super::error::McpError;
 use super::naming::assign_names;
+use super::stderr_tail::StderrTail;
 use super::tool::McpTool;
 use crate::providers::http::install_crypto_provider;
 
 /// Most time [`McpConnection::shutdown`] waits for the close sequence (which itself ends in SIGKILL
 /// after about 6 s).
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
-/// Lines of the server's stderr kept for error messages.
-const STDERR_LINES: usize = 8;
-/// Longest stderr line kept, in characters.
-const STDERR_LINE_CHARS: usize = 300;
 
 /// One configured MCP server and, once started, its live session.
 #[derive(Debug)]
@@ -511,39 +507,6 @@ fn seconds(d: Duration) -> String {
         format!("{s:.0} s")
     } else {
         format!("{s:.1} s")
-    }
-}
-
-/// The last lines a stdio server wrote to stderr (each line is also logged at debug level).
-#[derive(Debug, Default)]
-struct StderrTail {
-    lines: Mutex<VecDeque<String>>,
-}
-
-impl StderrTail {
-    fn follow(self: &Arc<Self>, stderr: tokio::process::ChildStderr, server: String) {
-        let tail = self.clone();
-        tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::debug!(server = %server, "{line}");
-                let line: String = line.chars().take(STDERR_LINE_CHARS).collect();
-                let mut kept = tail.lines.lock().unwrap_or_else(|p| p.into_inner());
-                if kept.len() == STDERR_LINES {
-                    kept.pop_front();
-                }
-                kept.push_back(line);
-            }
-        });
-    }
-
-    fn text(&self) -> String {
-        let kept = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-        kept.iter()
-            .map(|l| l.trim())
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join(" | ")
     }
 }
 

@@ -32,6 +32,7 @@ pub mod error;
 pub mod naming;
 pub mod resolver;
 mod sessions;
+mod stderr_tail;
 pub mod tool;
 
 pub use config::{

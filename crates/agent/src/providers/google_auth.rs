@@ -32,7 +32,13 @@ use trellis_middleware::runtime::model::ModelError;
 
 use super::ProviderError;
 use super::clock::Clock;
-use super::http::{ApiKey, Authorize, install_crypto_provider};
+use super::http::{ApiKey, Authorize, install_crypto_provider, read_capped};
+
+/// Largest token answer read (Google's are about 1-2 KiB): the token and metadata endpoints are
+/// remote input, and a body past this is an error instead of memory.
+const MAX_TOKEN_ANSWER_BYTES: usize = 64 * 1024;
+/// Longest lifetime a token answer's `expires_in` is taken for (Google issues one hour).
+const MAX_TOKEN_LIFETIME_SECS: u64 = 24 * 3600;
 
 /// The OAuth scope requested: Vertex AI accepts `cloud-platform`.
 pub const SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
@@ -307,11 +313,17 @@ impl GoogleAuth {
             message: format!("cannot get a Google access token: {e}"),
             http: None,
         })?;
+        let mut response = response;
         let status = response.status().as_u16();
-        let body = response.bytes().await.map_err(|e| ModelError::Transport {
-            message: format!("cannot read the Google token answer: {e}"),
-            http: None,
-        })?;
+        let body = read_capped(&mut response, MAX_TOKEN_ANSWER_BYTES)
+            .await
+            .map_err(|e| match e {
+                ModelError::Other { message, http } => ModelError::Other {
+                    message: format!("the Google token answer: {message}"),
+                    http,
+                },
+                other => other,
+            })?;
         if !(200..300).contains(&status) {
             let message = format!(
                 "the Google token endpoint answered HTTP {status}: {}",
@@ -330,7 +342,12 @@ impl GoogleAuth {
                 http: None,
             });
         };
-        let lifetime = value.get("expires_in").and_then(Value::as_u64).unwrap_or(3600);
+        // Clamped: `now + u64::MAX seconds` overflows `SystemTime` and panics (security review F15).
+        let lifetime = value
+            .get("expires_in")
+            .and_then(Value::as_u64)
+            .unwrap_or(3600)
+            .min(MAX_TOKEN_LIFETIME_SECS);
         Ok(Token {
             value: ApiKey::new(token),
             expires: now + Duration::from_secs(lifetime),

@@ -124,6 +124,7 @@ impl HttpClient {
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .timeout(config.request_timeout)
+            .redirect(same_origin_redirects())
             .build()
             .map_err(|e| ProviderError::Client {
                 message: error_chain(&e),
@@ -225,28 +226,33 @@ impl HttpClient {
         self.stream_idle_timeout
     }
 
-    /// The body of `response`, chunk by chunk, refusing to grow past `max_response_bytes` (checked
-    /// against `content-length` first, then against what actually arrives).
+    /// The body of `response`, refusing to grow past `max_response_bytes` ([`read_capped`]).
     pub(crate) async fn read_body(&self, response: &mut reqwest::Response) -> Result<Bytes, ModelError> {
-        let limit = self.max_response_bytes;
-        let too_large = |size: String| ModelError::Other {
-            message: format!("the response body is larger than the {limit}-byte limit ({size})"),
-            http: None,
-        };
-        if let Some(declared) = response.content_length()
-            && declared > limit as u64
-        {
-            return Err(too_large(format!("content-length {declared}")));
-        }
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(transport)? {
-            if body.len() + chunk.len() > limit {
-                return Err(too_large(format!("at least {} bytes", body.len() + chunk.len())));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(Bytes::from(body))
+        read_capped(response, self.max_response_bytes).await
     }
+}
+
+/// The body of `response`, chunk by chunk, refusing to grow past `limit` bytes (checked against
+/// `content-length` first, then against what actually arrives): every body a provider, a token
+/// endpoint or a collector sends is remote input.
+pub(crate) async fn read_capped(response: &mut reqwest::Response, limit: usize) -> Result<Bytes, ModelError> {
+    let too_large = |size: String| ModelError::Other {
+        message: format!("the response body is larger than the {limit}-byte limit ({size})"),
+        http: None,
+    };
+    if let Some(declared) = response.content_length()
+        && declared > limit as u64
+    {
+        return Err(too_large(format!("content-length {declared}")));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(transport)? {
+        if body.len() + chunk.len() > limit {
+            return Err(too_large(format!("at least {} bytes", body.len() + chunk.len())));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(body))
 }
 
 /// A header value that is never logged; an unusable value is a configuration error naming `what`.
@@ -345,7 +351,47 @@ pub(crate) fn obey_should_retry(error: ModelError, should_retry: Option<bool>) -
 }
 
 /// A failure to get an answer, as [`ModelError::Transport`] keeping `error` as its source.
+/// Most redirects one provider request follows (reqwest's default is 10).
+const MAX_REDIRECTS: usize = 5;
+
+/// Follow a redirect only to the origin (scheme, host, port) the request was sent to. Provider
+/// requests carry keys in headers reqwest does not strip on a cross-host hop (`x-api-key`,
+/// `api-key`, signed headers), so a proxy or base URL that redirects elsewhere would hand them
+/// over (security review F16); such a redirect becomes an error that [`transport`] reports.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !same_origin {
+            let to = attempt.url().origin().ascii_serialization();
+            attempt.error(format!("redirected to another origin ({to})"))
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
 pub(crate) fn transport(error: reqwest::Error) -> ModelError {
+    if error.is_redirect() {
+        // Not transient: the same request would be redirected again.
+        return ModelError::Other {
+            message: format!(
+                "the endpoint answered with a redirect that was not followed ({}): provider \
+                 requests carry keys, so they follow redirects only within the same origin; \
+                 set the base URL to the address it redirects to if you trust it",
+                error_chain(&error)
+            ),
+            http: Some(Box::new(HttpDetails {
+                status: error.status().map(|s| s.as_u16()),
+                request_id: None,
+                source: Some(Arc::new(error)),
+            })),
+        };
+    }
     let what = if error.is_timeout() {
         "timed out: "
     } else if error.is_connect() {

@@ -9,6 +9,11 @@ use std::time::Duration;
 
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 
+/// Largest collector answer read. An OTLP answer is an empty or partial-success message of a few
+/// hundred bytes; the collector is remote input, so a larger body is an error, not memory
+/// (security review F15).
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
 /// Sends OTLP requests with reqwest on a tokio runtime.
 #[derive(Debug, Clone)]
 pub struct OtlpHttpClient {
@@ -38,11 +43,19 @@ impl HttpClient for OtlpHttpClient {
         let client = self.client.clone();
         let request = reqwest::Request::try_from(request)?;
         let sent = self.runtime.spawn(async move {
-            let response = client.execute(request).await?;
+            let mut response = client.execute(request).await?;
             let status = response.status();
             let headers = response.headers().clone();
-            let body = response.bytes().await?;
-            Ok::<_, reqwest::Error>((status, headers, body))
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                    return Err(HttpError::from(format!(
+                        "the OTLP collector's answer is larger than {MAX_ANSWER_BYTES} bytes"
+                    )));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<_, HttpError>((status, headers, Bytes::from(body)))
         });
         let (status, headers, body) = sent.await??;
         let mut response = Response::builder().status(status);
@@ -50,5 +63,48 @@ impl HttpClient for OtlpHttpClient {
             *h = headers;
         }
         Ok(response.body(body)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    use super::*;
+
+    async fn answering(body: Vec<u8>) -> MockServer {
+        let collector = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200).set_body_bytes(body))
+            .mount(&collector)
+            .await;
+        collector
+    }
+
+    fn export_to(collector: &MockServer) -> Request<Bytes> {
+        Request::post(format!("{}/v1/traces", collector.uri()))
+            .body(Bytes::from_static(b"spans"))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_collector_answer_past_the_cap_is_an_error_not_memory() {
+        // Security review F15: the answer was read whole with `bytes()`.
+        let client = OtlpHttpClient::new(Duration::from_secs(10)).unwrap();
+        let collector = answering(vec![b'x'; 4 * MAX_ANSWER_BYTES]).await;
+        let Err(error) = client.send_bytes(export_to(&collector)).await else {
+            panic!("an answer over the cap was read whole");
+        };
+        assert!(error.to_string().contains("larger than"), "{error}");
+
+        let collector = answering(b"partial success".to_vec()).await;
+        let answer = client
+            .send_bytes(export_to(&collector))
+            .await
+            .expect("a small answer is read");
+        assert_eq!(answer.body().as_ref(), b"partial success");
     }
 }

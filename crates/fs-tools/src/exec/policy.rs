@@ -3,8 +3,9 @@
 //! Rules are command prefixes with an effect, checked in order; the first that matches decides, and
 //! when none does the policy's default does. A prefix is a list of words (split like the shell
 //! splits them, quotes respected); it matches a command whose leading words are equal to it, except
-//! that a last prefix word ending in `/` matches any word starting with it (`python3 /skills/`
-//! matches `python3 /skills/team/pdf/fill.py`).
+//! that a last prefix word ending in `/` matches any word starting with it that names a path inside
+//! that directory (`python3 /skills/` matches `python3 /skills/team/pdf/fill.py`, but not
+//! `python3 /skills/../workspace/x.py`, nor a word the shell would expand: `*`, `?`, `[`, `$`).
 //!
 //! An **allow-list** (default deny) admits only a *simple* command: one command with no `;`, `&`,
 //! `|`, `<`, `>`, `` ` ``, `$(`, parentheses, braces or line breaks anywhere in it, quoted or not, so
@@ -156,11 +157,19 @@ fn prefix_matches(prefix: &str, words: &[String]) -> bool {
     let last = prefix.len() - 1;
     prefix.iter().zip(words).enumerate().all(|(i, (p, w))| {
         if i == last && p.ends_with('/') {
-            w.starts_with(p.as_str())
+            w.strip_prefix(p.as_str()).is_some_and(stays_below)
         } else {
             p == w
         }
     })
+}
+
+/// True when `rest`, the part of a word after a directory prefix, names something inside that
+/// directory as the shell and the kernel will read it: no `..` segment (the kernel resolves
+/// `/skills/../workspace` to `/workspace`), and none of `*`, `?`, `[` or `$`, which the shell
+/// would expand into other words.
+fn stays_below(rest: &str) -> bool {
+    !rest.contains(['*', '?', '[', '$']) && !rest.split('/').any(|segment| segment == "..")
 }
 
 #[cfg(test)]
@@ -187,6 +196,33 @@ mod tests {
             assert!(p.check(chained).is_err(), "{chained:?}");
         }
         assert!(p.check("ls 'unterminated").is_err());
+    }
+
+    #[test]
+    fn a_directory_prefix_admits_nothing_that_resolves_outside_it() {
+        // Security review F7: `python3 /skills/../workspace/evil.py` started with `/skills/`, and
+        // the kernel resolves `..` because `/skills/team` exists.
+        let p = CommandPolicy::allow_only(["python3 /skills/"]);
+        for escape in [
+            "python3 /skills/../workspace/evil.py",
+            "python3 /skills/team/../../workspace/evil.py",
+            "python3 /skills/..",
+            "python3 '/skills/../x.py'",
+            "python3 /skills/*/../../x.py",
+            "python3 /skills/$HOME",
+            "python3 /skills/[a]/x.py",
+            "python3 /skills/?/x.py",
+        ] {
+            assert!(p.check(escape).is_err(), "{escape:?}");
+        }
+        for inside in [
+            "python3 /skills/team/pdf/fill.py",
+            "python3 /skills/team/./pdf/fill.py",
+            "python3 /skills/team/pdf..v2/fill.py",
+            "python3 /skills/team/pdf/fill.py ../uploads/a.pdf",
+        ] {
+            assert!(p.check(inside).is_ok(), "{inside:?}");
+        }
     }
 
     #[test]

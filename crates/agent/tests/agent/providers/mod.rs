@@ -15,6 +15,7 @@ mod openai;
 mod openai_schemas;
 mod parsers_never_panic;
 mod platform_matrix;
+mod redirects;
 mod registry;
 mod request_settings;
 mod responses;

@@ -345,3 +345,55 @@ fn the_model_string_names_a_missing_project_or_region() {
     let err = from_model_string_with_env("vertex:m", env).err().unwrap();
     assert!(err.to_string().contains("/nonexistent/key.json"), "{err}");
 }
+
+/// A token server answering every token request with `answer`.
+async fn token_server(answer: ResponseTemplate) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/token"))
+        .respond_with(answer)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(format!("{MODEL_PATH}:rawPredict")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(text_response()))
+        .mount(&server)
+        .await;
+    server
+}
+
+#[tokio::test]
+async fn a_token_that_never_expires_does_not_overflow_the_clock() {
+    // Security review F15: `now + expires_in` panicked for `expires_in: u64::MAX`.
+    let answer = ResponseTemplate::new(200).set_body_json(
+        json!({"access_token": "ya29.forever", "expires_in": u64::MAX, "token_type": "Bearer"}),
+    );
+    let server = token_server(answer).await;
+    let (clock, seconds) = movable_clock();
+    let model = model_at(&server, clock);
+    model.invoke(request()).await.expect("the call goes through");
+    // Clamped to a day: still reused an hour later, fetched again two days later.
+    seconds.fetch_add(3600, Ordering::SeqCst);
+    model.invoke(request()).await.expect("the token is reused");
+    assert_eq!(requests_to(&server, "/token").await.len(), 1);
+    seconds.fetch_add(2 * 86_400, Ordering::SeqCst);
+    model.invoke(request()).await.expect("a new token");
+    assert_eq!(requests_to(&server, "/token").await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_token_answer_past_the_cap_is_refused_before_any_model_call() {
+    // Security review F15: the token answer was read whole.
+    let padding = "x".repeat(1024 * 1024);
+    let answer = ResponseTemplate::new(200)
+        .set_body_json(json!({"access_token": "ya29.big", "expires_in": 3599, "padding": padding}));
+    let server = token_server(answer).await;
+    let (clock, _) = movable_clock();
+    let error = model_at(&server, clock)
+        .invoke(request())
+        .await
+        .expect_err("refused");
+    assert!(error.message().contains("larger than"), "{error}");
+    assert!(!error.is_transient(), "{error:?}");
+    assert!(requests_to(&server, ":rawPredict").await.is_empty());
+}
