@@ -161,7 +161,7 @@ impl DeepAgentBuilder {
     /// [`BubblewrapSandbox`](trellis_middleware::tools::sandbox::BubblewrapSandbox)) over the same
     /// files the file tools see, with the skill sources read-only. Without this, `execute` is
     /// offered only when the backend itself can run commands
-    /// ([`Backend::sandbox`](trellis_middleware::backend::Backend::sandbox)).
+    /// ([`Backend::sandbox`]).
     pub fn sandbox(mut self, sandbox: Arc<dyn Sandbox>) -> Self {
         self.sandbox = Some(sandbox);
         self

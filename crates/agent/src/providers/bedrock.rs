@@ -12,7 +12,7 @@
 //! Streamed calls go to `POST {endpoint}/model/{model id}/invoke-with-response-stream` (the same
 //! body: Bedrock takes no `stream` field). The reply is in the AWS event-stream binary framing,
 //! each `chunk` carrying one Anthropic streaming event (base64 in `bytes`), read by
-//! [`event_stream`](super::event_stream) into the same assembler as Anthropic's server-sent
+//! `event_stream` into the same assembler as Anthropic's server-sent
 //! events; a mid-stream exception (`throttlingException`, `modelStreamErrorException`, …) is the
 //! error its type stands for. With [`AnthropicConfig::stream`] off, calls are plain.
 //!

@@ -1,5 +1,5 @@
 //! Streaming model calls: [`ModelDelta`], the pieces of a reply as the model writes them, and the
-//! sink a [`ChatModel::stream`](super::model::ChatModel::stream) call passes them to.
+//! sink a [`ChatModel::stream`] call passes them to.
 //!
 //! Deltas are for watching a reply being written (a UI, a terminal); the reply itself is still the
 //! [`ModelResponse`] the call returns, assembled from the whole stream, and only that is committed

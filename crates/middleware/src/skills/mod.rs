@@ -26,7 +26,7 @@
 //!    untrusted-diagnostics block ([`prompt::render::render_warnings`], escaped by
 //!    [`escape_untrusted`](crate::untrusted::escape_untrusted)).
 
-/// The persisted catalog (its home is [`discovery`], which it seeds), at the path users name.
+/// The persisted catalog (its home is `discovery`, which it seeds), at the path users name.
 pub use discovery::persist;
 
 pub(crate) mod catalog;

@@ -4,7 +4,7 @@
 //! same bytes, every time, so the section can be rendered once per catalog and sent on every call
 //! without disturbing prompt caches.
 //!
-//! Budget (tokens are estimated as UTF-8 bytes / 4, rounded up, see [`estimate_tokens`](crate::token_estimate::estimate_tokens)):
+//! Budget (tokens are estimated as UTF-8 bytes / 4, rounded up, see [`estimate_tokens`]):
 //! 1. if the whole catalog fits, every skill is listed with its full description;
 //! 2. otherwise descriptions are shortened, all to the same longest length that fits (never below
 //!    [`MIN_DESCRIPTION_BYTES`]);
@@ -42,7 +42,7 @@ pub const TRUNCATED_SUFFIX: &str = "... [truncated]";
 /// How to render the section.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderOptions {
-    /// Most tokens the whole section may take (see [`estimate_tokens`](crate::token_estimate::estimate_tokens)).
+    /// Most tokens the whole section may take (see [`estimate_tokens`]).
     pub budget_tokens: usize,
     /// Skills listed whatever the budget: pinned and recently used ones. Unknown names are ignored.
     pub keep: Vec<String>,
