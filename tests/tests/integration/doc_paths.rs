@@ -14,6 +14,8 @@
 //! Patterns are not paths: a reference holding `*`, `{`, `<` or `…` is skipped, and so is one
 //! under a folder `.gitignore` lists (`fuzz/artifacts/` and the like only exist after a run).
 
+#![allow(clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 
 /// Top-level folders whose paths the docs may name.
