@@ -22,18 +22,7 @@ use trellis_agent::backend::{Backend, ObjectStoreBackend, StoreOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_threads_on_s3_each_store_all_their_messages_and_see_only_their_own() {
-    let (Ok(endpoint), Ok(bucket)) = (
-        std::env::var("TRELLIS_S3_ENDPOINT"),
-        std::env::var("TRELLIS_TEST_BUCKET"),
-    ) else {
-        assert_ne!(
-            std::env::var("TRELLIS_EMULATORS").as_deref(),
-            Ok("required"),
-            "TRELLIS_S3_ENDPOINT and TRELLIS_TEST_BUCKET must be set"
-        );
-        println!("skipped: load test (set TRELLIS_S3_ENDPOINT or run cargo xtask test)");
-        return;
-    };
+    let [endpoint, bucket] = crate::support::require_env!("TRELLIS_S3_ENDPOINT", "TRELLIS_TEST_BUCKET");
     let skills = tempfile::tempdir().unwrap();
     library::generate_local(skills.path(), 50);
     let (_server, url, scripted) = scripted::start().await;

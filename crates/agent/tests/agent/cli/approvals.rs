@@ -13,11 +13,10 @@ use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 use serde_json::{Value, json};
 use wiremock::MockServer;
 
-use super::harness::{TrellisRun, messages, reply, result_text, trellis};
+use super::harness::{TrellisRun, calls_then_done, messages, reply, result_text, trellis};
 
 /// A model that writes files with `calls` (one step), then answers "done".
 async fn model_writing(calls: &[(&str, &str)]) -> MockServer {
-    let server = MockServer::start().await;
     let uses: Vec<Value> = calls
         .iter()
         .map(|(id, path)| {
@@ -25,17 +24,7 @@ async fn model_writing(calls: &[(&str, &str)]) -> MockServer {
                    "input": {"file_path": path, "content": "hello\n"}})
         })
         .collect();
-    messages()
-        .respond_with(reply(Value::Array(uses), "tool_use"))
-        .up_to_n_times(1)
-        .with_priority(1)
-        .mount(&server)
-        .await;
-    messages()
-        .respond_with(reply(json!([{"type": "text", "text": "done"}]), "end_turn"))
-        .mount(&server)
-        .await;
-    server
+    calls_then_done(uses).await
 }
 
 fn run_command(state: &Path, server: &MockServer) -> Command {

@@ -134,6 +134,23 @@ pub(crate) fn reply(content: Value, stop_reason: &str) -> ResponseTemplate {
     }))
 }
 
+/// A mock Anthropic endpoint whose model makes the `tool_use` blocks `uses` in its first reply (one
+/// step), then answers "done" to every later request.
+pub(crate) async fn calls_then_done(uses: Vec<Value>) -> MockServer {
+    let server = MockServer::start().await;
+    messages()
+        .respond_with(reply(Value::Array(uses), "tool_use"))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    messages()
+        .respond_with(reply(json!([{"type": "text", "text": "done"}]), "end_turn"))
+        .mount(&server)
+        .await;
+    server
+}
+
 /// A tool result's text: its content is a string or a list of blocks.
 pub(crate) fn result_text(result: &Value) -> String {
     match &result["content"] {

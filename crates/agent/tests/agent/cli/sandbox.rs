@@ -9,7 +9,7 @@ use std::process::Output;
 
 use serde_json::{Value, json};
 
-use super::harness::{TrellisRun, messages, reply, result_text, trellis};
+use super::harness::{TrellisRun, calls_then_done, messages, reply, result_text, trellis};
 
 /// What one `trellis run` did: its output, the tools the first request offered, and the result the
 /// model got for its one call.
@@ -41,20 +41,8 @@ async fn run_with(args: &[&str], call: Value, state: &Path) -> Ran {
 }
 
 async fn run_with_env(args: &[&str], env: &[(&str, &str)], call: Value, state: &Path) -> Ran {
-    let server = wiremock::MockServer::start().await;
-    messages()
-        .respond_with(reply(
-            json!([{"type": "tool_use", "id": "toolu_x1", "name": "execute", "input": call}]),
-            "tool_use",
-        ))
-        .up_to_n_times(1)
-        .with_priority(1)
-        .mount(&server)
-        .await;
-    messages()
-        .respond_with(reply(json!([{"type": "text", "text": "done"}]), "end_turn"))
-        .mount(&server)
-        .await;
+    let server =
+        calls_then_done(vec![json!({"type": "tool_use", "id": "toolu_x1", "name": "execute", "input": call})]).await;
     let mut run = TrellisRun::new()
         .approve_all()
         .args(["--thread", "t1"])

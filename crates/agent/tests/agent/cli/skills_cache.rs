@@ -99,18 +99,7 @@ fn local_cache_is_written_once_and_follows_every_change() {
 
 #[test]
 fn skills_index_then_list_reads_the_index() {
-    let (Ok(endpoint), Ok(bucket)) = (
-        std::env::var("TRELLIS_S3_ENDPOINT"),
-        std::env::var("TRELLIS_TEST_BUCKET"),
-    ) else {
-        assert_ne!(
-            std::env::var("TRELLIS_EMULATORS").as_deref(),
-            Ok("required"),
-            "TRELLIS_S3_ENDPOINT and TRELLIS_TEST_BUCKET must be set"
-        );
-        println!("skipped: skills index CLI test (set TRELLIS_S3_ENDPOINT or run cargo xtask test)");
-        return;
-    };
+    let [endpoint, bucket] = crate::support::require_env!("TRELLIS_S3_ENDPOINT", "TRELLIS_TEST_BUCKET");
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

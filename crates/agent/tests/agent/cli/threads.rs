@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{Value, json};
 use wiremock::MockServer;
 
-use super::harness::{TrellisRun, messages, reply, result_text, trellis};
+use super::harness::{TrellisRun, calls_then_done, messages, reply, result_text, trellis};
 
 /// What thread alpha writes to `/notes/a.txt`.
 const NOTE: &str = "remember the milk\n";
@@ -39,7 +39,6 @@ async fn run_calling(
     calls: Vec<(&'static str, Value)>,
 ) -> Vec<Value> {
     static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
-    let server = MockServer::start().await;
     let uses: Vec<Value> = calls
         .iter()
         .map(|(name, input)| {
@@ -47,17 +46,7 @@ async fn run_calling(
             json!({"type": "tool_use", "id": id, "name": name, "input": input})
         })
         .collect();
-    // The first request gets the calls, every later one the answer.
-    messages()
-        .respond_with(reply(Value::Array(uses), "tool_use"))
-        .up_to_n_times(1)
-        .with_priority(1)
-        .mount(&server)
-        .await;
-    messages()
-        .respond_with(reply(json!([{"type": "text", "text": "done"}]), "end_turn"))
-        .mount(&server)
-        .await;
+    let server = calls_then_done(uses).await;
     let mut run = trellis_run(state).args(["--thread", thread]);
     if let Some(dir) = workdir {
         run = run.arg("--workdir").arg(dir);

@@ -1,0 +1,7 @@
+//! The agent loop: hooks in order, runs (limits, cancellation, threads), tools (concurrency,
+//! errors, panics) and truncated calls.
+
+mod hooks;
+mod runs;
+mod tools;
+mod truncation;
