@@ -13,7 +13,7 @@ use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 use serde_json::{Value, json};
 use wiremock::MockServer;
 
-use super::harness::{TrellisRun, calls_then_done, messages, reply, result_text, trellis};
+use super::harness::{TrellisRun, calls_then_done, result_text, trellis};
 
 /// A model that writes files with `calls` (one step), then answers "done".
 async fn model_writing(calls: &[(&str, &str)]) -> MockServer {

@@ -9,7 +9,7 @@ use std::process::Output;
 
 use serde_json::{Value, json};
 
-use super::harness::{TrellisRun, calls_then_done, messages, reply, result_text, trellis};
+use super::harness::{TrellisRun, calls_then_done, result_text, trellis};
 
 /// What one `trellis run` did: its output, the tools the first request offered, and the result the
 /// model got for its one call.
@@ -41,8 +41,10 @@ async fn run_with(args: &[&str], call: Value, state: &Path) -> Ran {
 }
 
 async fn run_with_env(args: &[&str], env: &[(&str, &str)], call: Value, state: &Path) -> Ran {
-    let server =
-        calls_then_done(vec![json!({"type": "tool_use", "id": "toolu_x1", "name": "execute", "input": call})]).await;
+    let server = calls_then_done(vec![
+        json!({"type": "tool_use", "id": "toolu_x1", "name": "execute", "input": call}),
+    ])
+    .await;
     let mut run = TrellisRun::new()
         .approve_all()
         .args(["--thread", "t1"])
