@@ -116,6 +116,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             }
             SkillsCommand::Index { url } => skills::index(&url).await,
         },
+        Command::Trust { dir } => config::trust::command(dir),
         Command::Schema {
             what: SchemaKind::AgentFile,
         } => config::print_schema(),
