@@ -189,6 +189,22 @@ async fn a_found_file_cannot_weaken_the_sandbox_or_the_approvals() {
     }
 }
 
+/// `chat` builds its agent the same way and refuses the same file before reading a line.
+#[test]
+fn chat_refuses_a_found_file_too() {
+    let dir = project("[sandbox]\nkind = \"unsandboxed\"\n");
+    let out = trellis()
+        .current_dir(dir.path())
+        .args(["chat", "--model", "anthropic:claude-sonnet-4-5", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_refused(&out, "sandbox.kind", 2);
+}
+
 /// Asking for more approvals than the default, and a flag that overrides the key, need no trust.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_that_only_restrict_or_are_overridden_need_no_trust() {
