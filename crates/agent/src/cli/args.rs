@@ -110,6 +110,15 @@ pub enum Command {
         #[command(subcommand)]
         command: SkillsCommand,
     },
+    /// Trust a folder (default: this one): its trellis.toml, and its subfolders', may then set the
+    /// keys that can send your keys elsewhere or run commands (added to trusted_projects in the
+    /// user config, $TRELLIS_CONFIG_HOME/config.toml, else $XDG_CONFIG_HOME/trellis/config.toml,
+    /// else ~/.config/trellis/config.toml).
+    #[command(after_help = LOGGING_HELP)]
+    Trust {
+        /// The folder to trust.
+        dir: Option<PathBuf>,
+    },
     /// Print a JSON schema, for editors that complete and check the file.
     #[command(after_help = LOGGING_HELP)]
     Schema {
@@ -170,7 +179,9 @@ pub enum SchemaKind {
 #[derive(clap::Args, Debug)]
 pub struct AgentArgs {
     /// The agent file (default: trellis.toml in this directory, if there is one); flags
-    /// override it.
+    /// override it. A file named here is trusted; a trellis.toml found here may set the keys that
+    /// can send your keys elsewhere or run commands only in a folder you trusted (`trellis
+    /// trust`).
     #[arg(long = "agent", value_name = "FILE")]
     pub agent_file: Option<PathBuf>,
     /// The model, e.g. anthropic:claude-sonnet-4-5 or openai:gpt-4.1 (default: the agent
@@ -259,7 +270,10 @@ impl AgentArgs {
             ask: self.ask,
         };
         let cwd = std::env::current_dir()?;
-        let mut config = config::resolve(self.agent_file.as_deref(), &cwd, flags)?;
+        let (mut config, refusal) = config::resolve_checked(self.agent_file.as_deref(), &cwd, flags)?;
+        if let Some(refusal) = refusal {
+            return Err(refusal.into());
+        }
         config.skills_cache = self.cache.choice();
         let config = config.absolute(&cwd);
         Ok((config, StateDir::new(self.state_dir), self.thread, self.fork))

@@ -43,7 +43,11 @@ pub async fn command(args: InspectArgs) -> Result<ExitCode> {
         sandbox: args.sandbox,
         ..Flags::default()
     };
-    let config = config::resolve(args.agent.as_deref(), &std::env::current_dir()?, flags)?;
+    let (config, refusal) = config::resolve_checked(args.agent.as_deref(), &std::env::current_dir()?, flags)?;
+    if let Some(refusal) = refusal {
+        // inspect calls no model and runs nothing, so it shows what run and chat would refuse.
+        eprintln!("trellis: note: run and chat would refuse this: {refusal}");
+    }
     let (mut mounts, sub_skills) = assemble::mounts_of(&config)?;
     if let Some(user) = &args.user {
         mounts = mounts.for_user(user, &StateDir::new(args.state_dir))?;

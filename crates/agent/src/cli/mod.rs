@@ -9,7 +9,7 @@
 //! | [`inspect`] | `trellis inspect`: the first request the model would receive |
 //! | [`threads`] | `trellis threads …` and `--fork` |
 //! | [`skills`] | `trellis skills list / validate / index`, the catalog cache |
-//! | [`config`] | the agent file and the [`RunConfig`](config::RunConfig) saved with a thread |
+//! | [`config`] | the agent file, the [`RunConfig`](config::RunConfig) saved with a thread, trusted folders (`trellis trust`) |
 //! | [`assemble`] | the agent a `RunConfig` describes (run, resume, chat and inspect build it here) |
 //! | [`mounts`] | the sources mounted into the agent's backend |
 //! | [`state_dir`] | the layout of `--state-dir` |
@@ -116,6 +116,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             }
             SkillsCommand::Index { url } => skills::index(&url).await,
         },
+        Command::Trust { dir } => config::trust::command(dir),
         Command::Schema {
             what: SchemaKind::AgentFile,
         } => config::print_schema(),

@@ -12,6 +12,9 @@
 //! * Every table refuses keys it does not have: the error names the key and its line and suggests
 //!   the closest known key. A bad value names its key and line too.
 //! * Without `--agent`, a missing `trellis.toml` is no error: the flags alone are used.
+//! * A `trellis.toml` found without `--agent` is obeyed for the keys that can leak a key or run
+//!   commands only in a trusted folder ([`resolve_checked`], [`super::restricted`],
+//!   [`super::trust`]).
 //!
 //! The file is configuration of the agent, not state: nothing in it belongs to a thread or a
 //! user. What a run was built from is saved with the thread (see [`crate::cli::config::run_config`]), so a later
@@ -27,6 +30,7 @@ use super::error::{self, AgentFileError, line_of_key};
 use super::sections::{LimitsSettings, PermissionSpec, SubagentConfig, SummarizationSettings};
 
 use super::run_config::RunConfig;
+use super::{restricted, trust};
 use crate::cli::approvals;
 use crate::cli::sandbox::SandboxChoice;
 use crate::cli::skills::CacheChoice;
@@ -259,13 +263,33 @@ pub fn parse(path: &Path, text: &str) -> Result<AgentFile, AgentFileError> {
 /// The effective configuration: the agent file (`agent`, else `cwd/trellis.toml` if it exists)
 /// under the flags the user gave. The file's relative paths come back absolute; the flags' stay as
 /// given (make them absolute with [`RunConfig::absolute`] before saving a run).
+///
+/// This does not check trust: `run` and `chat` use [`resolve_checked`].
 pub fn resolve(agent: Option<&Path>, cwd: &Path, flags: Flags) -> Result<RunConfig, AgentFileError> {
-    let (file, dir) = match load(agent, cwd)? {
-        Some((file, path)) => {
+    resolve_checked(agent, cwd, flags).map(|(config, _)| config)
+}
+
+/// [`resolve`], and why the configuration may not be used to run: a `trellis.toml` found in `cwd`
+/// (not given with `--agent`) that sets keys needing trust ([`super::restricted`]) in a folder
+/// the user has not trusted ([`AgentFileError::Untrusted`]), or a user config that cannot be read.
+/// `run` and `chat` stop on it; `inspect`, which runs nothing, shows it as a note.
+pub fn resolve_checked(
+    agent: Option<&Path>,
+    cwd: &Path,
+    flags: Flags,
+) -> Result<(RunConfig, Option<AgentFileError>), AgentFileError> {
+    let (file, dir, refusal) = match load(agent, cwd)? {
+        Some((file, path, text)) => {
             let dir = path.parent().map_or_else(|| cwd.to_owned(), Path::to_owned);
-            (file, dir)
+            let refusal = if agent.is_none() {
+                let keys = restricted::restricted(&file, &text, &dir, &flags);
+                trust::check(&path, &dir, keys).err()
+            } else {
+                None
+            };
+            (file, dir, refusal)
         }
-        None => (AgentFile::default(), cwd.to_owned()),
+        None => (AgentFile::default(), cwd.to_owned(), None),
     };
     flags
         .model_settings
@@ -329,11 +353,11 @@ pub fn resolve(agent: Option<&Path>, cwd: &Path, flags: Flags) -> Result<RunConf
         skills_cache: CacheChoice::default(),
         subagents,
     };
-    Ok(config)
+    Ok((config, refusal))
 }
 
-/// The agent file to use and its path, if any.
-fn load(agent: Option<&Path>, cwd: &Path) -> Result<Option<(AgentFile, PathBuf)>, AgentFileError> {
+/// The agent file to use, its path and its text, if any.
+fn load(agent: Option<&Path>, cwd: &Path) -> Result<Option<(AgentFile, PathBuf, String)>, AgentFileError> {
     let path = match agent {
         Some(p) => cwd.join(p),
         None => {
@@ -348,7 +372,7 @@ fn load(agent: Option<&Path>, cwd: &Path) -> Result<Option<(AgentFile, PathBuf)>
         path: path.clone(),
         source,
     })?;
-    Ok(Some((parse(&path, &text)?, path)))
+    Ok(Some((parse(&path, &text)?, path, text)))
 }
 
 fn absolute(dir: &Path, s: String) -> String {

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::restricted::Restricted;
+
 /// A problem with the agent file or with the flags that override it.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentFileError {
@@ -47,9 +49,47 @@ pub enum AgentFileError {
         /// What is wrong.
         message: String,
     },
+    /// A `trellis.toml` found in a folder the user has not trusted sets keys that need trust
+    /// (security review F1): nothing was sent or run.
+    #[error("{}", untrusted(path, folder, keys, config.as_deref()))]
+    Untrusted {
+        /// The file.
+        path: PathBuf,
+        /// Its folder (canonical).
+        folder: PathBuf,
+        /// The keys that need trust.
+        keys: Vec<Restricted>,
+        /// The user config whose `trusted_projects` would trust the folder, if there is a home.
+        config: Option<PathBuf>,
+    },
     /// Neither `--model` nor the file's `model`.
     #[error("no model: pass --model, or set `model` in an agent file (trellis.toml or --agent FILE)")]
     NoModel,
+}
+
+fn untrusted(path: &Path, folder: &Path, keys: &[Restricted], config: Option<&Path>) -> String {
+    let mut text = format!(
+        "{} was found in {}, a folder you have not trusted, and sets keys that could send your keys \
+         or files elsewhere or run commands on this host:\n",
+        path.display(),
+        folder.display()
+    );
+    for key in keys {
+        text.push_str(&format!("  {key}\n"));
+    }
+    let list = match config {
+        Some(config) => format!("trusted_projects in {}", config.display()),
+        None => "trusted_projects in the user config (set HOME or TRELLIS_CONFIG_HOME)".to_owned(),
+    };
+    text.push_str(&format!(
+        "Nothing was sent or run. If you trust this folder's files: run `trellis trust` in it (adds it \
+         to {list}), or name the file explicitly with `--agent {}`; or override these keys with flags.",
+        path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned()
+        )
+    ));
+    text
 }
 
 fn at(line: Option<usize>) -> String {

@@ -15,9 +15,16 @@ use wiremock::{Mock, MockBuilder, MockServer, ResponseTemplate};
 /// The model every CLI run uses (served by the mock endpoint).
 pub(crate) const MODEL: &str = "anthropic:claude-sonnet-4-5";
 
-/// The `trellis` binary built for these tests.
+/// The `trellis` binary built for these tests, with a user config directory of its own that does
+/// not exist (so no folder is trusted, whatever the developer's own `~/.config/trellis` says);
+/// tests of trust point `TRELLIS_CONFIG_HOME` elsewhere.
 pub(crate) fn trellis() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_trellis"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_trellis"));
+    command.env(
+        "TRELLIS_CONFIG_HOME",
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("no-user-config"),
+    );
+    command
 }
 
 /// One `trellis run --model MODEL …`: add the mock endpoint, flags and the task, then run it
@@ -41,6 +48,24 @@ impl TrellisRun {
             .env("ANTHROPIC_API_KEY", "test-key")
             .env("ANTHROPIC_BASE_URL", server.uri());
         self
+    }
+
+    /// `trellis run` without `--model` (the agent file names it).
+    pub(crate) fn without_model() -> Self {
+        let mut command = trellis();
+        command.arg("run");
+        Self { command }
+    }
+
+    /// Run in `dir` (where `trellis.toml` is looked for).
+    pub(crate) fn current_dir(mut self, dir: impl AsRef<std::path::Path>) -> Self {
+        self.command.current_dir(dir);
+        self
+    }
+
+    /// The user's config directory (`TRELLIS_CONFIG_HOME`, holding `config.toml`).
+    pub(crate) fn config_home(self, dir: impl AsRef<OsStr>) -> Self {
+        self.env("TRELLIS_CONFIG_HOME", dir)
     }
 
     /// `--state-dir DIR`.

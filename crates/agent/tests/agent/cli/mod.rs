@@ -14,6 +14,7 @@ mod sandbox;
 mod skills_cache;
 mod streaming;
 mod threads;
+mod trust;
 mod users;
 
 // The paths other test modules (outside cli/) use.
