@@ -31,6 +31,7 @@ where
     read_only_parts_are_never_written_back(s, fresh().await).await;
     a_concurrent_change_is_a_conflict(s, fresh().await).await;
     denied_writes_are_listed_not_written(s, fresh().await).await;
+    a_conflict_copy_keeps_the_write_rules(s, fresh().await).await;
     unreadable_files_are_not_materialized(s, fresh().await).await;
     on_reach_mounts_bring_only_named_folders(s, fresh().await).await;
     the_timeout_kills_the_command(s, fresh().await).await;
@@ -207,6 +208,36 @@ async fn a_concurrent_change_is_a_conflict(s: &dyn Sandbox, b: Arc<dyn Backend>)
     assert!(kept.as_str().starts_with("/docs/a.txt.conflict-"), "{kept}");
     assert_eq!(text(b.as_ref(), kept.as_str()).await.as_deref(), Some("mine\n"));
     assert!(!out.succeeded());
+}
+
+/// The copy kept beside a conflicting file is a write like any other: where the rules do not let
+/// the agent write it, it is not kept (review F11).
+async fn a_conflict_copy_keeps_the_write_rules(s: &dyn Sandbox, b: Arc<dyn Backend>) {
+    seed(b.as_ref(), &[("/notes/a.md", "original")]).await;
+    let files = ExecFiles::new(b.clone()).writable(PathFilter::new(|path| path.as_str().ends_with(".md")));
+    let request = ExecRequest::new("echo mine > notes/a.md; sleep 1.5");
+    let (out, ()) = tokio::join!(exec(s, &files, request), async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        b.write(&p("/notes/a.md"), "theirs".into(), WriteMode::Overwrite)
+            .await
+            .unwrap();
+    });
+    assert_eq!(
+        text(b.as_ref(), "/notes/a.md").await.as_deref(),
+        Some("theirs"),
+        "{out:?}"
+    );
+    assert_eq!(
+        out.not_written
+            .iter()
+            .map(|n| (n.path.as_str(), &n.reason))
+            .collect::<Vec<_>>(),
+        [("/notes/a.md", &NotWrittenReason::Conflict { kept_at: None })],
+        "{}: {out:?}",
+        s.name()
+    );
+    let listed = b.ls(&p("/notes")).await.unwrap();
+    assert_eq!(listed.len(), 1, "a conflict copy was kept: {listed:?}");
 }
 
 async fn denied_writes_are_listed_not_written(s: &dyn Sandbox, b: Arc<dyn Backend>) {

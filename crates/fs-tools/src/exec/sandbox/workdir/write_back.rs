@@ -101,7 +101,7 @@ impl Workdir {
             match files.backend.write(&path, data.clone(), mode).await {
                 Ok(_) => changes.push(FileChange { path, kind }),
                 Err(BackendError::Conflict { .. }) => {
-                    let kept_at = keep_beside(files.backend.as_ref(), &path, conflict_tag, data).await;
+                    let kept_at = keep_beside(files, &path, conflict_tag, data).await;
                     not_written.push(NotWritten {
                         path: path.to_string(),
                         reason: NotWrittenReason::Conflict { kept_at },
@@ -157,16 +157,16 @@ fn failed(path: &VirtualPath, why: String) -> NotWritten {
     }
 }
 
-/// Keep the command's version of a conflicting file at `<path>.conflict-<tag>`.
-async fn keep_beside(
-    backend: &dyn Backend,
-    path: &VirtualPath,
-    tag: &str,
-    data: Bytes,
-) -> Option<VirtualPath> {
+/// Keep the command's version of a conflicting file at `<path>.conflict-<tag>`, if the rules let
+/// the agent write there (the copy is a write like any other).
+async fn keep_beside(files: &ExecFiles, path: &VirtualPath, tag: &str, data: Bytes) -> Option<VirtualPath> {
     let name = format!("{}.conflict-{tag}", path.file_name()?);
     let beside = path.parent()?.join(&name).ok()?;
-    backend
+    if !files.may_write(&beside) {
+        return None;
+    }
+    files
+        .backend
         .write(&beside, data, WriteMode::CreateNew)
         .await
         .ok()
