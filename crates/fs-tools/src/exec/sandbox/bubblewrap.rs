@@ -110,7 +110,13 @@ impl BubblewrapSandbox {
             });
         }
         let bwrap = match config.bwrap {
-            Some(path) if path.is_file() => path,
+            // Absolute: it is started from `/`, not from where Trellis was.
+            Some(path) if path.is_file() => {
+                std::fs::canonicalize(&path).map_err(|e| SandboxUnavailable::MissingBinary {
+                    program: "bwrap".into(),
+                    detail: format!("{}: {e}", path.display()),
+                })?
+            }
             Some(path) => {
                 return Err(SandboxUnavailable::MissingBinary {
                     program: "bwrap".into(),
@@ -208,7 +214,10 @@ impl BubblewrapSandbox {
         let mut args = self.args(root.path(), &[], "/", Network::None);
         args.extend(["--".into(), "/bin/true".into()]);
         let mut cmd = std::process::Command::new(&self.bwrap);
-        cmd.args(&args).env_clear().stdin(std::process::Stdio::null());
+        cmd.args(&args)
+            .env_clear()
+            .current_dir("/")
+            .stdin(std::process::Stdio::null());
         if let Some(owner) = self.run_as {
             use std::os::unix::process::CommandExt;
             cmd.uid(owner.uid).gid(owner.gid);
@@ -419,6 +428,12 @@ impl Sandbox for BubblewrapSandbox {
             )
             .collect();
         let mut args = self.args(workdir.root(), &read_only, request.cwd.as_str(), request.network);
+        // The command's environment is set by bwrap inside the sandbox; prlimit and bwrap
+        // themselves run on the host with none, from `/`.
+        args.push("--clearenv".into());
+        for (name, value) in runner::environment(&request, runner::home().as_str(), "/tmp") {
+            args.extend(["--setenv".into(), name.into(), value.into()]);
+        }
         args.extend([
             "--".into(),
             "/bin/sh".into(),
@@ -441,8 +456,8 @@ impl Sandbox for BubblewrapSandbox {
             Spawn {
                 program: &self.bwrap,
                 args,
-                env: runner::environment(&request, runner::home().as_str(), "/tmp"),
-                cwd: workdir.root(),
+                env: Vec::new(),
+                cwd: Path::new("/"),
                 limits,
                 run_as: self.run_as,
                 timeout: request.timeout,

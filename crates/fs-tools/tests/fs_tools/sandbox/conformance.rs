@@ -423,6 +423,14 @@ async fn bad_requests_are_refused(s: &dyn Sandbox, b: Arc<dyn Backend>) {
     for request in [
         ExecRequest::new("  "),
         ExecRequest::new("true").env("BAD NAME", "x"),
+        // Variables the dynamic loader or the C library act on would reach the host-side helpers
+        // (prlimit, bwrap) too (review F12).
+        ExecRequest::new("true").env("LD_PRELOAD", "./x.so"),
+        ExecRequest::new("true").env("LD_LIBRARY_PATH", "."),
+        ExecRequest::new("true").env("LD_AUDIT", "./x.so"),
+        ExecRequest::new("true").env("GCONV_PATH", "."),
+        ExecRequest::new("true").env("GLIBC_TUNABLES", "glibc.malloc.check=3"),
+        ExecRequest::new("true").cwd(p("/proc/1")),
     ] {
         match s.execute(&files, &request).await {
             Err(SandboxError::InvalidRequest(_)) => {}
