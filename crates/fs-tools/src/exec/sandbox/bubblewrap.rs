@@ -128,6 +128,21 @@ impl BubblewrapSandbox {
                 detail: "not on PATH, /usr/bin or /bin".into(),
             })?,
         };
+        let help = std::process::Command::new(&bwrap)
+            .arg("--help")
+            .env_clear()
+            .current_dir("/")
+            .output()
+            .map_err(|e| SandboxUnavailable::MissingBinary {
+                program: "bwrap".into(),
+                detail: format!("cannot start {}: {e}", bwrap.display()),
+            })?;
+        if !String::from_utf8_lossy(&help.stdout).contains("--size") {
+            return Err(SandboxUnavailable::OutdatedBinary {
+                program: "bwrap".into(),
+                detail: format!("`{} --help` lists no `--size`", bwrap.display()),
+            });
+        }
         let prlimit = find_program("prlimit");
         let work_root = config.work_root.unwrap_or_else(std::env::temp_dir);
         let root = process::current_uid() == 0;
@@ -161,7 +176,7 @@ impl BubblewrapSandbox {
             .map_err(|e| SandboxUnavailable::NamespacesDisabled {
                 detail: format!("cannot write the sandbox's /etc/passwd: {e}"),
             })?;
-        me.system_mounts = system_mounts(me.system.path());
+        me.system_mounts = system_mounts(me.system.path(), me.limits.max_tmp_bytes);
         // As root, prefer an unprivileged user; if its namespaces are refused, run as root
         // without capabilities (and say the process limit does not hold).
         if let Err(first) = me.probe() {
@@ -301,6 +316,14 @@ impl BubblewrapSandbox {
                     status(LimitKind::FileSize, false, no_prlimit)
                 },
                 status(
+                    LimitKind::Tmp,
+                    true,
+                    format!(
+                        "/tmp and /dev/shm: tmpfs (memory) of at most {} each; /dev read-only",
+                        human_bytes(l.max_tmp_bytes)
+                    ),
+                ),
+                status(
                     LimitKind::Output,
                     true,
                     format!(
@@ -348,9 +371,11 @@ impl BubblewrapSandbox {
 
 /// The mounts every sandbox on this host gets after its root: `/usr`, the host's `/bin`·`/lib*`
 /// links or directories, a read-only `/etc` with [`ETC_FILES`], `/etc/python*` and the generated
-/// `passwd`/`group` from `identity`, a fresh `/proc`, a minimal `/dev` and a private `/tmp`. They
-/// depend only on the host, so they are worked out once, when the sandbox is built.
-fn system_mounts(identity: &Path) -> Vec<OsString> {
+/// `passwd`/`group` from `identity`, a fresh `/proc`, a minimal read-only `/dev` with a private
+/// `/dev/shm`, and a private `/tmp`; the last two are tmpfs (memory) of at most `tmp_bytes` each.
+/// They depend only on the host and the limits, so they are worked out once, when the sandbox is
+/// built.
+fn system_mounts(identity: &Path, tmp_bytes: u64) -> Vec<OsString> {
     let mut a: Vec<OsString> = Vec::with_capacity(64);
     let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
     push(&["--ro-bind".as_ref(), "/usr".as_ref(), "/usr".as_ref()]);
@@ -391,7 +416,22 @@ fn system_mounts(identity: &Path) -> Vec<OsString> {
         "--dev".as_ref(),
         "/dev".as_ref(),
     ]);
-    push(&["--tmpfs".as_ref(), "/tmp".as_ref()]);
+    // `--dev` is a tmpfs the sandbox user may write, with no size: read-only, and `/dev/shm`
+    // (POSIX shared memory, Python's multiprocessing locks) a capped tmpfs of its own.
+    let size = tmp_bytes.max(1).to_string();
+    push(&["--remount-ro".as_ref(), "/dev".as_ref()]);
+    push(&[
+        "--size".as_ref(),
+        size.as_ref(),
+        "--tmpfs".as_ref(),
+        "/dev/shm".as_ref(),
+    ]);
+    push(&[
+        "--size".as_ref(),
+        size.as_ref(),
+        "--tmpfs".as_ref(),
+        "/tmp".as_ref(),
+    ]);
     a
 }
 
