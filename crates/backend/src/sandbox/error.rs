@@ -17,6 +17,16 @@ pub enum SandboxUnavailable {
         /// What the lookup said.
         detail: String,
     },
+    /// The binary is there but lacks an option the sandbox needs.
+    #[error(
+        "the {program} binary is too old: {detail}; bubblewrap 0.5 or later is needed (for `--size`); upgrade it or choose another sandbox"
+    )]
+    OutdatedBinary {
+        /// The program.
+        program: String,
+        /// What is missing.
+        detail: String,
+    },
     /// The binary is there but cannot create namespaces here.
     #[error(
         "bubblewrap cannot create a sandbox on this host: {detail}. Unprivileged user namespaces are probably disabled: enable them (`sysctl -w kernel.unprivileged_userns_clone=1`, `sysctl -w user.max_user_namespaces=15000`, or on Ubuntu 24.04+ `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), or run inside a container that allows them"

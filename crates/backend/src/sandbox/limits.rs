@@ -14,6 +14,9 @@ pub struct SandboxLimits {
     pub max_memory_bytes: u64,
     /// Largest file a process may write, in bytes (`RLIMIT_FSIZE`). Default 1 GiB.
     pub max_file_bytes: u64,
+    /// Size of the sandbox's private `/tmp`, a tmpfs in the host's memory, in bytes. Default
+    /// 1 GiB.
+    pub max_tmp_bytes: u64,
     /// Most bytes of output the result keeps: half from the start, half from the end. Default
     /// 32 KiB.
     pub output_bytes: usize,
@@ -29,6 +32,7 @@ impl Default for SandboxLimits {
             max_processes: 256,
             max_memory_bytes: 4 << 30,
             max_file_bytes: 1 << 30,
+            max_tmp_bytes: 1 << 30,
             output_bytes: 32 * 1024,
             full_output_bytes: 64 << 20,
             max_timeout: Duration::from_secs(30 * 60),
@@ -54,6 +58,8 @@ pub enum LimitKind {
     Memory,
     /// No file larger than `max_file_bytes`.
     FileSize,
+    /// The private `/tmp` (in memory) holds at most `max_tmp_bytes`.
+    Tmp,
     /// Output capped in the result, the whole of it saved as a file.
     Output,
 }
@@ -69,6 +75,7 @@ impl LimitKind {
             Self::Processes => "processes",
             Self::Memory => "memory",
             Self::FileSize => "file_size",
+            Self::Tmp => "tmp",
             Self::Output => "output",
         }
     }

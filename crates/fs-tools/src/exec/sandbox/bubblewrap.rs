@@ -110,7 +110,13 @@ impl BubblewrapSandbox {
             });
         }
         let bwrap = match config.bwrap {
-            Some(path) if path.is_file() => path,
+            // Absolute: it is started from `/`, not from where Trellis was.
+            Some(path) if path.is_file() => {
+                std::fs::canonicalize(&path).map_err(|e| SandboxUnavailable::MissingBinary {
+                    program: "bwrap".into(),
+                    detail: format!("{}: {e}", path.display()),
+                })?
+            }
             Some(path) => {
                 return Err(SandboxUnavailable::MissingBinary {
                     program: "bwrap".into(),
@@ -122,6 +128,21 @@ impl BubblewrapSandbox {
                 detail: "not on PATH, /usr/bin or /bin".into(),
             })?,
         };
+        let help = std::process::Command::new(&bwrap)
+            .arg("--help")
+            .env_clear()
+            .current_dir("/")
+            .output()
+            .map_err(|e| SandboxUnavailable::MissingBinary {
+                program: "bwrap".into(),
+                detail: format!("cannot start {}: {e}", bwrap.display()),
+            })?;
+        if !String::from_utf8_lossy(&help.stdout).contains("--size") {
+            return Err(SandboxUnavailable::OutdatedBinary {
+                program: "bwrap".into(),
+                detail: format!("`{} --help` lists no `--size`", bwrap.display()),
+            });
+        }
         let prlimit = find_program("prlimit");
         let work_root = config.work_root.unwrap_or_else(std::env::temp_dir);
         let root = process::current_uid() == 0;
@@ -155,7 +176,7 @@ impl BubblewrapSandbox {
             .map_err(|e| SandboxUnavailable::NamespacesDisabled {
                 detail: format!("cannot write the sandbox's /etc/passwd: {e}"),
             })?;
-        me.system_mounts = system_mounts(me.system.path());
+        me.system_mounts = system_mounts(me.system.path(), me.limits.max_tmp_bytes);
         // As root, prefer an unprivileged user; if its namespaces are refused, run as root
         // without capabilities (and say the process limit does not hold).
         if let Err(first) = me.probe() {
@@ -208,7 +229,10 @@ impl BubblewrapSandbox {
         let mut args = self.args(root.path(), &[], "/", Network::None);
         args.extend(["--".into(), "/bin/true".into()]);
         let mut cmd = std::process::Command::new(&self.bwrap);
-        cmd.args(&args).env_clear().stdin(std::process::Stdio::null());
+        cmd.args(&args)
+            .env_clear()
+            .current_dir("/")
+            .stdin(std::process::Stdio::null());
         if let Some(owner) = self.run_as {
             use std::os::unix::process::CommandExt;
             cmd.uid(owner.uid).gid(owner.gid);
@@ -292,6 +316,14 @@ impl BubblewrapSandbox {
                     status(LimitKind::FileSize, false, no_prlimit)
                 },
                 status(
+                    LimitKind::Tmp,
+                    true,
+                    format!(
+                        "/tmp and /dev/shm: tmpfs (memory) of at most {} each; /dev read-only",
+                        human_bytes(l.max_tmp_bytes)
+                    ),
+                ),
+                status(
                     LimitKind::Output,
                     true,
                     format!(
@@ -339,9 +371,11 @@ impl BubblewrapSandbox {
 
 /// The mounts every sandbox on this host gets after its root: `/usr`, the host's `/bin`·`/lib*`
 /// links or directories, a read-only `/etc` with [`ETC_FILES`], `/etc/python*` and the generated
-/// `passwd`/`group` from `identity`, a fresh `/proc`, a minimal `/dev` and a private `/tmp`. They
-/// depend only on the host, so they are worked out once, when the sandbox is built.
-fn system_mounts(identity: &Path) -> Vec<OsString> {
+/// `passwd`/`group` from `identity`, a fresh `/proc`, a minimal read-only `/dev` with a private
+/// `/dev/shm`, and a private `/tmp`; the last two are tmpfs (memory) of at most `tmp_bytes` each.
+/// They depend only on the host and the limits, so they are worked out once, when the sandbox is
+/// built.
+fn system_mounts(identity: &Path, tmp_bytes: u64) -> Vec<OsString> {
     let mut a: Vec<OsString> = Vec::with_capacity(64);
     let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
     push(&["--ro-bind".as_ref(), "/usr".as_ref(), "/usr".as_ref()]);
@@ -382,7 +416,22 @@ fn system_mounts(identity: &Path) -> Vec<OsString> {
         "--dev".as_ref(),
         "/dev".as_ref(),
     ]);
-    push(&["--tmpfs".as_ref(), "/tmp".as_ref()]);
+    // `--dev` is a tmpfs the sandbox user may write, with no size: read-only, and `/dev/shm`
+    // (POSIX shared memory, Python's multiprocessing locks) a capped tmpfs of its own.
+    let size = tmp_bytes.max(1).to_string();
+    push(&["--remount-ro".as_ref(), "/dev".as_ref()]);
+    push(&[
+        "--size".as_ref(),
+        size.as_ref(),
+        "--tmpfs".as_ref(),
+        "/dev/shm".as_ref(),
+    ]);
+    push(&[
+        "--size".as_ref(),
+        size.as_ref(),
+        "--tmpfs".as_ref(),
+        "/tmp".as_ref(),
+    ]);
     a
 }
 
@@ -419,6 +468,12 @@ impl Sandbox for BubblewrapSandbox {
             )
             .collect();
         let mut args = self.args(workdir.root(), &read_only, request.cwd.as_str(), request.network);
+        // The command's environment is set by bwrap inside the sandbox; prlimit and bwrap
+        // themselves run on the host with none, from `/`.
+        args.push("--clearenv".into());
+        for (name, value) in runner::environment(&request, runner::home().as_str(), "/tmp") {
+            args.extend(["--setenv".into(), name.into(), value.into()]);
+        }
         args.extend([
             "--".into(),
             "/bin/sh".into(),
@@ -441,8 +496,8 @@ impl Sandbox for BubblewrapSandbox {
             Spawn {
                 program: &self.bwrap,
                 args,
-                env: runner::environment(&request, runner::home().as_str(), "/tmp"),
-                cwd: workdir.root(),
+                env: Vec::new(),
+                cwd: Path::new("/"),
                 limits,
                 run_as: self.run_as,
                 timeout: request.timeout,

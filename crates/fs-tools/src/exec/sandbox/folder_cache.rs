@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use trellis_backend::{Backend, Entry, VirtualPath};
 
-use super::workdir::{Owner, write_copy};
+use super::workdir::{Owner, PRIVATE_DIR, write_copy};
 
 /// How long an unused copy is kept.
 const MAX_IDLE: Duration = Duration::from_secs(3600);
@@ -36,8 +36,10 @@ impl FolderCache {
     /// A cache in a new private directory under `parent`, readable by `owner` (the user commands
     /// run as) and nobody else.
     pub fn new(parent: &Path, owner: Option<Owner>) -> std::io::Result<Self> {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::Builder::new()
             .prefix("trellis-skill-cache-")
+            .permissions(std::fs::Permissions::from_mode(PRIVATE_DIR))
             .tempdir_in(parent)?;
         if let Some(owner) = owner {
             std::os::unix::fs::chown(dir.path(), Some(owner.uid), Some(owner.gid))?;

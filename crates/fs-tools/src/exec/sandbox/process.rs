@@ -154,10 +154,13 @@ fn kill_group(pgid: Option<u32>) {
     let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
 }
 
-/// The first executable called `name` on `PATH`, else in `/usr/bin` or `/bin`.
+/// The first executable called `name` in an absolute directory of `PATH`, else in `/usr/bin` or
+/// `/bin` (a relative `PATH` entry would resolve against whatever the working directory is when
+/// the program is started).
 pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
+        .filter(|dir| dir.is_absolute())
         .chain([PathBuf::from("/usr/bin"), PathBuf::from("/bin")])
         .map(|dir| dir.join(name))
         .find(|candidate| is_executable(candidate))

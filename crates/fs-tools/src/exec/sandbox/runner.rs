@@ -37,6 +37,11 @@ pub(crate) fn checked(request: &ExecRequest, limits: &SandboxLimits) -> Result<E
                 "{name:?} is not a usable environment variable"
             )));
         }
+        if loader_variable(name) {
+            return Err(SandboxError::InvalidRequest(format!(
+                "{name} is read by the dynamic loader or the C library of every program, the sandbox's host-side helpers included; a request may not set it"
+            )));
+        }
     }
     let top = request.cwd.segments().next().unwrap_or("");
     if super::workdir::RESERVED.contains(&top) {
@@ -48,6 +53,29 @@ pub(crate) fn checked(request: &ExecRequest, limits: &SandboxLimits) -> Result<E
     let mut request = request.clone();
     request.timeout = request.timeout.min(limits.max_timeout);
     Ok(request)
+}
+
+/// Variables the C library treats as unsafe for privileged programs (glibc's `UNSECURE_ENVVARS`,
+/// less `TMPDIR`): every `LD_*` one (`LD_PRELOAD`, `LD_LIBRARY_PATH`, `LD_AUDIT`, …) and these.
+/// They make any dynamically linked program load code or data from where they say.
+const LOADER_VARIABLES: &[&str] = &[
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_TRACE",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TZDIR",
+];
+
+/// True for a variable a request may not set (see [`LOADER_VARIABLES`]).
+fn loader_variable(name: &str) -> bool {
+    name.starts_with("LD_") || LOADER_VARIABLES.contains(&name)
 }
 
 /// The clean environment: the base variables, then the request's.

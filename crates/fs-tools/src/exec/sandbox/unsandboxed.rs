@@ -105,6 +105,7 @@ impl Sandbox for UnsandboxedShell {
                     enforced: rl,
                     detail: format!("RLIMIT_FSIZE {}", human_bytes(l.max_file_bytes)),
                 },
+                none(LimitKind::Tmp, "the host's temporary directory"),
                 LimitStatus {
                     kind: LimitKind::Output,
                     enforced: true,

@@ -27,9 +27,11 @@ where
     working_directory_is_the_requested_one(s, fresh().await).await;
     environment_is_clean(s, fresh().await).await;
     writes_come_back(s, fresh().await).await;
+    a_walk_error_deletes_nothing(s, fresh().await).await;
     read_only_parts_are_never_written_back(s, fresh().await).await;
     a_concurrent_change_is_a_conflict(s, fresh().await).await;
     denied_writes_are_listed_not_written(s, fresh().await).await;
+    a_conflict_copy_keeps_the_write_rules(s, fresh().await).await;
     unreadable_files_are_not_materialized(s, fresh().await).await;
     on_reach_mounts_bring_only_named_folders(s, fresh().await).await;
     the_timeout_kills_the_command(s, fresh().await).await;
@@ -208,6 +210,36 @@ async fn a_concurrent_change_is_a_conflict(s: &dyn Sandbox, b: Arc<dyn Backend>)
     assert!(!out.succeeded());
 }
 
+/// The copy kept beside a conflicting file is a write like any other: where the rules do not let
+/// the agent write it, it is not kept (review F11).
+async fn a_conflict_copy_keeps_the_write_rules(s: &dyn Sandbox, b: Arc<dyn Backend>) {
+    seed(b.as_ref(), &[("/notes/a.md", "original")]).await;
+    let files = ExecFiles::new(b.clone()).writable(PathFilter::new(|path| path.as_str().ends_with(".md")));
+    let request = ExecRequest::new("echo mine > notes/a.md; sleep 1.5");
+    let (out, ()) = tokio::join!(exec(s, &files, request), async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        b.write(&p("/notes/a.md"), "theirs".into(), WriteMode::Overwrite)
+            .await
+            .unwrap();
+    });
+    assert_eq!(
+        text(b.as_ref(), "/notes/a.md").await.as_deref(),
+        Some("theirs"),
+        "{out:?}"
+    );
+    assert_eq!(
+        out.not_written
+            .iter()
+            .map(|n| (n.path.as_str(), &n.reason))
+            .collect::<Vec<_>>(),
+        [("/notes/a.md", &NotWrittenReason::Conflict { kept_at: None })],
+        "{}: {out:?}",
+        s.name()
+    );
+    let listed = b.ls(&p("/notes")).await.unwrap();
+    assert_eq!(listed.len(), 1, "a conflict copy was kept: {listed:?}");
+}
+
 async fn denied_writes_are_listed_not_written(s: &dyn Sandbox, b: Arc<dyn Backend>) {
     let files =
         ExecFiles::new(b.clone()).writable(PathFilter::new(|path| !path.as_str().starts_with("/locked")));
@@ -338,11 +370,66 @@ async fn links_are_never_written_back(s: &dyn Sandbox, b: Arc<dyn Backend>) {
     );
 }
 
+/// A part of the copy the write-back cannot walk is an error, never a deletion (review F4): a
+/// directory the command made unreadable (`chmod 000`, which stops a walk by a non-root Trellis),
+/// and one moved to a host path longer than `PATH_MAX` (which stops a root one too).
+async fn a_walk_error_deletes_nothing(s: &dyn Sandbox, b: Arc<dyn Backend>) {
+    seed(
+        b.as_ref(),
+        &[("/w/a.txt", "keep me"), ("/v/b.txt", "keep me too")],
+    )
+    .await;
+    let files = ExecFiles::new(b.clone());
+    let out = exec(s, &files, ExecRequest::new("chmod 000 w")).await;
+    assert_eq!(
+        text(b.as_ref(), "/w/a.txt").await.as_deref(),
+        Some("keep me"),
+        "{}: {out:?}",
+        s.name()
+    );
+    assert!(
+        !out.changes.iter().any(|c| c.kind == FileChangeKind::Deleted),
+        "{out:?}"
+    );
+    let walk_stopped = |out: &trellis_backend::ExecOutput| {
+        out.not_written
+            .iter()
+            .any(|n| matches!(n.reason, NotWrittenReason::Failed(_)))
+    };
+    if rustix::process::geteuid().is_root() {
+        // Root reads the directory anyway: nothing failed, nothing changed.
+        assert!(out.not_written.is_empty() || walk_stopped(&out), "{out:?}");
+    } else {
+        assert!(walk_stopped(&out), "{out:?}");
+    }
+    // b.txt moved 24 levels of 200-character names down, built by renames (no long path is
+    // ever used inside): the host path of the copy there is past PATH_MAX.
+    let deep = "d=$(printf 'd%.0s' $(seq 200)); mkdir $d && mv b.txt $d/ && \
+                for i in $(seq 23); do mkdir n && mv $d n/ && mv n $d || exit 1; done";
+    let out = exec(s, &files, ExecRequest::new(deep).cwd(p("/v"))).await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(
+        text(b.as_ref(), "/v/b.txt").await.as_deref(),
+        Some("keep me too"),
+        "{}: {out:?}",
+        s.name()
+    );
+    assert!(walk_stopped(&out), "{out:?}");
+    assert!(!out.succeeded(), "{out:?}");
+}
+
 async fn bad_requests_are_refused(s: &dyn Sandbox, b: Arc<dyn Backend>) {
     let files = ExecFiles::new(b);
     for request in [
         ExecRequest::new("  "),
         ExecRequest::new("true").env("BAD NAME", "x"),
+        // Variables the dynamic loader or the C library act on would reach the host-side helpers
+        // (prlimit, bwrap) too (review F12).
+        ExecRequest::new("true").env("LD_PRELOAD", "./x.so"),
+        ExecRequest::new("true").env("LD_LIBRARY_PATH", "."),
+        ExecRequest::new("true").env("LD_AUDIT", "./x.so"),
+        ExecRequest::new("true").env("GCONV_PATH", "."),
+        ExecRequest::new("true").env("GLIBC_TUNABLES", "glibc.malloc.check=3"),
         ExecRequest::new("true").cwd(p("/proc/1")),
     ] {
         match s.execute(&files, &request).await {

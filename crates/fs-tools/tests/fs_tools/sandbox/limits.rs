@@ -51,6 +51,7 @@ async fn every_limit_is_reported_and_enforced_here() {
         LimitKind::Processes,
         LimitKind::Memory,
         LimitKind::FileSize,
+        LimitKind::Tmp,
         LimitKind::Output,
     ] {
         assert!(
@@ -199,4 +200,34 @@ async fn a_process_that_ignores_sigterm_and_double_forks_is_gone_after_the_timeo
     let needle = format!("sleep {marker}");
     let left = host_processes(|_, cmdline| cmdline.contains(&needle));
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tmp_is_capped_at_its_size() {
+    let Some(_) = bwrap("/tmp size") else { return };
+    let mut limits = SandboxLimits::default();
+    limits.max_tmp_bytes = 64 << 20;
+    let small = BubblewrapSandbox::new(BubblewrapConfig::default().limits(limits)).unwrap();
+    if !enforced(&small, LimitKind::Tmp) {
+        return;
+    }
+    let out = run(
+        &small,
+        ExecRequest::new("head -c 100M /dev/zero > /tmp/f; echo status=$?; du -m /tmp/f")
+            .timeout(Duration::from_secs(60)),
+    )
+    .await;
+    assert!(out.output.contains("No space left on device"), "{out:?}");
+    assert!(!out.output.contains("status=0"), "{out:?}");
+    // /dev is a tmpfs too: its only writable part is /dev/shm, capped the same way.
+    let out = run(
+        &small,
+        ExecRequest::new(
+            "touch /dev/x && echo dev-writable; head -c 100M /dev/zero > /dev/shm/f; echo shm=$?",
+        )
+        .timeout(Duration::from_secs(60)),
+    )
+    .await;
+    assert!(!out.output.contains("dev-writable"), "{out:?}");
+    assert!(out.output.contains("shm=1"), "{out:?}");
 }

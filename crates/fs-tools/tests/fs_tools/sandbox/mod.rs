@@ -12,6 +12,7 @@ mod cache;
 mod conformance;
 mod escapes;
 mod limits;
+mod private;
 mod suites;
 
 use std::sync::{Arc, OnceLock};

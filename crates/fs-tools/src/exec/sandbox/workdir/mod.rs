@@ -41,6 +41,10 @@ pub const RESERVED: &[&str] = &[
     "bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "proc", "dev", "sys", "tmp", "run",
 ];
 
+/// The mode of a command's copy and of the skill folder cache: its user's alone. The files and
+/// directories below keep ordinary modes (0644/0755): no other user can reach them through it.
+pub(crate) const PRIVATE_DIR: u32 = 0o700;
+
 /// How many files are read from the backend at once while materializing.
 const READ_BATCH: usize = 256;
 
@@ -86,8 +90,10 @@ impl Workdir {
         owner: Option<Owner>,
         cache: Option<&FolderCache>,
     ) -> Result<Self, SandboxError> {
+        // 0700 from the start: nobody else may list or enter it, even while it is filled.
         let dir = tempfile::Builder::new()
             .prefix("trellis-exec-")
+            .permissions(fs::Permissions::from_mode(PRIVATE_DIR))
             .tempdir_in(parent)
             .map_err(SandboxError::io(format!(
                 "creating a work directory in {}",
@@ -369,6 +375,6 @@ fn chown_tree(root: &Path, owner: Owner) -> Result<(), SandboxError> {
             }
         }
     }
-    let _ = fs::set_permissions(root, fs::Permissions::from_mode(0o700));
+    let _ = fs::set_permissions(root, fs::Permissions::from_mode(PRIVATE_DIR));
     Ok(())
 }

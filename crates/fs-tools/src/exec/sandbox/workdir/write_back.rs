@@ -25,12 +25,30 @@ impl Workdir {
         let skip: Vec<PathBuf> = self.read_only.iter().map(|p| self.host_path(p)).collect();
         let walked = tokio::task::spawn_blocking(move || walk(&root, &skip))
             .await
-            .unwrap_or_default();
+            .unwrap_or_else(|e| {
+                vec![Found::Unreadable {
+                    path: "/".into(),
+                    error: format!("the walk failed: {e}"),
+                }]
+            });
         let mut changes = Vec::new();
         let mut not_written = Vec::new();
         let mut present = BTreeSet::new();
+        // A file the walk did not see may be below what it could not read (or moved there): with
+        // any part unread, nothing is deleted.
+        let mut unread = false;
         for found in walked {
             let path = match found {
+                Found::Unreadable { path, error } => {
+                    unread = true;
+                    not_written.push(NotWritten {
+                        path,
+                        reason: NotWrittenReason::Failed(format!(
+                            "could not be read back ({error}); nothing in it was written back, and nothing the command may have removed was deleted"
+                        )),
+                    });
+                    continue;
+                }
                 Found::File { path, size, mtime } => {
                     present.insert(path.clone());
                     let unchanged = self
@@ -83,7 +101,7 @@ impl Workdir {
             match files.backend.write(&path, data.clone(), mode).await {
                 Ok(_) => changes.push(FileChange { path, kind }),
                 Err(BackendError::Conflict { .. }) => {
-                    let kept_at = keep_beside(files.backend.as_ref(), &path, conflict_tag, data).await;
+                    let kept_at = keep_beside(files, &path, conflict_tag, data).await;
                     not_written.push(NotWritten {
                         path: path.to_string(),
                         reason: NotWrittenReason::Conflict { kept_at },
@@ -98,6 +116,13 @@ impl Workdir {
             }
             if !files.may_write(path) {
                 not_written.push(denied(path));
+                continue;
+            }
+            if unread {
+                not_written.push(failed(
+                    path,
+                    "not deleted: part of the copy could not be read back, so a removed file cannot be told from a moved one".into(),
+                ));
                 continue;
             }
             match delete_if_unchanged(files.backend.as_ref(), path, copied.version.as_ref()).await {
@@ -132,16 +157,16 @@ fn failed(path: &VirtualPath, why: String) -> NotWritten {
     }
 }
 
-/// Keep the command's version of a conflicting file at `<path>.conflict-<tag>`.
-async fn keep_beside(
-    backend: &dyn Backend,
-    path: &VirtualPath,
-    tag: &str,
-    data: Bytes,
-) -> Option<VirtualPath> {
+/// Keep the command's version of a conflicting file at `<path>.conflict-<tag>`, if the rules let
+/// the agent write there (the copy is a write like any other).
+async fn keep_beside(files: &ExecFiles, path: &VirtualPath, tag: &str, data: Bytes) -> Option<VirtualPath> {
     let name = format!("{}.conflict-{tag}", path.file_name()?);
     let beside = path.parent()?.join(&name).ok()?;
-    backend
+    if !files.may_write(&beside) {
+        return None;
+    }
+    files
+        .backend
         .write(&beside, data, WriteMode::CreateNew)
         .await
         .ok()
@@ -178,15 +203,42 @@ enum Found {
     Other(String),
     /// A name that is not a valid virtual path.
     BadName(String),
+    /// A directory that could not be listed, or an entry that could not be examined (by its
+    /// lossy virtual name): what is below it is unknown.
+    Unreadable { path: String, error: String },
 }
 
 /// Walk the copy without following links, leaving out reserved top-level names and `skip`.
 fn walk(root: &Path, skip: &[PathBuf]) -> Vec<Found> {
     let mut found = Vec::new();
     let mut stack = vec![root.to_path_buf()];
+    let name_of = |host: &Path| {
+        host.strip_prefix(root)
+            .map(|rel| format!("/{}", rel.to_string_lossy()))
+            .unwrap_or_default()
+    };
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&dir) else { continue };
-        for entry in entries.flatten() {
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                found.push(Found::Unreadable {
+                    path: name_of(&dir),
+                    error: e.to_string(),
+                });
+                continue;
+            }
+        };
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    found.push(Found::Unreadable {
+                        path: name_of(&dir),
+                        error: e.to_string(),
+                    });
+                    break;
+                }
+            };
             let host = entry.path();
             if dir == root && entry.file_name().to_str().is_some_and(|n| RESERVED.contains(&n)) {
                 continue;
@@ -194,12 +246,16 @@ fn walk(root: &Path, skip: &[PathBuf]) -> Vec<Found> {
             if skip.contains(&host) {
                 continue;
             }
-            let virtual_name = host
-                .strip_prefix(root)
-                .map(|rel| format!("/{}", rel.to_string_lossy()))
-                .unwrap_or_default();
-            let Ok(meta) = fs::symlink_metadata(&host) else {
-                continue;
+            let virtual_name = name_of(&host);
+            let meta = match fs::symlink_metadata(&host) {
+                Ok(meta) => meta,
+                Err(e) => {
+                    found.push(Found::Unreadable {
+                        path: virtual_name,
+                        error: e.to_string(),
+                    });
+                    continue;
+                }
             };
             let kind = meta.file_type();
             if kind.is_dir() {
