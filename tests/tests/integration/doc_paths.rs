@@ -9,7 +9,7 @@
 //!   the crate's own folders (`src/…`, `tests/…`, `benches/…`); a trailing `:LINE` or
 //!   `:FROM-TO` is dropped;
 //! - the target of a relative Markdown link (`[text](../other.md#anchor)`), resolved from the
-//!   page's folder.
+//!   page's folder, when it stays inside the repository.
 //!
 //! Patterns are not paths: a reference holding `*`, `{`, `<` or `…` is skipped, and so is one
 //! under a folder `.gitignore` lists (`fuzz/artifacts/` and the like only exist after a run).
@@ -130,6 +130,21 @@ fn without_line_suffix(path: &str) -> &str {
     }
 }
 
+/// `path` with `.` and `..` components folded away, without touching the file system.
+fn lexically_normal(path: &Path) -> PathBuf {
+    let mut normal = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                normal.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
+    normal
+}
+
 fn is_pattern(path: &str) -> bool {
     path.contains(['*', '{', '<', '…', ' ', '$'])
 }
@@ -174,7 +189,10 @@ fn missing_on_page(root: &Path, page: &Path, ignored: &[String]) -> Vec<String> 
         {
             continue;
         }
-        if !dir.join(target).exists() {
+        let resolved = lexically_normal(&dir.join(target));
+        // A link that leaves the repository (the steering repo's `shared/` beside a checkout) is not
+        // a repository path: whether it resolves depends on where the clone sits.
+        if resolved.starts_with(root) && !resolved.exists() {
             missing.push(format!("{}: link ({target})", shown(page)));
         }
     }
@@ -207,14 +225,18 @@ fn every_path_the_docs_name_exists() {
 #[test]
 fn the_checker_reports_a_missing_path_and_accepts_real_ones() {
     let root = repo_root();
-    let dir = tempfile::tempdir().expect("a temporary folder");
+    // Inside the repository, so that its links count as repository paths.
+    let dir = tempfile::Builder::new()
+        .prefix(".doc-paths-test")
+        .tempdir_in(&root)
+        .expect("a temporary folder in the repository");
     let page = dir.path().join("page.md");
     std::fs::write(dir.path().join("other.md"), "# other\n").expect("write the linked page");
     std::fs::write(
         &page,
         "See `crates/agent/src/no_such_file.rs:12`, `crates/backend/src/lib.rs:1-9`,\n\
          `crates/*/README.md`, `fuzz/artifacts/x`, [a link](no-such-page.md#x) and \
-         [another page](other.md#top).\n```rust\n// `crates/inside/a/fence.rs`\n```\n",
+         [another page](other.md#top), [outside](../../../../outside-the-repo.md).\n```rust\n// `crates/inside/a/fence.rs`\n```\n",
     )
     .expect("write the page");
     let missing = missing_on_page(&root, &page, &ignored_dirs(&root));
