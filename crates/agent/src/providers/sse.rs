@@ -8,8 +8,14 @@
 //! or sends nothing for [`HttpConfig::stream_idle_timeout`](super::http::HttpConfig) is
 //! [`ModelError::Transport`] (retried from the start); a reply larger than the response limit is
 //! [`ModelError::Other`].
+//!
+//! The limit counts the raw bytes as they arrive, before the event parser sees them: the parser
+//! holds an unfinished line, and the data lines of an unfinished event, until their end comes, so
+//! counting finished events only would let a line without an end grow until the idle timeout.
 
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, HeaderValue};
@@ -33,6 +39,9 @@ type Events = Pin<Box<dyn Stream<Item = Result<Sse, sse_stream::Error>> + Send>>
 #[derive(Debug)]
 pub(crate) struct EventStream {
     events: ReplyStream<Events>,
+    /// Set once the raw bytes passed the response limit (see [`capped`]).
+    over_limit: Arc<AtomicBool>,
+    limit: usize,
 }
 
 /// What a request for a stream got: events, or — from a server or gateway that ignores
@@ -74,9 +83,14 @@ impl HttpClient {
             return Ok(Opened::Whole(self.read_body(&mut response).await?));
         }
         let http = answered(response.status().as_u16(), request_id(response.headers()));
-        let events = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
+        let over_limit = Arc::new(AtomicBool::new(false));
+        let limit = self.max_response_bytes();
+        let bytes = capped(response.bytes_stream(), limit, over_limit.clone());
+        let events = SseStream::from_bytes_stream(bytes).boxed();
         Ok(Opened::Events(EventStream {
             events: ReplyStream::new(events, self, http),
+            over_limit,
+            limit,
         }))
     }
 
@@ -122,9 +136,10 @@ impl HttpClient {
 impl ReplyEvents for EventStream {
     /// The next event with data; `None` at the end of the stream.
     async fn next(&mut self) -> Result<Option<ReplyEvent>, ModelError> {
-        let data_len = |event: &Sse| event.data.as_ref().map_or(0, String::len);
+        // The raw bytes are counted (and capped) below the parser, by `capped`.
+        let counted_below = |_: &Sse| 0;
         loop {
-            match self.events.next(data_len).await {
+            match self.events.next(counted_below).await {
                 Ok(None) => return Ok(None),
                 Ok(Some(Sse {
                     event: name,
@@ -132,6 +147,12 @@ impl ReplyEvents for EventStream {
                     ..
                 })) => return Ok(Some(ReplyEvent { name, data })),
                 Ok(Some(_)) => {}
+                Err(_) if self.over_limit.load(Ordering::Acquire) => {
+                    return Err(self.with_exchange(ModelError::Other {
+                        message: format!("the streamed reply is larger than the {}-byte limit", self.limit),
+                        http: None,
+                    }));
+                }
                 Err(e) => return Err(self.with_exchange(e)),
             }
         }
@@ -140,6 +161,37 @@ impl ReplyEvents for EventStream {
     fn with_exchange(&self, error: ModelError) -> ModelError {
         self.events.with_exchange(error)
     }
+}
+
+/// `chunks` as they come, ending with an error (and `over_limit` set) once more than `limit` bytes
+/// have come, so that nothing above ever holds more than `limit` bytes of the reply.
+fn capped<S>(
+    chunks: S,
+    limit: usize,
+    over_limit: Arc<AtomicBool>,
+) -> impl Stream<Item = Result<bytes::Bytes, std::io::Error>>
+where
+    S: Stream<Item = reqwest::Result<bytes::Bytes>>,
+{
+    let mut seen = 0usize;
+    chunks
+        .map(move |chunk| {
+            let chunk = chunk.map_err(std::io::Error::other)?;
+            seen = seen.saturating_add(chunk.len());
+            if seen > limit {
+                over_limit.store(true, Ordering::Release);
+                return Err(std::io::Error::other(format!("more than {limit} bytes")));
+            }
+            Ok(chunk)
+        })
+        // Nothing after the first error: a reader that goes on would buffer past the limit.
+        .scan(false, |failed, item| {
+            if *failed {
+                return futures::future::ready(None);
+            }
+            *failed = item.is_err();
+            futures::future::ready(Some(item))
+        })
 }
 
 /// `body` delivered in chunks split at `cuts` (byte offsets, taken modulo the length), as an

@@ -103,8 +103,19 @@ async fn an_error_body_over_the_limit_is_refused_too() {
     assert_over_limit(&error);
 }
 
-/// A server that answers every connection with a chunked body of `total` bytes and no length.
+/// A server that answers every connection with a chunked JSON body of `total` spaces and no length.
 async fn chunked_server(total: usize) -> String {
+    chunked_server_of("application/json", "", b' ', total).await
+}
+
+/// A server that answers every connection with a chunked `content_type` body: `prefix`, then
+/// `total` bytes of `filler`, and no length. Returns its base URL.
+async fn chunked_server_of(
+    content_type: &'static str,
+    prefix: &'static str,
+    filler: u8,
+    total: usize,
+) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -113,12 +124,17 @@ async fn chunked_server(total: usize) -> String {
                 let mut request = vec![0u8; 64 * 1024];
                 // One read is enough for the small request these tests send.
                 let _ = socket.read(&mut request).await;
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-                            transfer-encoding: chunked\r\n\r\n";
+                let mut head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n\r\n"
+                );
+                // An empty chunk would end the body.
+                if !prefix.is_empty() {
+                    head.push_str(&format!("{:x}\r\n{prefix}\r\n", prefix.len()));
+                }
                 if socket.write_all(head.as_bytes()).await.is_err() {
                     return;
                 }
-                let chunk = vec![b' '; 1024];
+                let chunk = vec![filler; 1024];
                 let mut sent = 0;
                 while sent < total {
                     let frame = format!("{:x}\r\n", chunk.len());
@@ -146,4 +162,21 @@ async fn a_chunked_body_is_cut_off_once_it_crosses_the_limit() {
         .await
         .unwrap_err();
     assert_over_limit(&error);
+}
+
+#[tokio::test]
+async fn an_event_stream_line_that_never_ends_is_cut_off_at_the_limit() {
+    // Review finding F10: `data: ` and then 64 MiB with no newline. The event parser would hold the
+    // unfinished line whole; the client must count the raw bytes and stop at the limit instead of
+    // waiting for an event that never completes.
+    let base = chunked_server_of("text/event-stream", "data: ", b'a', 64 * 1024 * 1024).await;
+    let error = openai_at(&format!("{base}/v1"))
+        .stream(hello(), &|_| {})
+        .await
+        .unwrap_err();
+    assert_over_limit(&error);
+    assert!(
+        !error.is_transient(),
+        "a reply over the limit is not retried: {error:?}"
+    );
 }
