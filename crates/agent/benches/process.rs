@@ -14,6 +14,12 @@
 //!   warm catalog cache (the default) and with `--no-cache`, against the floor: one
 //!   `find | xargs head -c 4096` over every `SKILL.md` in the same run (target: ≤ 1.5× the floor).
 //!   Peak RSS of each is `/usr/bin/time -f %M` of a separate run (target at 61,000: ≤ 64 MB).
+//! * `execute_workdir`: what a `--workdir` costs `execute` (issue 33's target: a 10,000-file,
+//!   40 MB workdir adds at most 25 ms to an `execute` of `true` over an empty one). `trellis run
+//!   --sandbox bwrap --ask none` with 0 and 5 `execute` calls, once with an empty workdir and
+//!   once with the large one, interleaved; `added_per_execute_ms` = ((large 5 − large 0) −
+//!   (empty 5 − empty 0)) / 5, so process start-up and the model's round trips cancel out. Skipped
+//!   (with the reason) where bubblewrap does not run.
 //! * `latency_proxy` (when `TRELLIS_S3_ENDPOINT` is set): `trellis skills list --json` of 5,000
 //!   skills on the S3 emulator with a warm persisted catalog, straight and through a loopback
 //!   proxy adding 50 ms to every request (`TRELLIS_BENCH_LATENCY_MS`).
@@ -184,6 +190,93 @@ fn run_steps(model_url: &str, root: &Path) {
     );
 }
 
+/// A workdir of `files` files of 4 KiB each in 100 folders, made once under `root`.
+fn workdir(root: &Path, files: usize) -> PathBuf {
+    let dir = root.join(format!("workdir-{files}"));
+    if dir.exists() {
+        return dir;
+    }
+    let partial = root.join(format!("workdir-{files}.partial"));
+    let _ = std::fs::remove_dir_all(&partial);
+    let page = vec![b'x'; 4096];
+    for i in 0..files {
+        let folder = partial.join(format!("d{:03}", i % 100));
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join(format!("f{i:05}.txt")), &page).unwrap();
+    }
+    std::fs::rename(&partial, &dir).unwrap();
+    dir
+}
+
+/// `trellis run --sandbox bwrap` with `--workdir workdir` and `calls` calls of `execute true`.
+fn execute_command(cwd: &Path, workdir: &Path, model_url: &str, calls: usize) -> Command {
+    let mut c = trellis(cwd);
+    c.args([
+        "run",
+        "--model",
+        "openai:bench",
+        "--sandbox",
+        "bwrap",
+        "--ask",
+        "none",
+    ])
+    .arg("--workdir")
+    .arg(workdir)
+    .arg(format!("Run it. steps={calls} tool=execute"))
+    .env("OPENAI_API_KEY", "bench-key")
+    .env("OPENAI_BASE_URL", model_url);
+    c
+}
+
+fn execute_workdir(model_url: &str, root: &Path) {
+    let (files, calls, runs) = if smoke() { (20, 1, 1) } else { (10_000, 5, 5) };
+    let cwd = tempfile::tempdir().unwrap();
+    let empty = root.join("workdir-empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let large = workdir(root, files);
+    // A correct run first, which also tells whether bubblewrap runs here.
+    let out = execute_command(cwd.path(), &large, model_url, calls)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        println!(
+            "{}",
+            json!({"bench": "process", "case": "execute_workdir", "skipped": stderr.trim()})
+        );
+        return;
+    }
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        answer.contains(&format!("after {calls} steps")),
+        "{answer}\n{stderr}"
+    );
+    let dirs = [&empty, &large];
+    let mut times = vec![vec![Vec::new(); 2]; 2];
+    for _ in 0..runs {
+        for (d, dir) in dirs.iter().enumerate() {
+            for (s, n) in [0, calls].into_iter().enumerate() {
+                times[d][s].push(timed(&mut execute_command(cwd.path(), dir, model_url, n)));
+            }
+        }
+    }
+    let t = |d: usize, s: usize| ms(median(times[d][s].clone()));
+    let per_execute = |d: usize| (t(d, 1) - t(d, 0)) / calls as f64;
+    println!(
+        "{}",
+        json!({
+            "bench": "process", "case": "execute_workdir", "files": files,
+            "bytes": files * 4096, "calls": calls, "runs": runs,
+            "t_empty_0_ms": t(0, 0), "t_empty_calls_ms": t(0, 1),
+            "t_large_0_ms": t(1, 0), "t_large_calls_ms": t(1, 1),
+            "per_execute_empty_ms": round2(per_execute(0)),
+            "per_execute_large_ms": round2(per_execute(1)),
+            "added_per_execute_ms": round2(per_execute(1) - per_execute(0)),
+            "target_added_per_execute_ms": 25.0,
+        })
+    );
+}
+
 /// `skills list` (text and `--json`, warm cache and `--no-cache`) of `dir` against the floor.
 fn skills_list(case: &str, dir: &Path, skills: usize, runs: usize) {
     let cwd = tempfile::tempdir().unwrap();
@@ -307,6 +400,9 @@ fn main() {
         std::env::var_os("TRELLIS_BENCH_ROOT").map_or_else(|| temp.path().to_path_buf(), PathBuf::from);
     if wanted("run_steps") || smoke() {
         run_steps(&model_url, &root);
+    }
+    if wanted("execute_workdir") || smoke() {
+        execute_workdir(&model_url, &root);
     }
     if smoke() {
         skills_list("skills_list", &root.join("lib-3/skills"), 3, 1);
