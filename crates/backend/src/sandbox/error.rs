@@ -35,6 +35,16 @@ pub enum SandboxUnavailable {
         /// What bubblewrap printed.
         detail: String,
     },
+    /// The control-group parent the configuration names cannot hold command groups.
+    #[error(
+        "the configured cgroup parent {parent} cannot be used: {detail}; give a cgroup v2 directory this process may write whose cgroup.subtree_control enables memory and pids (for example a systemd unit's subgroup with Delegate=yes), or leave it unset"
+    )]
+    ControlGroups {
+        /// The directory configured.
+        parent: String,
+        /// What was wrong.
+        detail: String,
+    },
     /// Not available on this operating system.
     #[error("the {sandbox} sandbox is not available on {os}")]
     UnsupportedPlatform {

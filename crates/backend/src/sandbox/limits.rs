@@ -12,6 +12,14 @@ pub struct SandboxLimits {
     pub max_processes: u64,
     /// Most address space one process may map, in bytes (`RLIMIT_AS`). Default 4 GiB.
     pub max_memory_bytes: u64,
+    /// Most memory all the command's processes may use together, in bytes: their pages, the
+    /// page cache they fill and what they write into the in-memory `/tmp` (a control group's
+    /// `memory.max`). Past it the kernel reclaims, then kills a process of the command. Default
+    /// 4 GiB.
+    pub max_total_memory_bytes: u64,
+    /// Most CPU time the command may use, in percent of one core per wall-clock second (a control
+    /// group's `cpu.max`): 200 is two cores' worth. Default 200.
+    pub max_cpu_percent: u32,
     /// Largest file a process may write, in bytes (`RLIMIT_FSIZE`). Default 1 GiB.
     pub max_file_bytes: u64,
     /// Size of the sandbox's private `/tmp`, a tmpfs in the host's memory, in bytes. Default
@@ -31,6 +39,8 @@ impl Default for SandboxLimits {
         Self {
             max_processes: 256,
             max_memory_bytes: 4 << 30,
+            max_total_memory_bytes: 4 << 30,
+            max_cpu_percent: 200,
             max_file_bytes: 1 << 30,
             max_tmp_bytes: 1 << 30,
             output_bytes: 32 * 1024,
@@ -56,6 +66,10 @@ pub enum LimitKind {
     Processes,
     /// At most `max_memory_bytes` of address space per process.
     Memory,
+    /// At most `max_total_memory_bytes` of memory for all the command's processes together.
+    TotalMemory,
+    /// At most `max_cpu_percent` of one core.
+    Cpu,
     /// No file larger than `max_file_bytes`.
     FileSize,
     /// The private `/tmp` (in memory) holds at most `max_tmp_bytes`.
@@ -74,6 +88,8 @@ impl LimitKind {
             Self::Timeout => "timeout",
             Self::Processes => "processes",
             Self::Memory => "memory",
+            Self::TotalMemory => "total_memory",
+            Self::Cpu => "cpu",
             Self::FileSize => "file_size",
             Self::Tmp => "tmp",
             Self::Output => "output",

@@ -142,6 +142,9 @@ pub struct ExecOutput {
     pub exit_code: Option<i32>,
     /// True when the timeout killed the command.
     pub timed_out: bool,
+    /// True when the kernel killed a process of the command because its processes together went
+    /// over [`SandboxLimits::max_total_memory_bytes`](super::SandboxLimits::max_total_memory_bytes).
+    pub out_of_memory: bool,
     /// True when `output` is not the whole output.
     pub truncated: bool,
     /// Bytes of output the command wrote in all.
@@ -167,6 +170,7 @@ impl ExecOutput {
             output,
             exit_code,
             timed_out: false,
+            out_of_memory: false,
             truncated: false,
             full_output_path: None,
             changes: Vec::new(),

@@ -26,6 +26,11 @@ pub(crate) fn render(out: &ExecOutput, timeout_secs: u64) -> String {
         (false, Some(code)) => text.push_str(&format!("exit code {code}\n")),
         (false, None) => text.push_str("killed by a signal\n"),
     }
+    if out.out_of_memory {
+        text.push_str(
+            "a process was killed: the command's processes together used more memory than its limit\n",
+        );
+    }
     if out.truncated {
         match &out.full_output_path {
             Some(path) => text.push_str(&format!(
@@ -81,4 +86,22 @@ fn list(items: &[String]) -> String {
         shown.push_str(&format!(" and {} more", items.len() - LISTED));
     }
     shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_killed_for_its_memory_says_so() {
+        let mut out = ExecOutput::new("partial\n", None);
+        out.out_of_memory = true;
+        assert_eq!(
+            render(&out, 60),
+            "partial\n---\nkilled by a signal\n\
+             a process was killed: the command's processes together used more memory than its limit"
+        );
+        out.out_of_memory = false;
+        assert!(!render(&out, 60).contains("memory"));
+    }
 }

@@ -233,6 +233,7 @@ impl ExecuteTool {
         let structured = json!({
             "exit_code": out.exit_code,
             "timed_out": out.timed_out,
+            "out_of_memory": out.out_of_memory,
             "truncated": out.truncated,
             "output_bytes": out.output_bytes,
             "full_output_path": out.full_output_path,

@@ -14,6 +14,10 @@
 //! root, the command runs as an unprivileged user (`nobody`, 65534, unless configured), with no
 //! capabilities: root would ignore the process limit, and should not be what a skill script runs
 //! as.
+//!
+//! Where this process may make control groups ([`Cgroups`]), each command also runs in a group of
+//! its own that bounds the memory, processes and CPU of all its processes together; the report
+//! says whether it does here.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -27,6 +31,7 @@ use trellis_backend::sandbox::{
 };
 
 use super::capture::Capture;
+use super::cgroup::Cgroups;
 use super::folder_cache::FolderCache;
 use super::process::{self, Rlimits, Spawn, find_program};
 use super::workdir::{Owner, Workdir};
@@ -66,6 +71,10 @@ pub struct BubblewrapConfig {
     /// Who runs commands when Trellis runs as root; default `nobody` (65534:65534). Ignored when
     /// Trellis does not run as root (commands then run as Trellis's own user).
     pub run_as_when_root: Option<Owner>,
+    /// A cgroup v2 directory to make each command's control group in (its `cgroup.subtree_control`
+    /// must enable `memory` and `pids`); default: found from this process's own groups (see
+    /// `docs/sandbox.md`). When given and unusable, [`BubblewrapSandbox::new`] fails.
+    pub cgroup_parent: Option<PathBuf>,
 }
 
 impl BubblewrapConfig {
@@ -78,6 +87,12 @@ impl BubblewrapConfig {
     /// Put commands' private copies under `dir`.
     pub fn work_root(mut self, dir: impl Into<PathBuf>) -> Self {
         self.work_root = Some(dir.into());
+        self
+    }
+
+    /// Make each command's control group under the cgroup v2 directory `dir`.
+    pub fn cgroup_parent(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cgroup_parent = Some(dir.into());
         self
     }
 }
@@ -97,6 +112,8 @@ pub struct BubblewrapSandbox {
     cache: Option<FolderCache>,
     /// [`system_mounts`], worked out once.
     system_mounts: Vec<OsString>,
+    /// Where each command's control group goes, or why there is none on this host.
+    cgroups: Result<Cgroups, String>,
     report: SandboxReport,
 }
 
@@ -144,6 +161,13 @@ impl BubblewrapSandbox {
             });
         }
         let prlimit = find_program("prlimit");
+        let cgroups = Cgroups::probe(config.cgroup_parent.as_deref());
+        if let (Some(dir), Err(why)) = (&config.cgroup_parent, &cgroups) {
+            return Err(SandboxUnavailable::ControlGroups {
+                parent: dir.display().to_string(),
+                detail: why.clone(),
+            });
+        }
         let work_root = config.work_root.unwrap_or_else(std::env::temp_dir);
         let root = process::current_uid() == 0;
         let wanted = root.then(|| {
@@ -167,6 +191,7 @@ impl BubblewrapSandbox {
             system,
             cache: None,
             system_mounts: Vec::new(),
+            cgroups,
             report: SandboxReport {
                 sandbox: "bubblewrap".into(),
                 limits: Vec::new(),
@@ -261,6 +286,7 @@ impl BubblewrapSandbox {
         let unprivileged = self.runs_as().uid != 0;
         let rl = self.prlimit.is_some();
         let no_prlimit = "prlimit(1) not found (install util-linux)".to_owned();
+        let no_cgroup = |why: &String| format!("no control group: {why}");
         SandboxReport {
             sandbox: "bubblewrap".into(),
             limits: vec![
@@ -284,8 +310,13 @@ impl BubblewrapSandbox {
                     true,
                     format!("PID namespace torn down at the timeout (at most {} s)", l.max_timeout.as_secs()),
                 ),
-                match (rl, unprivileged) {
-                    (true, true) => status(
+                match (&self.cgroups, rl, unprivileged) {
+                    (Ok(groups), _, _) => status(
+                        LimitKind::Processes,
+                        true,
+                        format!("pids.max {} per command ({})", l.max_processes, groups.describe()),
+                    ),
+                    (Err(_), true, true) => status(
                         LimitKind::Processes,
                         true,
                         format!(
@@ -294,8 +325,8 @@ impl BubblewrapSandbox {
                             self.runs_as().uid
                         ),
                     ),
-                    (false, _) => status(LimitKind::Processes, false, no_prlimit.clone()),
-                    (true, false) => status(
+                    (Err(_), false, _) => status(LimitKind::Processes, false, no_prlimit.clone()),
+                    (Err(_), true, false) => status(
                         LimitKind::Processes,
                         false,
                         "commands run as root (an unprivileged user's namespaces were refused), which RLIMIT_NPROC does not bind".into(),
@@ -309,6 +340,31 @@ impl BubblewrapSandbox {
                     )
                 } else {
                     status(LimitKind::Memory, false, no_prlimit.clone())
+                },
+                match &self.cgroups {
+                    Ok(groups) => status(
+                        LimitKind::TotalMemory,
+                        true,
+                        format!(
+                            "memory.max {} for all the command's processes ({})",
+                            human_bytes(l.max_total_memory_bytes),
+                            groups.describe()
+                        ),
+                    ),
+                    Err(why) => status(LimitKind::TotalMemory, false, no_cgroup(why)),
+                },
+                match &self.cgroups {
+                    Ok(groups) if groups.limits_cpu() => status(
+                        LimitKind::Cpu,
+                        true,
+                        format!("cpu.max {}% of one core ({})", l.max_cpu_percent, groups.describe()),
+                    ),
+                    Ok(groups) => status(
+                        LimitKind::Cpu,
+                        false,
+                        format!("the cpu controller is not available ({})", groups.describe()),
+                    ),
+                    Err(why) => status(LimitKind::Cpu, false, no_cgroup(why)),
                 },
                 if rl {
                     status(LimitKind::FileSize, true, format!("RLIMIT_FSIZE {}", human_bytes(l.max_file_bytes)))
@@ -480,12 +536,23 @@ impl Sandbox for BubblewrapSandbox {
             "-c".into(),
             request.command.clone().into(),
         ]);
+        let group = match &self.cgroups {
+            Ok(groups) => Some(
+                groups
+                    .create(&self.limits)
+                    .map_err(SandboxError::io("making the command's control group"))?,
+            ),
+            Err(_) => None,
+        };
         let limits = self.prlimit.as_deref().map(|prlimit| {
             let uid = self.runs_as().uid;
             (
                 prlimit,
                 Rlimits {
-                    processes: (uid != 0).then(|| process::processes_of(uid) + self.limits.max_processes),
+                    // The group's pids.max counts the command alone; RLIMIT_NPROC counts the
+                    // sandbox user's processes anywhere on the host, scanned from /proc.
+                    processes: (uid != 0 && group.is_none())
+                        .then(|| process::processes_of(uid) + self.limits.max_processes),
                     address_space: self.limits.max_memory_bytes,
                     file_size: self.limits.max_file_bytes,
                 },
@@ -501,11 +568,23 @@ impl Sandbox for BubblewrapSandbox {
                 limits,
                 run_as: self.run_as,
                 timeout: request.timeout,
+                group: group.as_ref(),
             },
             Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
         )
         .await?;
         tracing::debug!(elapsed = ?started.elapsed(), exit = ?finished.exit_code, "bubblewrap command finished");
-        runner::finish(files, &request, workdir, finished).await
+        let out_of_memory = match group {
+            Some(group) => {
+                let oom = group.out_of_memory();
+                // Nothing of the command may outlive it, and the write-back must not race it.
+                group.finish().await;
+                oom
+            }
+            None => false,
+        };
+        let mut output = runner::finish(files, &request, workdir, finished).await?;
+        output.out_of_memory = out_of_memory;
+        Ok(output)
     }
 }

@@ -21,6 +21,7 @@
 
 mod bubblewrap;
 mod capture;
+mod cgroup;
 mod folder_cache;
 mod process;
 mod reach;

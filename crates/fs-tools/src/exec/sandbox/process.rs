@@ -6,6 +6,14 @@
 //! the workspace forbids `unsafe` code, and setting limits between `fork` and `exec` needs a
 //! `pre_exec` hook, which is unsafe. `prlimit` sets them on itself and `exec`s the command, which
 //! costs one extra `exec` (about 1 ms on the development machine, see `cargo xtask bench`).
+//!
+//! A command with a control group ([`CommandGroup`]) starts behind a gate: `/bin/sh` waits for a
+//! line on its stdin ([`GATE`]), Trellis moves it into the group, sends the line, and only then
+//! does it `exec` the command, so no process of the command ever runs outside the group. Moving
+//! the process from inside (a shell writing its own pid into `cgroup.procs`) would need the
+//! sandbox user to write the parent's `cgroup.procs` too under cgroup v2; from outside it needs
+//! nothing beyond what made the group. If Trellis dies first, the shell reads end of file and
+//! exits without running anything.
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -17,6 +25,7 @@ use std::time::{Duration, Instant};
 use trellis_backend::sandbox::SandboxError;
 
 use super::capture::{Capture, Captured};
+use super::cgroup::CommandGroup;
 use super::workdir::Owner;
 
 /// Resource limits for `prlimit`.
@@ -41,7 +50,13 @@ pub(crate) struct Spawn<'a> {
     pub limits: Option<(&'a Path, Rlimits)>,
     pub run_as: Option<Owner>,
     pub timeout: Duration,
+    /// The control group the command runs in, joined before it starts.
+    pub group: Option<&'a CommandGroup>,
 }
+
+/// The `sh -c` script of a gated start: wait for one line, then become the command (`"$@"`) with
+/// stdin from `/dev/null`. Exits 125 without running it when the line never comes.
+const GATE: &str = "read -r go || exit 125; exec \"$@\" </dev/null";
 
 /// How it ended.
 #[derive(Debug)]
@@ -62,9 +77,21 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
     let writer_too = writer
         .try_clone()
         .map_err(SandboxError::io("creating the output pipe"))?;
-    let mut cmd = match spawn.limits {
+    let mut cmd = if spawn.group.is_some() {
+        let mut cmd = tokio::process::Command::new("/bin/sh");
+        cmd.args(["-c", GATE, "sh"]);
+        cmd
+    } else {
+        tokio::process::Command::new(match spawn.limits {
+            Some((prlimit, _)) => prlimit,
+            None => spawn.program,
+        })
+    };
+    match spawn.limits {
         Some((prlimit, limits)) => {
-            let mut cmd = tokio::process::Command::new(prlimit);
+            if spawn.group.is_some() {
+                cmd.arg(prlimit);
+            }
             if let Some(n) = limits.processes {
                 cmd.arg(format!("--nproc={n}"));
             }
@@ -73,15 +100,21 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
                 .arg("--core=0")
                 .arg("--")
                 .arg(spawn.program);
-            cmd
         }
-        None => tokio::process::Command::new(spawn.program),
-    };
+        None if spawn.group.is_some() => {
+            cmd.arg(spawn.program);
+        }
+        None => {}
+    }
     cmd.args(&spawn.args)
         .env_clear()
         .envs(spawn.env.iter().map(|(k, v)| (k, v)))
         .current_dir(spawn.cwd)
-        .stdin(Stdio::null())
+        .stdin(if spawn.group.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(writer_too)
         .stderr(writer)
         .process_group(0)
@@ -95,6 +128,27 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
     drop(cmd);
     let mut child = spawned.map_err(SandboxError::io(format!("starting {}", spawn.program.display())))?;
     let pgid = child.id();
+    if let Some(group) = spawn.group {
+        let joined = match pgid {
+            Some(pid) => group.add(pid),
+            None => Err(std::io::Error::other("the process exited before it started")),
+        };
+        let opened = match (joined, child.stdin.take()) {
+            (Ok(()), Some(mut gate)) => {
+                use tokio::io::AsyncWriteExt;
+                gate.write_all(b"\n").await
+            }
+            (Ok(()), None) => Err(std::io::Error::other("no pipe to the gate")),
+            (Err(e), _) => Err(e),
+        };
+        if let Err(e) = opened {
+            let _ = child.kill().await;
+            return Err(SandboxError::Io {
+                context: "moving the command into its control group".into(),
+                source: e,
+            });
+        }
+    }
 
     let capture = Arc::new(Mutex::new(capture));
     let sink = Arc::clone(&capture);

@@ -105,6 +105,11 @@ impl Sandbox for UnsandboxedShell {
                     enforced: rl,
                     detail: format!("RLIMIT_FSIZE {}", human_bytes(l.max_file_bytes)),
                 },
+                none(
+                    LimitKind::TotalMemory,
+                    "no control group: the command runs on the host",
+                ),
+                none(LimitKind::Cpu, "no control group: the command runs on the host"),
                 none(LimitKind::Tmp, "the host's temporary directory"),
                 LimitStatus {
                     kind: LimitKind::Output,
@@ -142,6 +147,7 @@ impl Sandbox for UnsandboxedShell {
                 limits,
                 run_as: None,
                 timeout: request.timeout.max(Duration::from_millis(1)),
+                group: None,
             },
             Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
         )

@@ -14,7 +14,7 @@ fn required() -> bool {
 }
 
 /// True when the test should try `kind`; fails the test when CI requires it and it is not enforced.
-fn enforced(sandbox: &BubblewrapSandbox, kind: LimitKind) -> bool {
+pub(super) fn enforced(sandbox: &BubblewrapSandbox, kind: LimitKind) -> bool {
     let report = trellis_backend::Sandbox::report(sandbox);
     let on = report.enforces(kind);
     if !on {
@@ -50,6 +50,8 @@ async fn every_limit_is_reported_and_enforced_here() {
         LimitKind::Timeout,
         LimitKind::Processes,
         LimitKind::Memory,
+        LimitKind::TotalMemory,
+        LimitKind::Cpu,
         LimitKind::FileSize,
         LimitKind::Tmp,
         LimitKind::Output,

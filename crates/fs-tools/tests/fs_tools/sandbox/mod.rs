@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cache;
+mod cgroups;
 mod conformance;
 mod escapes;
 mod limits;
