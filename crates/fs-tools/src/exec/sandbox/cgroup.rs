@@ -206,10 +206,10 @@ impl CommandGroup {
             .is_some_and(|n| n > 0)
     }
 
-    /// Kill every process still in the group, then remove it; gives up after about a second on a
-    /// group that will not empty (it is then left for [`Cgroups::probe`] to remove later).
+    /// Kill every process still in the group, then remove it; gives up after about five seconds
+    /// on a group that will not empty (it is then left for [`Cgroups::probe`] to remove later).
     pub(crate) async fn finish(self) {
-        for _ in 0..100 {
+        for _ in 0..500 {
             if self.kill_all() == 0 && self.remove() {
                 return;
             }

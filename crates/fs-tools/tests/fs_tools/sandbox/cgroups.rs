@@ -120,7 +120,7 @@ async fn the_group_and_everything_in_it_are_gone_after_the_command() {
             None
         })
     };
-    let out = run(&sandbox, &format!("sleep {marker} & sleep 0.5; echo started")).await;
+    let out = run(&sandbox, &format!("sleep {marker} & sleep 1.5; echo started")).await;
     assert!(out.output.contains("started"), "{out:?}");
     let group = watch
         .await
