@@ -48,7 +48,10 @@ const ETC_FILES: &[&str] = &[
     "nsswitch.conf",
     "hosts",
     "resolv.conf",
-    "ssl",
+    // Trust roots and OpenSSL's configuration only: `/etc/ssl/private` holds host keys, which a
+    // command running as root (see `allow_root_commands`) could otherwise read.
+    "ssl/certs",
+    "ssl/openssl.cnf",
     "ca-certificates",
     "mime.types",
     "protocols",
@@ -75,6 +78,10 @@ pub struct BubblewrapConfig {
     /// must enable `memory` and `pids`); default: found from this process's own groups (see
     /// `docs/sandbox.md`). When given and unusable, [`BubblewrapSandbox::new`] fails.
     pub cgroup_parent: Option<PathBuf>,
+    /// When Trellis runs as root and the unprivileged user's namespaces are refused, run commands
+    /// as root without capabilities instead of failing. Off by default: root needs no capability
+    /// to read the root-owned files that are mounted, and no `RLIMIT_NPROC` binds it.
+    pub allow_root_commands: bool,
 }
 
 impl BubblewrapConfig {
@@ -87,6 +94,13 @@ impl BubblewrapConfig {
     /// Put commands' private copies under `dir`.
     pub fn work_root(mut self, dir: impl Into<PathBuf>) -> Self {
         self.work_root = Some(dir.into());
+        self
+    }
+
+    /// Run commands as root without capabilities when Trellis runs as root and the unprivileged
+    /// user's namespaces are refused (see [`BubblewrapConfig::allow_root_commands`]).
+    pub fn allow_root_commands(mut self, allow: bool) -> Self {
+        self.allow_root_commands = allow;
         self
     }
 
@@ -202,11 +216,19 @@ impl BubblewrapSandbox {
                 detail: format!("cannot write the sandbox's /etc/passwd: {e}"),
             })?;
         me.system_mounts = system_mounts(me.system.path(), me.limits.max_tmp_bytes);
-        // As root, prefer an unprivileged user; if its namespaces are refused, run as root
-        // without capabilities (and say the process limit does not hold).
+        // As root, commands run as an unprivileged user; if its namespaces are refused, run them
+        // as root without capabilities only when the configuration says so.
         if let Err(first) = me.probe() {
-            if me.run_as.is_none() {
+            let Some(user) = me.run_as else {
                 return Err(SandboxUnavailable::NamespacesDisabled { detail: first });
+            };
+            if !config.allow_root_commands {
+                return Err(SandboxUnavailable::NamespacesDisabled {
+                    detail: format!(
+                        "as uid {}: {first}; commands do not run as root unless allowed (BubblewrapConfig::allow_root_commands, or TRELLIS_BWRAP_ALLOW_ROOT=1 for the trellis command)",
+                        user.uid
+                    ),
+                });
             }
             me.run_as = None;
             me.write_identity()

@@ -14,6 +14,7 @@ mod conformance;
 mod escapes;
 mod limits;
 mod private;
+mod root;
 mod suites;
 
 use std::sync::{Arc, OnceLock};
