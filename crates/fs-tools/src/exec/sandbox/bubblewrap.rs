@@ -14,6 +14,10 @@
 //! root, the command runs as an unprivileged user (`nobody`, 65534, unless configured), with no
 //! capabilities: root would ignore the process limit, and should not be what a skill script runs
 //! as.
+//!
+//! Every command also runs under a seccomp filter ([`SyscallFilter`]: io_uring, ptrace, keyrings,
+//! namespaces, mounts, … and sockets other than `AF_UNIX` when the network is off fail with
+//! `EPERM`), which bwrap installs right before it starts the command.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -29,6 +33,7 @@ use trellis_backend::sandbox::{
 use super::capture::Capture;
 use super::folder_cache::FolderCache;
 use super::process::{self, Rlimits, Spawn, find_program};
+use super::seccomp::SyscallFilter;
 use super::workdir::{Owner, Workdir};
 use super::{human_bytes, runner};
 
@@ -52,6 +57,23 @@ const ETC_FILES: &[&str] = &[
 
 /// The sandbox user's id when Trellis runs as root.
 pub const NOBODY: u32 = 65534;
+
+/// The shell that starts `bwrap` when there is a seccomp program (as `/bin/sh -c
+/// SECCOMP_ON_FD_3 sh BWRAP ARGS…`).
+///
+/// `bwrap --seccomp FD` reads the program from a file descriptor of its own, but without `unsafe`
+/// code (`pre_exec`, `dup2`) a child can only be given descriptors 0, 1 and 2, and 1 and 2 are
+/// the output pipe. So the program (an anonymous file) is bwrap's standard input, and this
+/// wrapper moves it to descriptor [`SECCOMP_FD`], gives standard input `/dev/null` back (what the
+/// command gets, as without a filter), and `exec`s bwrap: one `exec` more, no process more.
+/// bwrap closes the descriptor after reading it, so the command never sees it.
+const SECCOMP_ON_FD_3: &str = r#"exec "$@" 3<&0 </dev/null"#;
+
+/// The descriptor [`SECCOMP_ON_FD_3`] leaves the program on.
+const SECCOMP_FD: &str = "3";
+
+/// The shell that runs [`SECCOMP_ON_FD_3`].
+const SH: &str = "/bin/sh";
 
 /// How a [`BubblewrapSandbox`] is set up. `Default` finds `bwrap` on `PATH`.
 #[derive(Debug, Clone, Default)]
@@ -97,6 +119,8 @@ pub struct BubblewrapSandbox {
     cache: Option<FolderCache>,
     /// [`system_mounts`], worked out once.
     system_mounts: Vec<OsString>,
+    /// The seccomp programs, or why this host has none.
+    syscalls: Result<SyscallFilter, String>,
     report: SandboxReport,
 }
 
@@ -167,6 +191,7 @@ impl BubblewrapSandbox {
             system,
             cache: None,
             system_mounts: Vec::new(),
+            syscalls: SyscallFilter::for_host(),
             report: SandboxReport {
                 sandbox: "bubblewrap".into(),
                 limits: Vec::new(),
@@ -228,11 +253,15 @@ impl BubblewrapSandbox {
         }
         let mut args = self.args(root.path(), &[], "/", Network::None);
         args.extend(["--".into(), "/bin/true".into()]);
-        let mut cmd = std::process::Command::new(&self.bwrap);
-        cmd.args(&args)
-            .env_clear()
-            .current_dir("/")
-            .stdin(std::process::Stdio::null());
+        let launch = self
+            .launch(args, Network::None)
+            .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
+        let mut cmd = std::process::Command::new(&launch.program);
+        cmd.args(&launch.args).env_clear().current_dir("/").stdin(
+            launch
+                .stdin
+                .map_or_else(std::process::Stdio::null, std::process::Stdio::from),
+        );
         if let Some(owner) = self.run_as {
             use std::os::unix::process::CommandExt;
             cmd.uid(owner.uid).gid(owner.gid);
@@ -332,8 +361,47 @@ impl BubblewrapSandbox {
                         human_bytes(l.full_output_bytes)
                     ),
                 ),
+                match &self.syscalls {
+                    Ok(filter) => status(
+                        LimitKind::Syscalls,
+                        true,
+                        format!(
+                            "seccomp ({}): EPERM for io_uring, ptrace, process_vm_*, keyrings, bpf, perf_event_open, userfaultfd, unshare, setns, mounts, modules, kexec{}; sockets but AF_UNIX without network, AF_VSOCK always",
+                            filter.arch(),
+                            if filter.arch() == "x86_64" { ", the x32 ABI" } else { "" }
+                        ),
+                    ),
+                    Err(why) => status(LimitKind::Syscalls, false, why.clone()),
+                },
             ],
         }
+    }
+
+    /// How to start bwrap with `args` (which end with the command): directly when there is no
+    /// seccomp program, else through [`SECCOMP_ON_FD_3`] with the program for `network` as
+    /// standard input.
+    fn launch(&self, args: Vec<OsString>, network: Network) -> std::io::Result<Launch> {
+        let Ok(filter) = &self.syscalls else {
+            return Ok(Launch {
+                program: self.bwrap.clone(),
+                args,
+                stdin: None,
+            });
+        };
+        let stdin = filter.file(network)?;
+        let mut wrapped: Vec<OsString> = Vec::with_capacity(args.len() + 4);
+        wrapped.extend([
+            "-c".into(),
+            SECCOMP_ON_FD_3.into(),
+            "sh".into(),
+            self.bwrap.clone().into(),
+        ]);
+        wrapped.extend(args);
+        Ok(Launch {
+            program: PathBuf::from(SH),
+            args: wrapped,
+            stdin: Some(stdin),
+        })
     }
 
     /// `bwrap` arguments for a sandbox rooted at `root`, up to (not including) `--`.
@@ -365,8 +433,19 @@ impl BubblewrapSandbox {
             push(&["--ro-bind".as_ref(), host.as_os_str(), inside.as_ref()]);
         }
         push(&["--chdir".as_ref(), cwd.as_ref()]);
+        if self.syscalls.is_ok() {
+            push(&["--seccomp".as_ref(), SECCOMP_FD.as_ref()]);
+        }
         a
     }
+}
+
+/// A program to start, its arguments, and its standard input (`None`: `/dev/null`).
+#[derive(Debug)]
+struct Launch {
+    program: PathBuf,
+    args: Vec<OsString>,
+    stdin: Option<std::fs::File>,
 }
 
 /// The mounts every sandbox on this host gets after its root: `/usr`, the host's `/bin`·`/lib*`
@@ -491,16 +570,20 @@ impl Sandbox for BubblewrapSandbox {
                 },
             )
         });
+        let launch = self
+            .launch(args, request.network)
+            .map_err(SandboxError::io("writing the seccomp program"))?;
         let started = Instant::now();
         let finished = process::run(
             Spawn {
-                program: &self.bwrap,
-                args,
+                program: &launch.program,
+                args: launch.args,
                 env: Vec::new(),
                 cwd: Path::new("/"),
                 limits,
                 run_as: self.run_as,
                 timeout: request.timeout,
+                stdin: launch.stdin,
             },
             Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
         )

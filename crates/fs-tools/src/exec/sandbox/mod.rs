@@ -25,6 +25,7 @@ mod folder_cache;
 mod process;
 mod reach;
 mod runner;
+mod seccomp;
 mod unsandboxed;
 pub mod workdir;
 

@@ -41,6 +41,8 @@ pub(crate) struct Spawn<'a> {
     pub limits: Option<(&'a Path, Rlimits)>,
     pub run_as: Option<Owner>,
     pub timeout: Duration,
+    /// The process's standard input; `None`: `/dev/null`.
+    pub stdin: Option<std::fs::File>,
 }
 
 /// How it ended.
@@ -81,7 +83,7 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
         .env_clear()
         .envs(spawn.env.iter().map(|(k, v)| (k, v)))
         .current_dir(spawn.cwd)
-        .stdin(Stdio::null())
+        .stdin(spawn.stdin.map_or_else(Stdio::null, Stdio::from))
         .stdout(writer_too)
         .stderr(writer)
         .process_group(0)
