@@ -17,7 +17,9 @@
 //!
 //! Every command also runs under a seccomp filter ([`SyscallFilter`]: io_uring, ptrace, keyrings,
 //! namespaces, mounts, … and sockets other than `AF_UNIX` when the network is off fail with
-//! `EPERM`), which bwrap installs right before it starts the command.
+//! `EPERM`), which bwrap installs right before it starts the command. The filter cannot see the
+//! namespace flags of `clone3`, so where bwrap has `--disable-userns` (0.8 and later) and it works
+//! here, the command cannot make a user namespace of its own either.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -33,7 +35,7 @@ use trellis_backend::sandbox::{
 use super::capture::Capture;
 use super::folder_cache::FolderCache;
 use super::process::{self, Rlimits, Spawn, find_program};
-use super::seccomp::SyscallFilter;
+use super::seccomp::{BWRAP_ARGS, Launch, SyscallFilter};
 use super::workdir::{Owner, Workdir};
 use super::{human_bytes, runner};
 
@@ -57,23 +59,6 @@ const ETC_FILES: &[&str] = &[
 
 /// The sandbox user's id when Trellis runs as root.
 pub const NOBODY: u32 = 65534;
-
-/// The shell that starts `bwrap` when there is a seccomp program (as `/bin/sh -c
-/// SECCOMP_ON_FD_3 sh BWRAP ARGS…`).
-///
-/// `bwrap --seccomp FD` reads the program from a file descriptor of its own, but without `unsafe`
-/// code (`pre_exec`, `dup2`) a child can only be given descriptors 0, 1 and 2, and 1 and 2 are
-/// the output pipe. So the program (an anonymous file) is bwrap's standard input, and this
-/// wrapper moves it to descriptor [`SECCOMP_FD`], gives standard input `/dev/null` back (what the
-/// command gets, as without a filter), and `exec`s bwrap: one `exec` more, no process more.
-/// bwrap closes the descriptor after reading it, so the command never sees it.
-const SECCOMP_ON_FD_3: &str = r#"exec "$@" 3<&0 </dev/null"#;
-
-/// The descriptor [`SECCOMP_ON_FD_3`] leaves the program on.
-const SECCOMP_FD: &str = "3";
-
-/// The shell that runs [`SECCOMP_ON_FD_3`].
-const SH: &str = "/bin/sh";
 
 /// How a [`BubblewrapSandbox`] is set up. `Default` finds `bwrap` on `PATH`.
 #[derive(Debug, Clone, Default)]
@@ -121,6 +106,8 @@ pub struct BubblewrapSandbox {
     system_mounts: Vec<OsString>,
     /// The seccomp programs, or why this host has none.
     syscalls: Result<SyscallFilter, String>,
+    /// Whether commands get `--unshare-user --disable-userns`, or why not.
+    no_nested_userns: Result<(), String>,
     report: SandboxReport,
 }
 
@@ -192,6 +179,7 @@ impl BubblewrapSandbox {
             cache: None,
             system_mounts: Vec::new(),
             syscalls: SyscallFilter::for_host(),
+            no_nested_userns: Err("not probed".into()),
             report: SandboxReport {
                 sandbox: "bubblewrap".into(),
                 limits: Vec::new(),
@@ -216,6 +204,7 @@ impl BubblewrapSandbox {
             me.probe()
                 .map_err(|detail| SandboxUnavailable::NamespacesDisabled { detail })?;
         }
+        me.probe_disable_userns(&String::from_utf8_lossy(&help.stdout));
         me.report = me.compute_report();
         // Without a cache every command copies the folders it reaches; that is slower, not wrong.
         me.cache = FolderCache::new(&me.work_root, me.run_as)
@@ -239,6 +228,25 @@ impl BubblewrapSandbox {
             format!("sandbox:x:{uid}:{gid}:sandbox:/home:/bin/sh\n"),
         )?;
         std::fs::write(self.system.path().join("group"), format!("sandbox:x:{gid}:\n"))
+    }
+
+    /// Whether `--disable-userns` works here: bwrap lists it in `help` and a sandbox starts with it.
+    /// It needs an explicit `--unshare-user`, which a host that lets bwrap sandbox only without a
+    /// user namespace (root, with user namespaces off) refuses; such a host keeps its sandbox
+    /// without the option, and the report says so.
+    fn probe_disable_userns(&mut self, help: &str) {
+        if !help.contains("--disable-userns") {
+            self.no_nested_userns = Err(format!(
+                "`{} --help` lists no `--disable-userns` (bubblewrap 0.8 or later has it)",
+                self.bwrap.display()
+            ));
+            return;
+        }
+        self.no_nested_userns = Ok(());
+        if let Err(e) = self.probe() {
+            tracing::warn!(error = %e, "bwrap --disable-userns does not work here");
+            self.no_nested_userns = Err(format!("`bwrap --disable-userns` fails here: {e}"));
+        }
     }
 
     /// Run `/bin/true` in an empty sandbox.
@@ -361,47 +369,35 @@ impl BubblewrapSandbox {
                         human_bytes(l.full_output_bytes)
                     ),
                 ),
-                match &self.syscalls {
-                    Ok(filter) => status(
-                        LimitKind::Syscalls,
-                        true,
-                        format!(
-                            "seccomp ({}): EPERM for io_uring, ptrace, process_vm_*, keyrings, bpf, perf_event_open, userfaultfd, unshare, setns, mounts, modules, kexec{}; sockets but AF_UNIX without network, AF_VSOCK always",
-                            filter.arch(),
-                            if filter.arch() == "x86_64" { ", the x32 ABI" } else { "" }
+                {
+                    let userns = match &self.no_nested_userns {
+                        Ok(()) => "no nested user namespaces (bwrap --disable-userns)".to_owned(),
+                        Err(why) => format!("nested user namespaces allowed: {why}"),
+                    };
+                    match &self.syscalls {
+                        Ok(filter) => status(
+                            LimitKind::Syscalls,
+                            true,
+                            format!(
+                                "seccomp ({}): EPERM for io_uring, ptrace, process_vm_*, keyrings, bpf, perf_event_open, userfaultfd, unshare, setns, mounts, modules, kexec{}; sockets but AF_UNIX without network, AF_VSOCK always; {userns}",
+                                filter.arch(),
+                                if filter.arch() == "x86_64" { ", the x32 ABI" } else { "" }
+                            ),
                         ),
-                    ),
-                    Err(why) => status(LimitKind::Syscalls, false, why.clone()),
+                        Err(why) => status(LimitKind::Syscalls, false, format!("{why}; {userns}")),
+                    }
                 },
             ],
         }
     }
 
-    /// How to start bwrap with `args` (which end with the command): directly when there is no
-    /// seccomp program, else through [`SECCOMP_ON_FD_3`] with the program for `network` as
-    /// standard input.
+    /// How to start bwrap with `args` (which end with the command): with the seccomp program for
+    /// `network` when there is one.
     fn launch(&self, args: Vec<OsString>, network: Network) -> std::io::Result<Launch> {
-        let Ok(filter) = &self.syscalls else {
-            return Ok(Launch {
-                program: self.bwrap.clone(),
-                args,
-                stdin: None,
-            });
-        };
-        let stdin = filter.file(network)?;
-        let mut wrapped: Vec<OsString> = Vec::with_capacity(args.len() + 4);
-        wrapped.extend([
-            "-c".into(),
-            SECCOMP_ON_FD_3.into(),
-            "sh".into(),
-            self.bwrap.clone().into(),
-        ]);
-        wrapped.extend(args);
-        Ok(Launch {
-            program: PathBuf::from(SH),
-            args: wrapped,
-            stdin: Some(stdin),
-        })
+        match &self.syscalls {
+            Ok(filter) => filter.launch(&self.bwrap, args, network),
+            Err(_) => Ok(Launch::direct(&self.bwrap, args)),
+        }
     }
 
     /// `bwrap` arguments for a sandbox rooted at `root`, up to (not including) `--`.
@@ -422,6 +418,9 @@ impl BubblewrapSandbox {
         if network == Network::Host {
             push(&["--share-net".as_ref()]);
         }
+        if self.no_nested_userns.is_ok() {
+            push(&["--unshare-user".as_ref(), "--disable-userns".as_ref()]);
+        }
         if self.runs_as().uid == 0 {
             push(&["--cap-drop".as_ref(), "ALL".as_ref()]);
         }
@@ -434,18 +433,10 @@ impl BubblewrapSandbox {
         }
         push(&["--chdir".as_ref(), cwd.as_ref()]);
         if self.syscalls.is_ok() {
-            push(&["--seccomp".as_ref(), SECCOMP_FD.as_ref()]);
+            a.extend(BWRAP_ARGS.iter().map(OsString::from));
         }
         a
     }
-}
-
-/// A program to start, its arguments, and its standard input (`None`: `/dev/null`).
-#[derive(Debug)]
-struct Launch {
-    program: PathBuf,
-    args: Vec<OsString>,
-    stdin: Option<std::fs::File>,
 }
 
 /// The mounts every sandbox on this host gets after its root: `/usr`, the host's `/bin`·`/lib*`

@@ -35,11 +35,52 @@
 //! no C libseccomp), once per sandbox, for the host's architecture; x86_64 and aarch64 are
 //! supported. On any other, [`SyscallFilter::for_host`] says so and the sandbox's report says the
 //! limit does not hold. bubblewrap reads the program from a file descriptor (`--seccomp FD`);
-//! [`SyscallFilter::file`] puts it in an anonymous in-memory file for that.
+//! [`SyscallFilter::launch`] says how it gets there.
 
+use std::ffi::OsString;
 use std::fs::File;
+use std::path::{Path, PathBuf};
 
 use trellis_backend::sandbox::Network;
+
+/// The shell that starts `bwrap` when there is a seccomp program (as `/bin/sh -c
+/// SECCOMP_ON_FD_3 sh BWRAP ARGS…`).
+///
+/// `bwrap --seccomp FD` reads the program from a file descriptor of its own, but without `unsafe`
+/// code (`pre_exec`, `dup2`) a child can only be given descriptors 0, 1 and 2, and 1 and 2 are
+/// the output pipe. So the program (an anonymous file) is the shell's standard input, and this
+/// wrapper moves it to descriptor [`SECCOMP_FD`], gives standard input `/dev/null` back (what the
+/// command gets, as without a filter), and `exec`s bwrap: one `exec` more, no process more.
+/// bwrap closes the descriptor after reading it, so the command never sees it.
+const SECCOMP_ON_FD_3: &str = r#"exec "$@" 3<&0 </dev/null"#;
+
+/// The descriptor [`SECCOMP_ON_FD_3`] leaves the program on.
+const SECCOMP_FD: &str = "3";
+
+/// What bwrap is told when it is started by [`SyscallFilter::launch`].
+pub(crate) const BWRAP_ARGS: [&str; 2] = ["--seccomp", SECCOMP_FD];
+
+/// The shell that runs [`SECCOMP_ON_FD_3`].
+const SH: &str = "/bin/sh";
+
+/// A program to start, its arguments, and its standard input (`None`: `/dev/null`).
+#[derive(Debug)]
+pub(crate) struct Launch {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub stdin: Option<File>,
+}
+
+impl Launch {
+    /// `bwrap` with `args`, as they are (no seccomp program).
+    pub(crate) fn direct(bwrap: &Path, args: Vec<OsString>) -> Self {
+        Self {
+            program: bwrap.to_path_buf(),
+            args,
+            stdin: None,
+        }
+    }
+}
 
 /// The compiled programs for one host, in the byte form `bwrap --seccomp` reads: `struct
 /// sock_filter` (`u16` code, `u8` jt, `u8` jf, `u32` k, native byte order), one after the other.
@@ -75,10 +116,34 @@ impl SyscallFilter {
         self.arch
     }
 
+    /// How to start `bwrap` with `args` (which hold [`BWRAP_ARGS`] and end with the command) under
+    /// the program for `network`: through [`SECCOMP_ON_FD_3`], the program as standard input.
+    pub(crate) fn launch(
+        &self,
+        bwrap: &Path,
+        args: Vec<OsString>,
+        network: Network,
+    ) -> std::io::Result<Launch> {
+        let stdin = self.file(network)?;
+        let mut wrapped: Vec<OsString> = Vec::with_capacity(args.len() + 4);
+        wrapped.extend([
+            "-c".into(),
+            SECCOMP_ON_FD_3.into(),
+            "sh".into(),
+            bwrap.as_os_str().to_os_string(),
+        ]);
+        wrapped.extend(args);
+        Ok(Launch {
+            program: PathBuf::from(SH),
+            args: wrapped,
+            stdin: Some(stdin),
+        })
+    }
+
     /// An anonymous in-memory file holding the program for `network`, positioned at its start
     /// (for `bwrap --seccomp`, which reads the descriptor to its end). Close-on-exec: it reaches a
     /// child only as one of its standard descriptors.
-    pub(crate) fn file(&self, network: Network) -> std::io::Result<File> {
+    fn file(&self, network: Network) -> std::io::Result<File> {
         use std::os::unix::fs::FileExt;
         let file = imp::anonymous_file()?;
         // `write_all_at` leaves the offset at 0, where bwrap starts reading.

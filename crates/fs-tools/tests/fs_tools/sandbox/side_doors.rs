@@ -381,3 +381,45 @@ async fn ordinary_commands_still_work() {
     assert_eq!(out.exit_code, Some(0), "{out:?}");
     assert_eq!(out.output, "over a unix pair\nchild\n", "{out:?}");
 }
+
+/// `clone` and `clone3` with namespace flags get past the filter (`clone3` passes its flags in
+/// memory); where bwrap has `--disable-userns` (0.8 and later), a nested user namespace is refused
+/// all the same: the namespace count is capped at the sandbox's own (`ENOSPC`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_user_namespaces_are_refused_where_bwrap_can() {
+    let Some(sandbox) = filtered("nested_user_namespaces_are_refused_where_bwrap_can") else {
+        return;
+    };
+    let report = sandbox.report();
+    let detail = report
+        .status(LimitKind::Syscalls)
+        .map(|s| s.detail.as_str())
+        .unwrap_or("");
+    if !detail.contains("no nested user namespaces") {
+        assert!(
+            std::env::var("TRELLIS_SANDBOX").as_deref() != Ok("required") || !bwrap_disables_userns(),
+            "bwrap has --disable-userns but the sandbox does not use it:\n{report}"
+        );
+        return eprintln!("skipped: nested user namespaces are not disabled here:\n{report}");
+    }
+    // A raw clone(CLONE_NEWUSER | SIGCHLD): the child (0) leaves at once, the parent waits.
+    let script = format!(
+        "{PREAMBLE}\
+         ctypes.set_errno(0)\n\
+         r = libc.syscall(ctypes.c_long({clone}), ctypes.c_long(0x10000000 | 17), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))\n\
+         if r == 0:\n    os._exit(0)\n\
+         if r > 0:\n    os.waitpid(r, 0)\n    print('clone newuser: ok')\n\
+         else:\n    print('clone newuser: ' + os.strerror(ctypes.get_errno()))\n",
+        clone = libc::SYS_clone
+    );
+    let answers = answers(sandbox.as_ref(), &script, Network::None, 1).await;
+    assert_eq!(answers["clone newuser"], "No space left on device", "{answers:?}");
+}
+
+/// True when the host's `bwrap --help` lists `--disable-userns`.
+fn bwrap_disables_userns() -> bool {
+    std::process::Command::new("bwrap")
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--disable-userns"))
+}
