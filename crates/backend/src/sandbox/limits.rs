@@ -76,6 +76,9 @@ pub enum LimitKind {
     Tmp,
     /// Output capped in the result, the whole of it saved as a file.
     Output,
+    /// System calls that reach past the isolation (io_uring, ptrace, keyrings, namespaces, mounts,
+    /// sockets other than Unix ones without network, …) fail.
+    Syscalls,
 }
 
 impl LimitKind {
@@ -93,6 +96,7 @@ impl LimitKind {
             Self::FileSize => "file_size",
             Self::Tmp => "tmp",
             Self::Output => "output",
+            Self::Syscalls => "syscalls",
         }
     }
 }

@@ -16,7 +16,7 @@
 //! `trellis_fs_tools::sandbox` (`crates/fs-tools/src/exec/sandbox/`): `BubblewrapSandbox` (Linux,
 //! the default; the command runs under `bwrap` in fresh namespaces, seeing the materialized files
 //! and read-only system directories and nothing else of the host, with limits on time, processes,
-//! memory and file size) and `UnsandboxedShell` (runs the command on the host, isolating nothing;
+//! memory and file size and a seccomp filter) and `UnsandboxedShell` (runs the command on the host, isolating nothing;
 //! for trusted development only, as its name says).
 //!
 //! A backend that can run commands says so through [`Backend::sandbox`](crate::Backend::sandbox): a

@@ -18,6 +18,12 @@
 //! Where this process may make control groups ([`Cgroups`]), each command also runs in a group of
 //! its own that bounds the memory, processes and CPU of all its processes together; the report
 //! says whether it does here.
+//!
+//! Every command also runs under a seccomp filter ([`SyscallFilter`]: io_uring, ptrace, keyrings,
+//! namespaces, mounts, … and sockets other than `AF_UNIX` when the network is off fail with
+//! `EPERM`), which bwrap installs right before it starts the command. The filter cannot see the
+//! namespace flags of `clone3`, so where bwrap has `--disable-userns` (0.8 and later) and it works
+//! here, the command cannot make a user namespace of its own either.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -34,6 +40,7 @@ use super::capture::Capture;
 use super::cgroup::Cgroups;
 use super::folder_cache::FolderCache;
 use super::process::{self, Rlimits, Spawn, find_program};
+use super::seccomp::{BWRAP_ARGS, Launch, SyscallFilter};
 use super::workdir::{Owner, Workdir};
 use super::{human_bytes, runner};
 
@@ -128,6 +135,10 @@ pub struct BubblewrapSandbox {
     system_mounts: Vec<OsString>,
     /// Where each command's control group goes, or why there is none on this host.
     cgroups: Result<Cgroups, String>,
+    /// The seccomp programs, or why this host has none.
+    syscalls: Result<SyscallFilter, String>,
+    /// Whether commands get `--unshare-user --disable-userns`, or why not.
+    no_nested_userns: Result<(), String>,
     report: SandboxReport,
 }
 
@@ -206,6 +217,8 @@ impl BubblewrapSandbox {
             cache: None,
             system_mounts: Vec::new(),
             cgroups,
+            syscalls: SyscallFilter::for_host(),
+            no_nested_userns: Err("not probed".into()),
             report: SandboxReport {
                 sandbox: "bubblewrap".into(),
                 limits: Vec::new(),
@@ -238,6 +251,7 @@ impl BubblewrapSandbox {
             me.probe()
                 .map_err(|detail| SandboxUnavailable::NamespacesDisabled { detail })?;
         }
+        me.probe_disable_userns(&String::from_utf8_lossy(&help.stdout));
         me.report = me.compute_report();
         // Without a cache every command copies the folders it reaches; that is slower, not wrong.
         me.cache = FolderCache::new(&me.work_root, me.run_as)
@@ -263,6 +277,25 @@ impl BubblewrapSandbox {
         std::fs::write(self.system.path().join("group"), format!("sandbox:x:{gid}:\n"))
     }
 
+    /// Whether `--disable-userns` works here: bwrap lists it in `help` and a sandbox starts with it.
+    /// It needs an explicit `--unshare-user`, which a host that lets bwrap sandbox only without a
+    /// user namespace (root, with user namespaces off) refuses; such a host keeps its sandbox
+    /// without the option, and the report says so.
+    fn probe_disable_userns(&mut self, help: &str) {
+        if !help.contains("--disable-userns") {
+            self.no_nested_userns = Err(format!(
+                "`{} --help` lists no `--disable-userns` (bubblewrap 0.8 or later has it)",
+                self.bwrap.display()
+            ));
+            return;
+        }
+        self.no_nested_userns = Ok(());
+        if let Err(e) = self.probe() {
+            tracing::warn!(error = %e, "bwrap --disable-userns does not work here");
+            self.no_nested_userns = Err(format!("`bwrap --disable-userns` fails here: {e}"));
+        }
+    }
+
     /// Run `/bin/true` in an empty sandbox.
     fn probe(&self) -> Result<(), String> {
         let root = tempfile::Builder::new()
@@ -275,11 +308,15 @@ impl BubblewrapSandbox {
         }
         let mut args = self.args(root.path(), &[], "/", Network::None);
         args.extend(["--".into(), "/bin/true".into()]);
-        let mut cmd = std::process::Command::new(&self.bwrap);
-        cmd.args(&args)
-            .env_clear()
-            .current_dir("/")
-            .stdin(std::process::Stdio::null());
+        let launch = self
+            .launch(args, Network::None)
+            .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
+        let mut cmd = std::process::Command::new(&launch.program);
+        cmd.args(&launch.args).env_clear().current_dir("/").stdin(
+            launch
+                .stdin
+                .map_or_else(std::process::Stdio::null, std::process::Stdio::from),
+        );
         if let Some(owner) = self.run_as {
             use std::os::unix::process::CommandExt;
             cmd.uid(owner.uid).gid(owner.gid);
@@ -410,7 +447,34 @@ impl BubblewrapSandbox {
                         human_bytes(l.full_output_bytes)
                     ),
                 ),
+                {
+                    let userns = match &self.no_nested_userns {
+                        Ok(()) => "no nested user namespaces (bwrap --disable-userns)".to_owned(),
+                        Err(why) => format!("nested user namespaces allowed: {why}"),
+                    };
+                    match &self.syscalls {
+                        Ok(filter) => status(
+                            LimitKind::Syscalls,
+                            true,
+                            format!(
+                                "seccomp ({}): EPERM for io_uring, ptrace, process_vm_*, keyrings, bpf, perf_event_open, userfaultfd, unshare, setns, mounts, modules, kexec{}; sockets but AF_UNIX without network, AF_VSOCK always; {userns}",
+                                filter.arch(),
+                                if filter.arch() == "x86_64" { ", the x32 ABI" } else { "" }
+                            ),
+                        ),
+                        Err(why) => status(LimitKind::Syscalls, false, format!("{why}; {userns}")),
+                    }
+                },
             ],
+        }
+    }
+
+    /// How to start bwrap with `args` (which end with the command): with the seccomp program for
+    /// `network` when there is one.
+    fn launch(&self, args: Vec<OsString>, network: Network) -> std::io::Result<Launch> {
+        match &self.syscalls {
+            Ok(filter) => filter.launch(&self.bwrap, args, network),
+            Err(_) => Ok(Launch::direct(&self.bwrap, args)),
         }
     }
 
@@ -432,6 +496,9 @@ impl BubblewrapSandbox {
         if network == Network::Host {
             push(&["--share-net".as_ref()]);
         }
+        if self.no_nested_userns.is_ok() {
+            push(&["--unshare-user".as_ref(), "--disable-userns".as_ref()]);
+        }
         if self.runs_as().uid == 0 {
             push(&["--cap-drop".as_ref(), "ALL".as_ref()]);
         }
@@ -443,6 +510,9 @@ impl BubblewrapSandbox {
             push(&["--ro-bind".as_ref(), host.as_os_str(), inside.as_ref()]);
         }
         push(&["--chdir".as_ref(), cwd.as_ref()]);
+        if self.syscalls.is_ok() {
+            a.extend(BWRAP_ARGS.iter().map(OsString::from));
+        }
         a
     }
 }
@@ -580,17 +650,21 @@ impl Sandbox for BubblewrapSandbox {
                 },
             )
         });
+        let launch = self
+            .launch(args, request.network)
+            .map_err(SandboxError::io("writing the seccomp program"))?;
         let started = Instant::now();
         let finished = process::run(
             Spawn {
-                program: &self.bwrap,
-                args,
+                program: &launch.program,
+                args: launch.args,
                 env: Vec::new(),
                 cwd: Path::new("/"),
                 limits,
                 run_as: self.run_as,
                 timeout: request.timeout,
                 group: group.as_ref(),
+                stdin: launch.stdin,
             },
             Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
         )

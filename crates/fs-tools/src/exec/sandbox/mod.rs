@@ -5,7 +5,8 @@
 //! * [`BubblewrapSandbox`] (Linux, the default): the command runs under `bwrap` in fresh user,
 //!   mount, PID, IPC, UTS and network namespaces, sees the materialized files and read-only system
 //!   directories and nothing else of the host, with limits on time, processes, memory and file
-//!   size. What this host actually enforces is in its
+//!   size, under a seccomp filter (`seccomp`) that refuses the system calls reaching past the
+//!   namespaces. What this host actually enforces is in its
 //!   [`SandboxReport`](trellis_backend::sandbox::SandboxReport).
 //! * [`UnsandboxedShell`]: runs the command on the host, isolating nothing. For trusted development
 //!   only; its name says so.
@@ -26,6 +27,7 @@ mod folder_cache;
 mod process;
 mod reach;
 mod runner;
+mod seccomp;
 mod unsandboxed;
 pub mod workdir;
 

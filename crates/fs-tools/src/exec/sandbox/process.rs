@@ -52,11 +52,19 @@ pub(crate) struct Spawn<'a> {
     pub timeout: Duration,
     /// The control group the command runs in, joined before it starts.
     pub group: Option<&'a CommandGroup>,
+    /// The process's standard input; `None`: `/dev/null`. With a `group`, its bytes follow the
+    /// gate's line on the gate's pipe (so it must be small: a seccomp program).
+    pub stdin: Option<std::fs::File>,
 }
 
 /// The `sh -c` script of a gated start: wait for one line, then become the command (`"$@"`) with
 /// stdin from `/dev/null`. Exits 125 without running it when the line never comes.
 const GATE: &str = "read -r go || exit 125; exec \"$@\" </dev/null";
+
+/// [`GATE`] for a command that has a standard input of its own: it gets the rest of the gate's
+/// pipe (`read` takes no byte past the line's end from a pipe), which Trellis fills with the
+/// [`Spawn::stdin`] bytes and closes.
+const GATE_THEN_STDIN: &str = "read -r go || exit 125; exec \"$@\"";
 
 /// How it ended.
 #[derive(Debug)]
@@ -79,7 +87,12 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
         .map_err(SandboxError::io("creating the output pipe"))?;
     let mut cmd = if spawn.group.is_some() {
         let mut cmd = tokio::process::Command::new("/bin/sh");
-        cmd.args(["-c", GATE, "sh"]);
+        let gate = if spawn.stdin.is_some() {
+            GATE_THEN_STDIN
+        } else {
+            GATE
+        };
+        cmd.args(["-c", gate, "sh"]);
         cmd
     } else {
         tokio::process::Command::new(match spawn.limits {
@@ -110,10 +123,13 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
         .env_clear()
         .envs(spawn.env.iter().map(|(k, v)| (k, v)))
         .current_dir(spawn.cwd)
-        .stdin(if spawn.group.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
+        .stdin(match (spawn.group, &spawn.stdin) {
+            (Some(_), _) => Stdio::piped(),
+            (None, Some(file)) => match file.try_clone() {
+                Ok(file) => Stdio::from(file),
+                Err(e) => return Err(SandboxError::io("passing the standard input")(e)),
+            },
+            (None, None) => Stdio::null(),
         })
         .stdout(writer_too)
         .stderr(writer)
@@ -136,7 +152,19 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
         let opened = match (joined, child.stdin.take()) {
             (Ok(()), Some(mut gate)) => {
                 use tokio::io::AsyncWriteExt;
-                gate.write_all(b"\n").await
+                let mut bytes = b"\n".to_vec();
+                if let Some(mut file) = spawn.stdin {
+                    use std::io::Seek;
+                    let read = file
+                        .seek(std::io::SeekFrom::Start(0))
+                        .and_then(|_| file.read_to_end(&mut bytes));
+                    if let Err(e) = read {
+                        let _ = child.kill().await;
+                        return Err(SandboxError::io("reading the standard input")(e));
+                    }
+                }
+                // Dropping `gate` afterwards closes the pipe: end of file for the reader.
+                gate.write_all(&bytes).await
             }
             (Ok(()), None) => Err(std::io::Error::other("no pipe to the gate")),
             (Err(e), _) => Err(e),

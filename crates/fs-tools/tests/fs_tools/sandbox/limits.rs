@@ -14,7 +14,7 @@ fn required() -> bool {
 }
 
 /// True when the test should try `kind`; fails the test when CI requires it and it is not enforced.
-pub(super) fn enforced(sandbox: &BubblewrapSandbox, kind: LimitKind) -> bool {
+pub fn enforced(sandbox: &BubblewrapSandbox, kind: LimitKind) -> bool {
     let report = trellis_backend::Sandbox::report(sandbox);
     let on = report.enforces(kind);
     if !on {
@@ -55,6 +55,7 @@ async fn every_limit_is_reported_and_enforced_here() {
         LimitKind::FileSize,
         LimitKind::Tmp,
         LimitKind::Output,
+        LimitKind::Syscalls,
     ] {
         assert!(
             report.status(kind).is_some(),
@@ -66,6 +67,13 @@ async fn every_limit_is_reported_and_enforced_here() {
         }
     }
     assert!(report.to_string().contains("processes"), "{report}");
+    // The unsandboxed shell says it filters nothing.
+    let host = trellis_fs_tools::sandbox::UnsandboxedShell::new(SandboxLimits::default());
+    assert!(
+        !trellis_backend::Sandbox::report(&host).enforces(LimitKind::Syscalls),
+        "{}",
+        trellis_backend::Sandbox::report(&host)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

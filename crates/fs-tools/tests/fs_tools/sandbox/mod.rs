@@ -1,6 +1,7 @@
 //! The sandbox: one conformance suite every [`Sandbox`] passes (`conformance`), run on bubblewrap
 //! over in-process state, local disk and S3 (moto) and on the unsandboxed shell (`suites`); the
-//! escape suite (`escapes`) and the resource limits (`limits`) of bubblewrap.
+//! escape suite (`escapes`), the resource limits (`limits`) and the system calls its seccomp filter
+//! refuses (`side_doors`) of bubblewrap.
 //!
 //! Bubblewrap tests need `bwrap` and user namespaces. Without them (plain `cargo test` on a host
 //! without bubblewrap) they print that they were skipped; with `TRELLIS_SANDBOX=required` (set by
@@ -15,6 +16,7 @@ mod escapes;
 mod limits;
 mod private;
 mod root;
+mod side_doors;
 mod suites;
 
 use std::sync::{Arc, OnceLock};
