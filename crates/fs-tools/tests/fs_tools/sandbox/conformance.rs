@@ -14,7 +14,7 @@ use trellis_backend::sandbox::{
 };
 use trellis_backend::{Backend, PathFilter, WriteMode};
 
-use super::{p, seed, text};
+use super::{p, seed, text, write_back_caps};
 
 /// Run every case on `sandbox`, each over a fresh backend from `fresh`.
 pub async fn run<F, Fut>(name: &str, sandbox: Arc<dyn Sandbox>, fresh: F)
@@ -38,6 +38,11 @@ where
     long_output_is_cut_and_saved(s, fresh().await).await;
     links_are_never_written_back(s, fresh().await).await;
     bad_requests_are_refused(s, fresh().await).await;
+    write_back_caps::many_small_files_stop_at_the_entry_bound(s, fresh().await).await;
+    write_back_caps::sparse_files_over_the_byte_bound_are_not_read(s, fresh().await).await;
+    write_back_caps::the_time_bound_stops_the_write_back(s, fresh().await).await;
+    write_back_caps::unchanged_files_count_toward_no_bound(s, fresh().await).await;
+    write_back_caps::the_view_never_outgrows_materialization(s, fresh().await).await;
     eprintln!("sandbox conformance passed: {name}");
 }
 

@@ -16,6 +16,7 @@ mod limits;
 mod private;
 mod root;
 mod suites;
+mod write_back_caps;
 
 use std::sync::{Arc, OnceLock};
 
