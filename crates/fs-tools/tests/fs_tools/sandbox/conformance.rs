@@ -377,7 +377,7 @@ async fn links_are_never_written_back(s: &dyn Sandbox, b: Arc<dyn Backend>) {
 
 /// A part of the copy the write-back cannot walk is an error, never a deletion (review F4): a
 /// directory the command made unreadable (`chmod 000`, which stops a walk by a non-root Trellis),
-/// and one moved to a host path longer than `PATH_MAX` (which stops a root one too).
+/// and one moved to a path longer than a virtual path may be (which stops a root one too).
 async fn a_walk_error_deletes_nothing(s: &dyn Sandbox, b: Arc<dyn Backend>) {
     seed(
         b.as_ref(),
@@ -408,7 +408,8 @@ async fn a_walk_error_deletes_nothing(s: &dyn Sandbox, b: Arc<dyn Backend>) {
         assert!(walk_stopped(&out), "{out:?}");
     }
     // b.txt moved 24 levels of 200-character names down, built by renames (no long path is
-    // ever used inside): the host path of the copy there is past PATH_MAX.
+    // ever used inside): its path is past the 4,096 bytes of a virtual path (and its host path
+    // past PATH_MAX).
     let deep = "d=$(printf 'd%.0s' $(seq 200)); mkdir $d && mv b.txt $d/ && \
                 for i in $(seq 23); do mkdir n && mv $d n/ && mv n $d || exit 1; done";
     let out = exec(s, &files, ExecRequest::new(deep).cwd(p("/v"))).await;

@@ -7,8 +7,9 @@
 //! and the local size, and sets the copy's modification time to a fixed instant in the past, so that
 //! any write by the command — even one of the same size within the same clock tick — shows.
 //!
-//! [`Workdir::write_back`] runs after every process of the command is gone. It walks the copy
-//! without following links and, for every file that is new, changed or gone:
+//! [`Workdir::write_back`] runs after every process of the command is gone. It walks and reads the
+//! copy by directory descriptors, never following a link (`nofollow.rs`), and, for every file that
+//! is new, changed or gone:
 //!
 //! * refuses what the view does not let the agent write ([`NotWrittenReason::Denied`](trellis_backend::sandbox::NotWrittenReason::Denied));
 //! * refuses anything that is not a regular file: a planted symbolic link is never followed, never
@@ -38,6 +39,7 @@ use trellis_backend::{Backend, BackendError, Entry, Version, VirtualPath};
 use super::folder_cache::FolderCache;
 use super::reach::{Reached, reached};
 
+mod nofollow;
 mod walk;
 mod write_back;
 
@@ -53,9 +55,13 @@ pub(crate) const PRIVATE_DIR: u32 = 0o700;
 /// How many files are read from the backend at once while materializing.
 const READ_BATCH: usize = 256;
 
-/// The modification time every materialized file gets (2001-09-09), so any write shows.
+/// The modification time every materialized file gets, in seconds since the epoch (2001-09-09),
+/// so any write shows.
+const MATERIALIZED_AT: i64 = 1_000_000_000;
+
+/// [`MATERIALIZED_AT`] as a time.
 fn materialized_mtime() -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000)
+    SystemTime::UNIX_EPOCH + Duration::from_secs(MATERIALIZED_AT.unsigned_abs())
 }
 
 /// What was copied for one file (outside read-only mounts, which are never walked back).

@@ -12,22 +12,25 @@
 //! walk goes on. [`WriteBackLimits::max_time`] stops the walk too.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
+use rustix::fs::FileType;
 use trellis_backend::VirtualPath;
+use trellis_backend::path::MAX_PATH_BYTES;
 use trellis_backend::sandbox::{ExecFiles, NotWritten, NotWrittenReason, WriteBackLimits};
 
-use super::{Copied, RESERVED, materialized_mtime};
+use super::{Copied, RESERVED, nofollow};
 
 /// What the walk is given.
 #[derive(Debug)]
 pub(super) struct Plan {
-    /// The copy's root.
-    pub root: PathBuf,
-    /// Host paths not to walk (read-only mounts).
+    /// The copy's root, opened by [`nofollow::open_root`].
+    pub root: Arc<OwnedFd>,
+    /// Paths not to walk, relative to the root (read-only mounts).
     pub skip: Vec<PathBuf>,
     /// The view, for its rules and bounds.
     pub files: ExecFiles,
@@ -119,7 +122,15 @@ impl Tally {
     }
 }
 
-/// Walk the copy without following links, leaving out reserved top-level names and `plan.skip`.
+/// A directory still to walk: the root, or `name` in an open directory.
+struct Pending {
+    parent: Option<(Arc<OwnedFd>, OsString)>,
+    /// Relative to the root.
+    relative: PathBuf,
+}
+
+/// Walk the copy by directory descriptors without following links, leaving out reserved
+/// top-level names and `plan.skip`.
 pub(super) fn walk(plan: Plan) -> Walked {
     let Plan {
         root,
@@ -146,24 +157,21 @@ pub(super) fn walk(plan: Plan) -> Walked {
         stopped: None,
         files_left: 0,
     };
-    let name_of = |host: &Path| {
-        host.strip_prefix(&root)
-            .map(|rel| format!("/{}", rel.to_string_lossy()))
-            .unwrap_or_default()
-    };
-    let virtual_of = |host: &Path| {
-        host.strip_prefix(&root)
-            .ok()
-            .and_then(|r| r.to_str())
-            .and_then(|rel| VirtualPath::parse(&format!("/{rel}")).ok())
-    };
-    let stale = Some(materialized_mtime());
-    let mut stack = vec![root.clone()];
-    'walk: while let Some(dir) = stack.pop() {
-        let entries = match fs::read_dir(&dir) {
-            Ok(entries) => entries,
+    let mut stack = vec![Pending {
+        parent: None,
+        relative: PathBuf::new(),
+    }];
+    'walk: while let Some(Pending { parent, relative }) = stack.pop() {
+        let dir_name = format!("/{}", relative.to_string_lossy());
+        let opened = match &parent {
+            None => Ok(Arc::clone(&root)),
+            Some((fd, name)) => nofollow::open_dir(fd, name).map(Arc::new),
+        };
+        let listed = opened.and_then(|fd| nofollow::entries(&fd).map(|entries| (fd, entries)));
+        let (dir, entries) = match listed {
+            Ok(listed) => listed,
             Err(e) => {
-                out.unreadable(name_of(&dir), e.to_string());
+                out.unreadable(dir_name, e.to_string());
                 continue;
             }
         };
@@ -171,18 +179,18 @@ pub(super) fn walk(plan: Plan) -> Walked {
             let entry = match entry {
                 Ok(entry) => entry,
                 Err(e) => {
-                    out.unreadable(name_of(&dir), e.to_string());
-                    break;
+                    out.unreadable(dir_name.clone(), e.to_string());
+                    continue;
                 }
             };
-            let host = entry.path();
-            if dir == root && entry.file_name().to_str().is_some_and(|n| RESERVED.contains(&n)) {
+            let rel = relative.join(&entry.name);
+            if relative.as_os_str().is_empty() && entry.name.to_str().is_some_and(|n| RESERVED.contains(&n)) {
                 continue;
             }
-            if skip.contains(&host) {
+            if skip.contains(&rel) {
                 continue;
             }
-            let name = name_of(&host);
+            let name = format!("/{}", rel.to_string_lossy());
             if Instant::now() >= deadline {
                 out.stop_at(
                     name,
@@ -193,63 +201,69 @@ pub(super) fn walk(plan: Plan) -> Walked {
                 );
                 break 'walk;
             }
-            let meta = match fs::symlink_metadata(&host) {
-                Ok(meta) => meta,
-                Err(e) => {
-                    out.unreadable(name, e.to_string());
-                    continue;
-                }
-            };
-            let kind = meta.file_type();
-            let path = virtual_of(&host);
+            let is_dir = entry.kind == FileType::Directory;
+            let is_file = entry.kind == FileType::RegularFile;
+            let path = rel
+                .to_str()
+                .and_then(|rel| VirtualPath::parse(&format!("/{rel}")).ok());
             // What was materialized and is as it was counts toward nothing.
             let free = match &path {
-                Some(path) if kind.is_dir() => holds_copied(&copied, path),
-                Some(path) if kind.is_file() => copied
+                Some(path) if is_dir => holds_copied(&copied, path),
+                Some(path) if is_file => copied
                     .get(path)
-                    .is_some_and(|c| c.size == meta.size() && meta.modified().ok() == stale),
+                    .is_some_and(|c| c.size == entry.size && entry.materialized),
                 _ => false,
             };
-            if free {
-                if kind.is_dir() {
-                    stack.push(host);
-                } else if let Some(path) = path {
-                    out.present.insert(path);
+            if !free {
+                tally.entries += 1;
+                if tally.entries > tally.limits.max_files {
+                    out.stop_at(
+                        name,
+                        format!(
+                            "the command left more than {} new or changed entries, the write-back limit",
+                            tally.limits.max_files
+                        ),
+                    );
+                    break 'walk;
                 }
-                continue;
             }
-            tally.entries += 1;
-            if tally.entries > tally.limits.max_files {
-                out.stop_at(
-                    name,
-                    format!(
-                        "the command left more than {} new or changed entries, the write-back limit",
-                        tally.limits.max_files
-                    ),
-                );
-                break 'walk;
-            }
-            if kind.is_dir() {
-                stack.push(host);
+            if is_dir {
+                if name.len() > MAX_PATH_BYTES {
+                    // Nothing below it could be written back: what is there is unknown.
+                    out.unreadable(name, format!("the path is longer than {MAX_PATH_BYTES} bytes"));
+                    continue;
+                }
+                stack.push(Pending {
+                    parent: Some((Arc::clone(&dir), entry.name)),
+                    relative: rel,
+                });
                 continue;
             }
             let Some(path) = path else {
-                out.refuse(name, NotWrittenReason::InvalidName);
+                if name.len() > MAX_PATH_BYTES {
+                    // Perhaps a materialized file moved out of reach: not to be taken for deleted.
+                    out.unreadable(name, format!("the path is longer than {MAX_PATH_BYTES} bytes"));
+                } else {
+                    out.refuse(name, NotWrittenReason::InvalidName);
+                }
                 continue;
             };
             if copied.contains_key(&path) {
                 out.present.insert(path.clone());
             }
-            if !kind.is_file() {
+            if free {
+                continue;
+            }
+            if !is_file {
                 out.refuse(path.to_string(), NotWrittenReason::NotARegularFile);
             } else if !files.may_write(&path) {
                 out.refuse(path.to_string(), NotWrittenReason::Denied);
             } else {
                 let old = copied.get(&path).map(|c| c.size);
-                match tally.take(&path, meta.size(), old) {
+                match tally.take(&path, entry.size, old) {
                     Ok(()) => out.changed.push(Changed {
                         path,
-                        size: meta.size(),
+                        size: entry.size,
                     }),
                     Err(why) => out.refuse(path.to_string(), NotWrittenReason::TooLarge(why)),
                 }

@@ -1,10 +1,8 @@
 //! [`Workdir::write_back`]: what the command changed, back through the backend (see the parent
 //! module for the rules).
 
-use std::fs;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -12,7 +10,7 @@ use trellis_backend::sandbox::{ExecFiles, FileChange, FileChangeKind, NotWritten
 use trellis_backend::{Backend, BackendError, Version, VirtualPath, WriteMode};
 
 use super::walk::{Changed, Plan, Stopped, Walked, walk};
-use super::{Copied, Workdir};
+use super::{Copied, Workdir, nofollow};
 
 impl Workdir {
     /// Write back what the command changed (call only once every process of it is gone), within
@@ -24,9 +22,17 @@ impl Workdir {
     ) -> (Vec<FileChange>, Vec<NotWritten>) {
         let limits = files.write_back;
         let deadline = Instant::now() + limits.max_time;
+        let root = match nofollow::open_root(self.dir.path()) {
+            Ok(root) => Arc::new(root),
+            Err(e) => return nothing_walked(format!("the copy could not be opened: {e}")),
+        };
         let plan = Plan {
-            root: self.dir.path().to_path_buf(),
-            skip: self.read_only.iter().map(|p| self.host_path(p)).collect(),
+            root: Arc::clone(&root),
+            skip: self
+                .read_only
+                .iter()
+                .map(|p| PathBuf::from(p.as_str().trim_start_matches('/')))
+                .collect(),
             files: files.clone(),
             copied: std::mem::take(&mut self.copied),
             counted: self.counted,
@@ -34,16 +40,7 @@ impl Workdir {
         };
         let walked = match tokio::task::spawn_blocking(move || walk(plan)).await {
             Ok(walked) => walked,
-            Err(e) => {
-                // Nothing was walked, so nothing is written or deleted.
-                return (
-                    Vec::new(),
-                    vec![NotWritten {
-                        path: "/".into(),
-                        reason: NotWrittenReason::Failed(format!("the walk of the copy failed: {e}")),
-                    }],
-                );
-            }
+            Err(e) => return nothing_walked(format!("the walk of the copy failed: {e}")),
         };
         let Walked {
             copied,
@@ -68,18 +65,22 @@ impl Workdir {
                 });
                 continue;
             }
-            let host = self.host_path(&path);
-            let data = match tokio::task::spawn_blocking(move || read_exactly(&host, size)).await {
-                Ok(Ok(data)) => Bytes::from(data),
-                Ok(Err(e)) => {
-                    not_written.push(failed(&path, e.to_string()));
-                    continue;
-                }
-                Err(e) => {
-                    not_written.push(failed(&path, e.to_string()));
-                    continue;
-                }
-            };
+            let relative = PathBuf::from(path.as_str().trim_start_matches('/'));
+            let root = Arc::clone(&root);
+            let data =
+                match tokio::task::spawn_blocking(move || nofollow::read_exactly(&root, &relative, size))
+                    .await
+                {
+                    Ok(Ok(data)) => Bytes::from(data),
+                    Ok(Err(e)) => {
+                        not_written.push(failed(&path, e.to_string()));
+                        continue;
+                    }
+                    Err(e) => {
+                        not_written.push(failed(&path, e.to_string()));
+                        continue;
+                    }
+                };
             let (mode, kind) = match copied.get(&path) {
                 Some(Copied { version: Some(v), .. }) => {
                     (WriteMode::IfVersion(v.clone()), FileChangeKind::Modified)
@@ -148,6 +149,15 @@ impl Workdir {
     }
 }
 
+/// The answer when the copy could not be walked at all: nothing is written and nothing deleted.
+fn nothing_walked(why: String) -> (Vec<FileChange>, Vec<NotWritten>) {
+    let not_written = NotWritten {
+        path: "/".into(),
+        reason: NotWrittenReason::Failed(why),
+    };
+    (Vec::new(), vec![not_written])
+}
+
 fn denied(path: &VirtualPath) -> NotWritten {
     NotWritten {
         path: path.to_string(),
@@ -194,26 +204,4 @@ async fn delete_if_unchanged(
         Err(BackendError::NotFound { .. }) => Ok(true),
         Err(e) => Err(e),
     }
-}
-
-/// Read exactly `size` bytes of the regular file at `path`, or fail: no link at its last component
-/// is followed, a FIFO does not block the open, and a file that is no longer a regular file of
-/// that size is refused unread.
-fn read_exactly(path: &Path, size: u64) -> std::io::Result<Vec<u8>> {
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() || meta.len() != size {
-        return Err(std::io::Error::other(
-            "changed after the command ended (no longer a regular file of the size seen)",
-        ));
-    }
-    let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    file.take(size).read_to_end(&mut data)?;
-    if data.len() as u64 != size {
-        return Err(std::io::Error::other("shrank while it was read back"));
-    }
-    Ok(data)
 }
