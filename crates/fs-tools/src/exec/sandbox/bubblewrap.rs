@@ -591,6 +591,7 @@ impl Sandbox for BubblewrapSandbox {
                 run_as: self.run_as,
                 timeout: request.timeout,
                 group: group.as_ref(),
+                pid_namespace: true,
             },
             Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
         )

@@ -148,6 +148,7 @@ impl Sandbox for UnsandboxedShell {
                 run_as: None,
                 timeout: request.timeout.max(Duration::from_millis(1)),
                 group: None,
+                pid_namespace: false,
             },
             Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
         )

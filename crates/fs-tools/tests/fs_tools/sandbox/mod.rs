@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod background;
 mod cache;
 mod cgroups;
 mod conformance;
