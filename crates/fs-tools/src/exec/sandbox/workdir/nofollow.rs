@@ -47,30 +47,50 @@ pub(super) fn open_dir(dir: impl AsFd, name: &OsStr) -> std::io::Result<OwnedFd>
     Ok(rustix::fs::openat(dir, name, DIRECTORY, Mode::empty())?)
 }
 
-/// The entries of `dir` (without `.` and `..`), each examined without following links; an entry
-/// that cannot be examined is an error of its own.
-pub(super) fn entries(dir: &OwnedFd) -> std::io::Result<Vec<std::io::Result<Entry>>> {
-    let mut out = Vec::new();
-    for entry in Dir::read_from(dir)? {
-        let entry = match entry {
-            Ok(entry) => entry,
-            Err(e) => {
-                out.push(Err(e.into()));
-                break;
+/// The entries of `dir` (without `.` and `..`), read as they are asked for (a directory of
+/// millions of entries is not listed whole before the walk's bounds apply), each examined
+/// without following links; an entry that cannot be examined is an error of its own, and an
+/// error reading the directory ends the listing with it.
+pub(super) fn entries(dir: &OwnedFd) -> std::io::Result<Entries<'_>> {
+    Ok(Entries {
+        fd: dir,
+        dir: Dir::read_from(dir)?,
+        ended: false,
+    })
+}
+
+/// See [`entries`].
+pub(super) struct Entries<'a> {
+    fd: &'a OwnedFd,
+    dir: Dir,
+    ended: bool,
+}
+
+impl Iterator for Entries<'_> {
+    type Item = std::io::Result<Entry>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.ended {
+            let entry = match self.dir.next()? {
+                Ok(entry) => entry,
+                Err(e) => {
+                    self.ended = true;
+                    return Some(Err(e.into()));
+                }
+            };
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
             }
-        };
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
+            let name = OsStr::from_bytes(name).to_os_string();
+            return Some(
+                rustix::fs::statat(self.fd, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|st| entry_of(name, &st))
+                    .map_err(Into::into),
+            );
         }
-        let name = OsStr::from_bytes(name).to_os_string();
-        out.push(
-            rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW)
-                .map(|st| entry_of(name, &st))
-                .map_err(Into::into),
-        );
+        None
     }
-    Ok(out)
 }
 
 fn entry_of(name: OsString, st: &Stat) -> Entry {
@@ -150,8 +170,7 @@ mod tests {
         let (copy, host) = copy_and_host();
         let root = open_root(copy.path()).expect("root");
         let d = open_dir(&root, OsStr::new("d")).expect("d");
-        let seen = entries(&d).expect("entries");
-        let secret = seen[0].as_ref().expect("entry");
+        let secret = entries(&d).expect("entries").next().expect("one").expect("entry");
         assert_eq!((secret.kind, secret.size), (FileType::RegularFile, 4));
         drop(d);
         fs::rename(copy.path().join("d"), copy.path().join("d0")).expect("rename");
@@ -175,8 +194,11 @@ mod tests {
         fs::remove_dir_all(copy.path().join("d")).expect("rm");
         symlink(host.path(), copy.path().join("d")).expect("symlink");
         let root = open_root(copy.path()).expect("root");
-        let listed = entries(&root).expect("entries");
-        let d = listed[0].as_ref().expect("entry");
+        let d = entries(&root)
+            .expect("entries")
+            .next()
+            .expect("one")
+            .expect("entry");
         assert_eq!(d.kind, FileType::Symlink);
         assert!(open_dir(&root, OsStr::new("d")).is_err());
         assert!(read_exactly(&root, Path::new("d/secret"), 4).is_err());

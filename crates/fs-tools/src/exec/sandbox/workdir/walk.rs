@@ -167,9 +167,15 @@ pub(super) fn walk(plan: Plan) -> Walked {
             None => Ok(Arc::clone(&root)),
             Some((fd, name)) => nofollow::open_dir(fd, name).map(Arc::new),
         };
-        let listed = opened.and_then(|fd| nofollow::entries(&fd).map(|entries| (fd, entries)));
-        let (dir, entries) = match listed {
-            Ok(listed) => listed,
+        let dir = match opened {
+            Ok(dir) => dir,
+            Err(e) => {
+                out.unreadable(dir_name, e.to_string());
+                continue;
+            }
+        };
+        let entries = match nofollow::entries(&dir) {
+            Ok(entries) => entries,
             Err(e) => {
                 out.unreadable(dir_name, e.to_string());
                 continue;

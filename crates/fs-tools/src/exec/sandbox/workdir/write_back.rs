@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use trellis_backend::sandbox::{ExecFiles, FileChange, FileChangeKind, NotWritten, NotWrittenReason};
@@ -21,7 +21,11 @@ impl Workdir {
         conflict_tag: &str,
     ) -> (Vec<FileChange>, Vec<NotWritten>) {
         let limits = files.write_back;
-        let deadline = Instant::now() + limits.max_time;
+        let now = Instant::now();
+        // A bound too far to represent is no bound.
+        let deadline = now
+            .checked_add(limits.max_time)
+            .unwrap_or(now + Duration::from_secs(100 * 365 * 86_400));
         let root = match nofollow::open_root(self.dir.path()) {
             Ok(root) => Arc::new(root),
             Err(e) => return nothing_walked(format!("the copy could not be opened: {e}")),
