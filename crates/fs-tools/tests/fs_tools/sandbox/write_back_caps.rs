@@ -10,7 +10,7 @@ use std::time::Duration;
 use trellis_backend::sandbox::{
     ExecFiles, ExecOutput, ExecRequest, FileChangeKind, NotWrittenReason, Sandbox, WriteBackLimits,
 };
-use trellis_backend::{Backend, VirtualPath};
+use trellis_backend::{Backend, PathFilter, VirtualPath};
 
 use super::{p, seed, text};
 
@@ -143,14 +143,18 @@ pub async fn the_time_bound_stops_the_write_back(s: &dyn Sandbox, b: Arc<dyn Bac
 }
 
 /// Files left as they were count toward no bound: a view larger than the bounds still works, and
-/// what the command changed within them comes back.
+/// what the command changed within them comes back. That holds for files the rules do not let the
+/// agent write too: left as they were, they are not listed at all (they used to be listed as
+/// denied on every call).
 pub async fn unchanged_files_count_toward_no_bound(s: &dyn Sandbox, b: Arc<dyn Backend>) {
     let seeded: Vec<(String, String)> = (0..30)
         .map(|i| (format!("/big/f{i}.txt"), format!("file {i:03}")))
         .collect();
     let pairs: Vec<(&str, &str)> = seeded.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     seed(b.as_ref(), &pairs).await;
-    let files = ExecFiles::new(b.clone()).write_back_limits(caps(5, 16, Duration::from_secs(60)));
+    let files = ExecFiles::new(b.clone())
+        .write_back_limits(caps(5, 16, Duration::from_secs(60)))
+        .writable(PathFilter::new(|path| !path.as_str().starts_with("/big/f2")));
     for round in 0..2 {
         let command = format!("echo r{round} > big/f1.txt && echo n{round} > new{round}.txt");
         let out = exec(s, &files, &command).await;
