@@ -1,6 +1,7 @@
 //! [`ExecFiles`]: the files a command runs over, and which parts of them it may only read.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::{Backend, PathFilter};
 use crate::path::VirtualPath;
@@ -9,6 +10,47 @@ use crate::path::VirtualPath;
 pub const DEFAULT_MAX_FILES: usize = 20_000;
 /// Most bytes one command's view may materialize, by default (1 GiB).
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+/// Most new or changed entries one command's write-back examines, by default.
+pub const DEFAULT_WRITE_BACK_MAX_FILES: usize = 20_000;
+/// Most bytes one command's write-back reads and writes, by default (1 GiB).
+pub const DEFAULT_WRITE_BACK_MAX_BYTES: u64 = 1 << 30;
+/// Longest one command's write-back may take, by default (5 minutes).
+pub const DEFAULT_WRITE_BACK_MAX_TIME: Duration = Duration::from_secs(300);
+
+/// Bounds on what one command's write-back does after the command ends (review F3): the command
+/// can make files far faster than they can be written back (`truncate -s 1G` costs it nothing,
+/// `seq 2000000 | xargs touch` little), and the write-back runs in Trellis, not in the sandbox.
+///
+/// What is over a bound is not written and is named in
+/// [`ExecOutput::not_written`](super::ExecOutput::not_written) as
+/// [`TooLarge`](super::NotWrittenReason::TooLarge); what the store already held is never lost to
+/// it, and when the walk of the copy stopped at a bound, nothing is deleted. Files the command left
+/// unchanged count toward none of them, so a view larger than a bound still works. Besides these,
+/// the write-back never grows the view past [`ExecFiles::max_files`] and [`ExecFiles::max_bytes`]
+/// (as this call counted them), so the next command can still be materialized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteBackLimits {
+    /// Most entries the walk of the copy examines beyond what was materialized unchanged: new and
+    /// changed files, links, pipes, names that are not valid paths and directories that hold no
+    /// materialized file all count. The walk stops at the first one over.
+    pub max_files: usize,
+    /// Most bytes of new and changed files to read back and write, counted by the size the file
+    /// system reports before anything is read (a sparse file counts its apparent size). A file that
+    /// does not fit is not read; the walk goes on with the next.
+    pub max_bytes: u64,
+    /// Longest the whole write-back may take; what is not done by then is not done.
+    pub max_time: Duration,
+}
+
+impl Default for WriteBackLimits {
+    fn default() -> Self {
+        Self {
+            max_files: DEFAULT_WRITE_BACK_MAX_FILES,
+            max_bytes: DEFAULT_WRITE_BACK_MAX_BYTES,
+            max_time: DEFAULT_WRITE_BACK_MAX_TIME,
+        }
+    }
+}
 
 /// How a command may use a part of the view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +97,8 @@ pub struct ExecFiles {
     pub max_files: usize,
     /// Most bytes to materialize; more is [`TooLarge`](super::SandboxError::TooLarge).
     pub max_bytes: u64,
+    /// Bounds on the write-back after the command.
+    pub write_back: WriteBackLimits,
 }
 
 impl ExecFiles {
@@ -67,6 +111,7 @@ impl ExecFiles {
             writable: None,
             max_files: DEFAULT_MAX_FILES,
             max_bytes: DEFAULT_MAX_BYTES,
+            write_back: WriteBackLimits::default(),
         }
     }
 
@@ -105,6 +150,12 @@ impl ExecFiles {
     /// Only write back what `filter` allows.
     pub fn writable(mut self, filter: PathFilter) -> Self {
         self.writable = Some(filter);
+        self
+    }
+
+    /// Bound the write-back by `limits`.
+    pub fn write_back_limits(mut self, limits: WriteBackLimits) -> Self {
+        self.write_back = limits;
         self
     }
 

@@ -37,7 +37,10 @@ mod sandboxed;
 use async_trait::async_trait;
 
 pub use error::{SandboxError, SandboxUnavailable};
-pub use files::{ExecFiles, ExecMount, MountAccess};
+pub use files::{
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, DEFAULT_WRITE_BACK_MAX_BYTES, DEFAULT_WRITE_BACK_MAX_FILES,
+    DEFAULT_WRITE_BACK_MAX_TIME, ExecFiles, ExecMount, MountAccess, WriteBackLimits,
+};
 pub use limits::{LimitKind, LimitStatus, SandboxLimits, SandboxReport};
 pub use request::{
     DEFAULT_TIMEOUT, ExecOutput, ExecRequest, FileChange, FileChangeKind, Network, NotWritten,

@@ -118,8 +118,13 @@ pub enum NotWrittenReason {
     NotARegularFile,
     /// The path is not a valid virtual path (a name that is not UTF-8, say).
     InvalidName,
-    /// The backend refused the write.
+    /// The backend refused the write, or the copy could not be read back.
     Failed(String),
+    /// Over a bound of the write-back ([`WriteBackLimits`](super::WriteBackLimits)) or of the view
+    /// ([`ExecFiles::max_files`](super::ExecFiles::max_files),
+    /// [`ExecFiles::max_bytes`](super::ExecFiles::max_bytes)): the message names the bound. The
+    /// store keeps what it had.
+    TooLarge(String),
 }
 
 /// A change the command made that did not reach the backend, and why.

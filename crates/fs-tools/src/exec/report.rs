@@ -70,6 +70,7 @@ pub(crate) fn render(out: &ExecOutput, timeout_secs: u64) -> String {
             NotWrittenReason::NotARegularFile => "not a regular file (links are not saved)".to_owned(),
             NotWrittenReason::InvalidName => "the name is not a valid path".to_owned(),
             NotWrittenReason::Failed(why) => format!("the storage refused it: {why}"),
+            NotWrittenReason::TooLarge(why) => format!("over a limit: {why}"),
         };
         text.push_str(&format!("not saved: {} — {why}\n", n.path));
     }

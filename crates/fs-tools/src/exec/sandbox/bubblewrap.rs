@@ -665,6 +665,7 @@ impl Sandbox for BubblewrapSandbox {
                 timeout: request.timeout,
                 group: group.as_ref(),
                 stdin: launch.stdin,
+                pid_namespace: true,
             },
             Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
         )

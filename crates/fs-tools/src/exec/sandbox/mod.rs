@@ -24,6 +24,7 @@ mod bubblewrap;
 mod capture;
 mod cgroup;
 mod folder_cache;
+mod namespace_init;
 mod process;
 mod reach;
 mod runner;

@@ -26,6 +26,7 @@ use trellis_backend::sandbox::SandboxError;
 
 use super::capture::{Capture, Captured};
 use super::cgroup::CommandGroup;
+use super::namespace_init::Finder;
 use super::workdir::Owner;
 
 /// Resource limits for `prlimit`.
@@ -55,6 +56,9 @@ pub(crate) struct Spawn<'a> {
     /// The process's standard input; `None`: `/dev/null`. With a `group`, its bytes follow the
     /// gate's line on the gate's pipe (so it must be small: a seccomp program).
     pub stdin: Option<std::fs::File>,
+    /// The program is `bwrap` with a PID namespace: after it exits, wait for the namespace's init
+    /// to exit too (see `namespace_init.rs`), so nothing of the command runs on.
+    pub pid_namespace: bool,
 }
 
 /// The `sh -c` script of a gated start: wait for one line, then become the command (`"$@"`) with
@@ -78,6 +82,9 @@ pub(crate) struct Finished {
 /// How long to wait for the output pipe to close once the process is gone (a process that
 /// escaped the group may hold it; its output after that is not captured).
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// How long to wait for a sandbox's PID namespace to empty once `bwrap` is gone.
+const INIT_GRACE: Duration = Duration::from_secs(5);
 
 /// Run `spawn`, capturing its output into `capture`.
 pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, SandboxError> {
@@ -177,6 +184,11 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
             });
         }
     }
+    let init = if spawn.pid_namespace {
+        pgid.map(Finder::start)
+    } else {
+        None
+    };
 
     let capture = Arc::new(Mutex::new(capture));
     let sink = Arc::clone(&capture);
@@ -205,6 +217,11 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
     let duration = started.elapsed();
     // Whatever of the group is still alive (a background job of the command) goes too.
     kill_group(pgid);
+    if let Some(init) = init
+        && !init.wait(INIT_GRACE).await
+    {
+        tracing::warn!("the sandbox's PID namespace was not seen to end; writing back anyway");
+    }
     let _ = tokio::time::timeout(DRAIN_GRACE, drained).await;
     let captured = match Arc::try_unwrap(capture) {
         Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()).finish(),

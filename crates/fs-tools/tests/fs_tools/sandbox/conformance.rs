@@ -14,7 +14,7 @@ use trellis_backend::sandbox::{
 };
 use trellis_backend::{Backend, PathFilter, WriteMode};
 
-use super::{p, seed, text};
+use super::{background, p, seed, text, write_back_caps};
 
 /// Run every case on `sandbox`, each over a fresh backend from `fresh`.
 pub async fn run<F, Fut>(name: &str, sandbox: Arc<dyn Sandbox>, fresh: F)
@@ -38,6 +38,12 @@ where
     long_output_is_cut_and_saved(s, fresh().await).await;
     links_are_never_written_back(s, fresh().await).await;
     bad_requests_are_refused(s, fresh().await).await;
+    write_back_caps::many_small_files_stop_at_the_entry_bound(s, fresh().await).await;
+    write_back_caps::sparse_files_over_the_byte_bound_are_not_read(s, fresh().await).await;
+    write_back_caps::the_time_bound_stops_the_write_back(s, fresh().await).await;
+    write_back_caps::unchanged_files_count_toward_no_bound(s, fresh().await).await;
+    write_back_caps::the_view_never_outgrows_materialization(s, fresh().await).await;
+    background::a_late_background_write_is_never_written_back(s, fresh().await).await;
     eprintln!("sandbox conformance passed: {name}");
 }
 
@@ -372,7 +378,7 @@ async fn links_are_never_written_back(s: &dyn Sandbox, b: Arc<dyn Backend>) {
 
 /// A part of the copy the write-back cannot walk is an error, never a deletion (review F4): a
 /// directory the command made unreadable (`chmod 000`, which stops a walk by a non-root Trellis),
-/// and one moved to a host path longer than `PATH_MAX` (which stops a root one too).
+/// and one moved to a path longer than a virtual path may be (which stops a root one too).
 async fn a_walk_error_deletes_nothing(s: &dyn Sandbox, b: Arc<dyn Backend>) {
     seed(
         b.as_ref(),
@@ -403,7 +409,8 @@ async fn a_walk_error_deletes_nothing(s: &dyn Sandbox, b: Arc<dyn Backend>) {
         assert!(walk_stopped(&out), "{out:?}");
     }
     // b.txt moved 24 levels of 200-character names down, built by renames (no long path is
-    // ever used inside): the host path of the copy there is past PATH_MAX.
+    // ever used inside): its path is past the 4,096 bytes of a virtual path (and its host path
+    // past PATH_MAX).
     let deep = "d=$(printf 'd%.0s' $(seq 200)); mkdir $d && mv b.txt $d/ && \
                 for i in $(seq 23); do mkdir n && mv $d n/ && mv n $d || exit 1; done";
     let out = exec(s, &files, ExecRequest::new(deep).cwd(p("/v"))).await;

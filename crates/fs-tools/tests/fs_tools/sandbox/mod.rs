@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod background;
 mod cache;
 mod cgroups;
 mod conformance;
@@ -18,6 +19,7 @@ mod private;
 mod root;
 mod side_doors;
 mod suites;
+mod write_back_caps;
 
 use std::sync::{Arc, OnceLock};
 

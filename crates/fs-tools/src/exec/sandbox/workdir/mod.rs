@@ -3,12 +3,13 @@
 //!
 //! [`Workdir::materialize`] copies into a fresh private directory every file the command can reach:
 //! all of the view outside the on-reach mounts, and the reached folders of those (see
-//! `reach.rs`). It records, for each writable file, the backend version it copied and
-//! the local size, and sets the copy's modification time to a fixed instant in the past, so that
+//! `reach.rs`). It records, for each file outside read-only mounts, the backend version it copied
+//! and the local size, and sets the copy's modification time to a fixed instant in the past, so that
 //! any write by the command — even one of the same size within the same clock tick — shows.
 //!
-//! [`Workdir::write_back`] runs after every process of the command is gone. It walks the copy
-//! without following links and, for every file that is new, changed or gone:
+//! [`Workdir::write_back`] runs after every process of the command is gone. It walks and reads the
+//! copy by directory descriptors, never following a link (`nofollow.rs`), and, for every file that
+//! is new, changed or gone:
 //!
 //! * refuses what the view does not let the agent write ([`NotWrittenReason::Denied`](trellis_backend::sandbox::NotWrittenReason::Denied));
 //! * refuses anything that is not a regular file: a planted symbolic link is never followed, never
@@ -16,7 +17,11 @@
 //! * writes a new file create-only, a changed one only if the backend still holds the version that
 //!   was copied, and deletes a removed one only if it is unchanged; when someone else changed the
 //!   file meanwhile, the write is a [`NotWrittenReason::Conflict`](trellis_backend::sandbox::NotWrittenReason::Conflict) and the command's version is
-//!   kept beside it at `<path>.conflict-<id>` — nothing is overwritten and nothing is lost.
+//!   kept beside it at `<path>.conflict-<id>` — nothing is overwritten and nothing is lost;
+//! * stays within the view's [`WriteBackLimits`](trellis_backend::sandbox::WriteBackLimits) on
+//!   entries, bytes and time (`walk.rs`): what is over one is named as
+//!   [`NotWrittenReason::TooLarge`](trellis_backend::sandbox::NotWrittenReason::TooLarge), and once
+//!   the walk stopped short, or could not read part of the copy, nothing is deleted.
 //!
 //! Directories at the top of the copy that the sandbox mounts its system over (`/usr`, `/etc`,
 //! `/proc`, …, see [`RESERVED`]) are neither materialized nor written back; the view's files there
@@ -34,6 +39,8 @@ use trellis_backend::{Backend, BackendError, Entry, Version, VirtualPath};
 use super::folder_cache::FolderCache;
 use super::reach::{Reached, reached};
 
+mod nofollow;
+mod walk;
 mod write_back;
 
 /// Top-level names the sandbox mounts its own system directories at.
@@ -48,16 +55,22 @@ pub(crate) const PRIVATE_DIR: u32 = 0o700;
 /// How many files are read from the backend at once while materializing.
 const READ_BATCH: usize = 256;
 
-/// The modification time every materialized file gets (2001-09-09), so any write shows.
+/// The modification time every materialized file gets, in seconds since the epoch (2001-09-09),
+/// so any write shows.
+const MATERIALIZED_AT: i64 = 1_000_000_000;
+
+/// [`MATERIALIZED_AT`] as a time.
 fn materialized_mtime() -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000)
+    SystemTime::UNIX_EPOCH + Duration::from_secs(MATERIALIZED_AT.unsigned_abs())
 }
 
-/// What was copied for one writable file.
+/// What was copied for one file (outside read-only mounts, which are never walked back).
 #[derive(Debug, Clone)]
 struct Copied {
     version: Option<Version>,
     size: u64,
+    /// Whether the rules let the command's changes to it be written back.
+    writable: bool,
 }
 
 /// Who should own the copy (the sandbox may run the command as another user).
@@ -77,6 +90,9 @@ pub struct Workdir {
     read_only: Vec<VirtualPath>,
     shadowed: Vec<VirtualPath>,
     bound: Vec<(PathBuf, VirtualPath)>,
+    /// Files and bytes the view held for this command, as the materialization counted them
+    /// against [`ExecFiles::max_files`] and [`ExecFiles::max_bytes`].
+    counted: (usize, u64),
 }
 
 impl Workdir {
@@ -105,6 +121,7 @@ impl Workdir {
             read_only: Vec::new(),
             shadowed: Vec::new(),
             bound: Vec::new(),
+            counted: (0, 0),
         };
         let (mut entries, folders) = me.listing(files, request).await?;
         for (folder, listed) in folders {
@@ -173,7 +190,7 @@ impl Workdir {
 
     /// Number of writable files copied in.
     pub fn writable_files(&self) -> usize {
-        self.copied.len()
+        self.copied.values().filter(|c| c.writable).count()
     }
 
     /// The files to copy: the view outside on-reach mounts; and, apart, each reached folder's.
@@ -266,6 +283,7 @@ impl Workdir {
                 files.max_bytes
             )));
         }
+        self.counted = (count, bytes);
         Ok((entries, folders))
     }
 
@@ -289,12 +307,19 @@ impl Workdir {
                     tracing::debug!(%path, error = %e, "not materialized");
                     continue;
                 }
-                if writable {
+                // Read-only mounts are never walked back; every other file is recorded, so that one
+                // left as it was is known unchanged (and one the rules do not let the command
+                // write is refused only when it did change).
+                if files
+                    .mount_of(&path)
+                    .is_none_or(|m| m.access == MountAccess::ReadWrite)
+                {
                     self.copied.insert(
                         path,
                         Copied {
                             version: read.version,
                             size: read.bytes.len() as u64,
+                            writable,
                         },
                     );
                 }

@@ -1,97 +1,91 @@
 //! [`Workdir::write_back`]: what the command changed, back through the backend (see the parent
 //! module for the rules).
 
-use std::collections::BTreeSet;
-use std::fs;
-use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use trellis_backend::sandbox::{ExecFiles, FileChange, FileChangeKind, NotWritten, NotWrittenReason};
 use trellis_backend::{Backend, BackendError, Version, VirtualPath, WriteMode};
 
-use super::{Copied, RESERVED, Workdir, materialized_mtime};
+use super::walk::{Changed, Plan, Stopped, Walked, walk};
+use super::{Copied, Workdir, nofollow};
 
 impl Workdir {
-    /// Write back what the command changed (call only once every process of it is gone).
+    /// Write back what the command changed (call only once every process of it is gone), within
+    /// `files.write_back`'s bounds (see `walk.rs`).
     pub async fn write_back(
-        self,
+        mut self,
         files: &ExecFiles,
         conflict_tag: &str,
     ) -> (Vec<FileChange>, Vec<NotWritten>) {
-        let root = self.dir.path().to_path_buf();
-        let skip: Vec<PathBuf> = self.read_only.iter().map(|p| self.host_path(p)).collect();
-        let walked = tokio::task::spawn_blocking(move || walk(&root, &skip))
-            .await
-            .unwrap_or_else(|e| {
-                vec![Found::Unreadable {
-                    path: "/".into(),
-                    error: format!("the walk failed: {e}"),
-                }]
-            });
+        let limits = files.write_back;
+        let now = Instant::now();
+        // A bound too far to represent is no bound.
+        let deadline = now
+            .checked_add(limits.max_time)
+            .unwrap_or(now + Duration::from_secs(100 * 365 * 86_400));
+        let root = match nofollow::open_root(self.dir.path()) {
+            Ok(root) => Arc::new(root),
+            Err(e) => return nothing_walked(format!("the copy could not be opened: {e}")),
+        };
+        let plan = Plan {
+            root: Arc::clone(&root),
+            skip: self
+                .read_only
+                .iter()
+                .map(|p| PathBuf::from(p.as_str().trim_start_matches('/')))
+                .collect(),
+            files: files.clone(),
+            copied: std::mem::take(&mut self.copied),
+            counted: self.counted,
+            deadline,
+        };
+        let walked = match tokio::task::spawn_blocking(move || walk(plan)).await {
+            Ok(walked) => walked,
+            Err(e) => return nothing_walked(format!("the walk of the copy failed: {e}")),
+        };
+        let Walked {
+            copied,
+            changed,
+            mut not_written,
+            present,
+            stopped,
+            mut files_left,
+        } = walked;
+        let late = || {
+            NotWrittenReason::TooLarge(format!(
+                "the write-back took longer than its limit of {:?}",
+                limits.max_time
+            ))
+        };
         let mut changes = Vec::new();
-        let mut not_written = Vec::new();
-        let mut present = BTreeSet::new();
-        // A file the walk did not see may be below what it could not read (or moved there): with
-        // any part unread, nothing is deleted.
-        let mut unread = false;
-        for found in walked {
-            let path = match found {
-                Found::Unreadable { path, error } => {
-                    unread = true;
-                    not_written.push(NotWritten {
-                        path,
-                        reason: NotWrittenReason::Failed(format!(
-                            "could not be read back ({error}); nothing in it was written back, and nothing the command may have removed was deleted"
-                        )),
-                    });
-                    continue;
-                }
-                Found::File { path, size, mtime } => {
-                    present.insert(path.clone());
-                    let unchanged = self
-                        .copied
-                        .get(&path)
-                        .is_some_and(|c| c.size == size && mtime == Some(materialized_mtime()));
-                    if unchanged {
-                        continue;
-                    }
-                    path
-                }
-                Found::Other(path) => {
-                    if let Ok(v) = VirtualPath::parse(&path)
-                        && self.copied.contains_key(&v)
-                    {
-                        present.insert(v);
-                    }
-                    not_written.push(NotWritten {
-                        path,
-                        reason: NotWrittenReason::NotARegularFile,
-                    });
-                    continue;
-                }
-                Found::BadName(path) => {
-                    not_written.push(NotWritten {
-                        path,
-                        reason: NotWrittenReason::InvalidName,
-                    });
-                    continue;
-                }
-            };
-            if !files.may_write(&path) {
-                not_written.push(denied(&path));
+        for Changed { path, size } in changed {
+            if Instant::now() >= deadline {
+                not_written.push(NotWritten {
+                    path: path.to_string(),
+                    reason: late(),
+                });
                 continue;
             }
-            let data = match read_no_follow(&self.host_path(&path)) {
-                Ok(data) => Bytes::from(data),
-                Err(e) => {
-                    not_written.push(failed(&path, e.to_string()));
-                    continue;
-                }
-            };
-            let (mode, kind) = match self.copied.get(&path) {
+            let relative = PathBuf::from(path.as_str().trim_start_matches('/'));
+            let root = Arc::clone(&root);
+            let data =
+                match tokio::task::spawn_blocking(move || nofollow::read_exactly(&root, &relative, size))
+                    .await
+                {
+                    Ok(Ok(data)) => Bytes::from(data),
+                    Ok(Err(e)) => {
+                        not_written.push(failed(&path, e.to_string()));
+                        continue;
+                    }
+                    Err(e) => {
+                        not_written.push(failed(&path, e.to_string()));
+                        continue;
+                    }
+                };
+            let (mode, kind) = match copied.get(&path) {
                 Some(Copied { version: Some(v), .. }) => {
                     (WriteMode::IfVersion(v.clone()), FileChangeKind::Modified)
                 }
@@ -101,7 +95,13 @@ impl Workdir {
             match files.backend.write(&path, data.clone(), mode).await {
                 Ok(_) => changes.push(FileChange { path, kind }),
                 Err(BackendError::Conflict { .. }) => {
-                    let kept_at = keep_beside(files, &path, conflict_tag, data).await;
+                    // A conflict copy is one more file in the view: only where it still fits.
+                    let kept_at = if files_left > 0 {
+                        keep_beside(files, &path, conflict_tag, data).await
+                    } else {
+                        None
+                    };
+                    files_left -= usize::from(kept_at.is_some());
                     not_written.push(NotWritten {
                         path: path.to_string(),
                         reason: NotWrittenReason::Conflict { kept_at },
@@ -110,7 +110,7 @@ impl Workdir {
                 Err(e) => not_written.push(failed(&path, e.to_string())),
             }
         }
-        for (path, copied) in &self.copied {
+        for (path, copied) in &copied {
             if present.contains(path) {
                 continue;
             }
@@ -118,11 +118,21 @@ impl Workdir {
                 not_written.push(denied(path));
                 continue;
             }
-            if unread {
-                not_written.push(failed(
-                    path,
+            let reason = match &stopped {
+                Some(Stopped::Unreadable) => Some(NotWrittenReason::Failed(
                     "not deleted: part of the copy could not be read back, so a removed file cannot be told from a moved one".into(),
-                ));
+                )),
+                Some(Stopped::Bound(bound)) => Some(NotWrittenReason::TooLarge(format!(
+                    "not deleted: {bound}, so the walk did not reach all of the copy, and a removed file cannot be told from one it did not reach"
+                ))),
+                None if Instant::now() >= deadline => Some(late()),
+                None => None,
+            };
+            if let Some(reason) = reason {
+                not_written.push(NotWritten {
+                    path: path.to_string(),
+                    reason,
+                });
                 continue;
             }
             match delete_if_unchanged(files.backend.as_ref(), path, copied.version.as_ref()).await {
@@ -141,6 +151,15 @@ impl Workdir {
         not_written.sort_by(|a, b| a.path.cmp(&b.path));
         (changes, not_written)
     }
+}
+
+/// The answer when the copy could not be walked at all: nothing is written and nothing deleted.
+fn nothing_walked(why: String) -> (Vec<FileChange>, Vec<NotWritten>) {
+    let not_written = NotWritten {
+        path: "/".into(),
+        reason: NotWrittenReason::Failed(why),
+    };
+    (Vec::new(), vec![not_written])
 }
 
 fn denied(path: &VirtualPath) -> NotWritten {
@@ -189,108 +208,4 @@ async fn delete_if_unchanged(
         Err(BackendError::NotFound { .. }) => Ok(true),
         Err(e) => Err(e),
     }
-}
-
-/// Something found in the copy after the command ran.
-#[derive(Debug)]
-enum Found {
-    File {
-        path: VirtualPath,
-        size: u64,
-        mtime: Option<SystemTime>,
-    },
-    /// A symbolic link, FIFO, socket or device.
-    Other(String),
-    /// A name that is not a valid virtual path.
-    BadName(String),
-    /// A directory that could not be listed, or an entry that could not be examined (by its
-    /// lossy virtual name): what is below it is unknown.
-    Unreadable { path: String, error: String },
-}
-
-/// Walk the copy without following links, leaving out reserved top-level names and `skip`.
-fn walk(root: &Path, skip: &[PathBuf]) -> Vec<Found> {
-    let mut found = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    let name_of = |host: &Path| {
-        host.strip_prefix(root)
-            .map(|rel| format!("/{}", rel.to_string_lossy()))
-            .unwrap_or_default()
-    };
-    while let Some(dir) = stack.pop() {
-        let entries = match fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) => {
-                found.push(Found::Unreadable {
-                    path: name_of(&dir),
-                    error: e.to_string(),
-                });
-                continue;
-            }
-        };
-        for entry in entries {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(e) => {
-                    found.push(Found::Unreadable {
-                        path: name_of(&dir),
-                        error: e.to_string(),
-                    });
-                    break;
-                }
-            };
-            let host = entry.path();
-            if dir == root && entry.file_name().to_str().is_some_and(|n| RESERVED.contains(&n)) {
-                continue;
-            }
-            if skip.contains(&host) {
-                continue;
-            }
-            let virtual_name = name_of(&host);
-            let meta = match fs::symlink_metadata(&host) {
-                Ok(meta) => meta,
-                Err(e) => {
-                    found.push(Found::Unreadable {
-                        path: virtual_name,
-                        error: e.to_string(),
-                    });
-                    continue;
-                }
-            };
-            let kind = meta.file_type();
-            if kind.is_dir() {
-                stack.push(host);
-                continue;
-            }
-            let path = match host.strip_prefix(root).ok().and_then(|r| r.to_str()) {
-                Some(rel) => VirtualPath::parse(&format!("/{rel}")).ok(),
-                None => None,
-            };
-            let Some(path) = path else {
-                found.push(Found::BadName(virtual_name));
-                continue;
-            };
-            if kind.is_file() {
-                found.push(Found::File {
-                    path,
-                    size: meta.size(),
-                    mtime: meta.modified().ok(),
-                });
-            } else {
-                found.push(Found::Other(path.to_string()));
-            }
-        }
-    }
-    found
-}
-
-/// Read a file without following a symbolic link at its last component.
-fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
-    let mut data = Vec::new();
-    file.read_to_end(&mut data)?;
-    Ok(data)
 }
