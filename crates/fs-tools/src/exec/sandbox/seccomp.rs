@@ -29,7 +29,7 @@
 //!
 //! Not covered: `clone` and `clone3` with namespace flags (`clone3` passes its flags in memory,
 //! which a seccomp filter cannot read); nested user namespaces are refused by bubblewrap's
-//! `--disable-userns` where it has it instead (see `bubblewrap.rs`).
+//! `--disable-userns` where it has it instead (see `bubblewrap/mod.rs`).
 //!
 //! The program is built with `seccompiler` (the rust-vmm crate of the Firecracker team: pure Rust,
 //! no C libseccomp), once per sandbox, for the host's architecture; x86_64 and aarch64 are

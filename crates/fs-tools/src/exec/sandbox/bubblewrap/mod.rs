@@ -32,38 +32,21 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use trellis_backend::sandbox::{
-    ExecFiles, ExecOutput, ExecRequest, LimitKind, LimitStatus, Network, Sandbox, SandboxError,
-    SandboxLimits, SandboxReport, SandboxUnavailable,
+    ExecFiles, ExecOutput, ExecRequest, Network, Sandbox, SandboxError, SandboxLimits, SandboxReport,
+    SandboxUnavailable,
 };
+
+mod mounts;
+mod report;
 
 use super::capture::Capture;
 use super::cgroup::Cgroups;
 use super::folder_cache::FolderCache;
 use super::process::{self, Rlimits, Spawn, find_program};
+use super::runner;
 use super::seccomp::{BWRAP_ARGS, Launch, SyscallFilter};
 use super::workdir::{Owner, Workdir};
-use super::{human_bytes, runner};
-
-/// Files of the host's `/etc` mounted read-only, when they exist: what the dynamic linker, name
-/// lookups, time zones, TLS and Python read.
-const ETC_FILES: &[&str] = &[
-    "alternatives",
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "localtime",
-    "nsswitch.conf",
-    "hosts",
-    "resolv.conf",
-    // Trust roots and OpenSSL's configuration only: `/etc/ssl/private` holds host keys, which a
-    // command running as root (see `allow_root_commands`) could otherwise read.
-    "ssl/certs",
-    "ssl/openssl.cnf",
-    "ca-certificates",
-    "mime.types",
-    "protocols",
-    "services",
-];
+use mounts::system_mounts;
 
 /// The sandbox user's id when Trellis runs as root.
 pub const NOBODY: u32 = 65534;
@@ -131,7 +114,7 @@ pub struct BubblewrapSandbox {
     system: tempfile::TempDir,
     /// Reached skill folders kept between commands.
     cache: Option<FolderCache>,
-    /// [`system_mounts`], worked out once.
+    /// [`mounts::system_mounts`], worked out once.
     system_mounts: Vec<OsString>,
     /// Where each command's control group goes, or why there is none on this host.
     cgroups: Result<Cgroups, String>,
@@ -335,140 +318,6 @@ impl BubblewrapSandbox {
         }
     }
 
-    fn compute_report(&self) -> SandboxReport {
-        let l = &self.limits;
-        let status = |kind, enforced, detail: String| LimitStatus {
-            kind,
-            enforced,
-            detail,
-        };
-        let unprivileged = self.runs_as().uid != 0;
-        let rl = self.prlimit.is_some();
-        let no_prlimit = "prlimit(1) not found (install util-linux)".to_owned();
-        let no_cgroup = |why: &String| format!("no control group: {why}");
-        SandboxReport {
-            sandbox: "bubblewrap".into(),
-            limits: vec![
-                status(
-                    LimitKind::Filesystem,
-                    true,
-                    "mount namespace: the agent's files at their virtual paths, read-only parts and system directories read-only, nothing else of the host".into(),
-                ),
-                status(
-                    LimitKind::Network,
-                    true,
-                    "network namespace with only its own loopback; a request for `host` shares the host's".into(),
-                ),
-                status(
-                    LimitKind::Environment,
-                    true,
-                    "cleared: PATH, HOME, LANG, TMPDIR, PYTHONDONTWRITEBYTECODE and the request's variables only".into(),
-                ),
-                status(
-                    LimitKind::Timeout,
-                    true,
-                    format!("PID namespace torn down at the timeout (at most {} s)", l.max_timeout.as_secs()),
-                ),
-                match (&self.cgroups, rl, unprivileged) {
-                    (Ok(groups), _, _) => status(
-                        LimitKind::Processes,
-                        true,
-                        format!("pids.max {} per command ({})", l.max_processes, groups.describe()),
-                    ),
-                    (Err(_), true, true) => status(
-                        LimitKind::Processes,
-                        true,
-                        format!(
-                            "RLIMIT_NPROC: {} beyond what uid {} already runs",
-                            l.max_processes,
-                            self.runs_as().uid
-                        ),
-                    ),
-                    (Err(_), false, _) => status(LimitKind::Processes, false, no_prlimit.clone()),
-                    (Err(_), true, false) => status(
-                        LimitKind::Processes,
-                        false,
-                        "commands run as root (an unprivileged user's namespaces were refused), which RLIMIT_NPROC does not bind".into(),
-                    ),
-                },
-                if rl {
-                    status(
-                        LimitKind::Memory,
-                        true,
-                        format!("RLIMIT_AS {} per process", human_bytes(l.max_memory_bytes)),
-                    )
-                } else {
-                    status(LimitKind::Memory, false, no_prlimit.clone())
-                },
-                match &self.cgroups {
-                    Ok(groups) => status(
-                        LimitKind::TotalMemory,
-                        true,
-                        format!(
-                            "memory.max {} for all the command's processes ({})",
-                            human_bytes(l.max_total_memory_bytes),
-                            groups.describe()
-                        ),
-                    ),
-                    Err(why) => status(LimitKind::TotalMemory, false, no_cgroup(why)),
-                },
-                match &self.cgroups {
-                    Ok(groups) if groups.limits_cpu() => status(
-                        LimitKind::Cpu,
-                        true,
-                        format!("cpu.max {}% of one core ({})", l.max_cpu_percent, groups.describe()),
-                    ),
-                    Ok(groups) => status(
-                        LimitKind::Cpu,
-                        false,
-                        format!("the cpu controller is not available ({})", groups.describe()),
-                    ),
-                    Err(why) => status(LimitKind::Cpu, false, no_cgroup(why)),
-                },
-                if rl {
-                    status(LimitKind::FileSize, true, format!("RLIMIT_FSIZE {}", human_bytes(l.max_file_bytes)))
-                } else {
-                    status(LimitKind::FileSize, false, no_prlimit)
-                },
-                status(
-                    LimitKind::Tmp,
-                    true,
-                    format!(
-                        "/tmp and /dev/shm: tmpfs (memory) of at most {} each; /dev read-only",
-                        human_bytes(l.max_tmp_bytes)
-                    ),
-                ),
-                status(
-                    LimitKind::Output,
-                    true,
-                    format!(
-                        "{} kept (both ends), up to {} saved as a file",
-                        human_bytes(l.output_bytes as u64),
-                        human_bytes(l.full_output_bytes)
-                    ),
-                ),
-                {
-                    let userns = match &self.no_nested_userns {
-                        Ok(()) => "no nested user namespaces (bwrap --disable-userns)".to_owned(),
-                        Err(why) => format!("nested user namespaces allowed: {why}"),
-                    };
-                    match &self.syscalls {
-                        Ok(filter) => status(
-                            LimitKind::Syscalls,
-                            true,
-                            format!(
-                                "seccomp ({}): EPERM for io_uring, ptrace, process_vm_*, keyrings, bpf, perf_event_open, userfaultfd, unshare, setns, mounts, modules, kexec{}; sockets but AF_UNIX without network, AF_VSOCK always; {userns}",
-                                filter.arch(),
-                                if filter.arch() == "x86_64" { ", the x32 ABI" } else { "" }
-                            ),
-                        ),
-                        Err(why) => status(LimitKind::Syscalls, false, format!("{why}; {userns}")),
-                    }
-                },
-            ],
-        }
-    }
-
     /// How to start bwrap with `args` (which end with the command): with the seccomp program for
     /// `network` when there is one.
     fn launch(&self, args: Vec<OsString>, network: Network) -> std::io::Result<Launch> {
@@ -518,70 +367,6 @@ impl BubblewrapSandbox {
 }
 
 /// The mounts every sandbox on this host gets after its root: `/usr`, the host's `/bin`·`/lib*`
-/// links or directories, a read-only `/etc` with [`ETC_FILES`], `/etc/python*` and the generated
-/// `passwd`/`group` from `identity`, a fresh `/proc`, a minimal read-only `/dev` with a private
-/// `/dev/shm`, and a private `/tmp`; the last two are tmpfs (memory) of at most `tmp_bytes` each.
-/// They depend only on the host and the limits, so they are worked out once, when the sandbox is
-/// built.
-fn system_mounts(identity: &Path, tmp_bytes: u64) -> Vec<OsString> {
-    let mut a: Vec<OsString> = Vec::with_capacity(64);
-    let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
-    push(&["--ro-bind".as_ref(), "/usr".as_ref(), "/usr".as_ref()]);
-    for dir in ["bin", "sbin", "lib", "lib32", "lib64", "libx32"] {
-        let host = Path::new("/").join(dir);
-        let Ok(meta) = std::fs::symlink_metadata(&host) else {
-            continue;
-        };
-        if meta.file_type().is_symlink() {
-            if let Ok(target) = std::fs::read_link(&host) {
-                push(&["--symlink".as_ref(), target.as_os_str(), host.as_os_str()]);
-            }
-        } else if meta.is_dir() {
-            push(&["--ro-bind".as_ref(), host.as_os_str(), host.as_os_str()]);
-        }
-    }
-    push(&["--tmpfs".as_ref(), "/etc".as_ref()]);
-    for name in ETC_FILES {
-        let host = Path::new("/etc").join(name);
-        push(&["--ro-bind-try".as_ref(), host.as_os_str(), host.as_os_str()]);
-    }
-    if let Ok(entries) = std::fs::read_dir("/etc") {
-        for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with("python") {
-                let host = entry.path();
-                push(&["--ro-bind".as_ref(), host.as_os_str(), host.as_os_str()]);
-            }
-        }
-    }
-    let passwd = identity.join("passwd");
-    let group = identity.join("group");
-    push(&["--ro-bind".as_ref(), passwd.as_os_str(), "/etc/passwd".as_ref()]);
-    push(&["--ro-bind".as_ref(), group.as_os_str(), "/etc/group".as_ref()]);
-    push(&["--remount-ro".as_ref(), "/etc".as_ref()]);
-    push(&[
-        "--proc".as_ref(),
-        "/proc".as_ref(),
-        "--dev".as_ref(),
-        "/dev".as_ref(),
-    ]);
-    // `--dev` is a tmpfs the sandbox user may write, with no size: read-only, and `/dev/shm`
-    // (POSIX shared memory, Python's multiprocessing locks) a capped tmpfs of its own.
-    let size = tmp_bytes.max(1).to_string();
-    push(&["--remount-ro".as_ref(), "/dev".as_ref()]);
-    push(&[
-        "--size".as_ref(),
-        size.as_ref(),
-        "--tmpfs".as_ref(),
-        "/dev/shm".as_ref(),
-    ]);
-    push(&[
-        "--size".as_ref(),
-        size.as_ref(),
-        "--tmpfs".as_ref(),
-        "/tmp".as_ref(),
-    ]);
-    a
-}
 
 #[async_trait]
 impl Sandbox for BubblewrapSandbox {
