@@ -175,7 +175,11 @@ impl ExecuteTool {
             self.default_timeout.as_secs(),
             MAX_EXEC_TIMEOUT.as_secs()
         ));
-        d.push_str(if offline {
+        // The seccomp filter refuses every socket but AF_UNIX without network: loopback too.
+        let unix_only = report.as_ref().is_some_and(|r| r.enforces(LimitKind::Syscalls));
+        d.push_str(if offline && unix_only {
+            "- No network access: nothing can be downloaded or installed, and only Unix sockets open (no TCP or UDP, not even to 127.0.0.1).\n"
+        } else if offline {
             "- No network access: nothing can be downloaded or installed.\n"
         } else {
             "- Network access is available.\n"
