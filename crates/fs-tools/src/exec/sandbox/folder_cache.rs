@@ -33,16 +33,20 @@ pub struct FolderCache {
 }
 
 impl FolderCache {
-    /// A cache in a new private directory under `parent`, readable by `owner` (the user commands
-    /// run as) and nobody else.
+    /// A cache in a new private directory under `parent`. When commands run as another user
+    /// (`owner`: Trellis runs as root, commands as `nobody`), the directory stays Trellis's, mode
+    /// 0711: that user may pass through it to a copy whose path it is given (the mount), but not
+    /// list, add, rename or replace anything. It is never the commands' user's own: that user id
+    /// is shared (`nobody`), and any host daemon running as it could otherwise swap a cached skill
+    /// for its own scripts (security review F13).
     pub fn new(parent: &Path, owner: Option<Owner>) -> std::io::Result<Self> {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::Builder::new()
             .prefix("trellis-skill-cache-")
             .permissions(std::fs::Permissions::from_mode(PRIVATE_DIR))
             .tempdir_in(parent)?;
-        if let Some(owner) = owner {
-            std::os::unix::fs::chown(dir.path(), Some(owner.uid), Some(owner.gid))?;
+        if owner.is_some() {
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
         }
         Ok(Self { dir })
     }
@@ -100,9 +104,24 @@ impl FolderCache {
                 .ok()
                 .and_then(|m| now.duration_since(m).ok())
                 .is_some_and(|d| d > MAX_IDLE);
-            if idle {
-                let _ = std::fs::remove_dir_all(entry.path());
+            // Renamed away first (atomically), then removed: a command that looked the copy up a
+            // moment ago then fails to mount it rather than mounting half of it.
+            // (Names starting with `.` are fills and evictions a crash left behind: no command
+            // mounts them.)
+            if !idle {
+                continue;
             }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let doomed = if name.starts_with('.') {
+                entry.path()
+            } else {
+                let doomed = self.dir.path().join(format!(".evict-{name}"));
+                if std::fs::rename(entry.path(), &doomed).is_err() {
+                    continue;
+                }
+                doomed
+            };
+            let _ = std::fs::remove_dir_all(&doomed);
         }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use trellis_backend::sandbox::{ExecFiles, ExecRequest};
 use trellis_fs_tools::sandbox::FolderCache;
-use trellis_fs_tools::sandbox::workdir::Workdir;
+use trellis_fs_tools::sandbox::workdir::{Owner, Workdir};
 
 use super::{p, seed, state};
 
@@ -59,4 +59,42 @@ fn the_skill_folder_cache_is_private_to_its_user() {
         made[0].display(),
         mode(&made[0])
     );
+}
+
+/// Review F13: with commands running as a shared user (`nobody`, when Trellis runs as root), the
+/// cache directory stays Trellis's (0711), so that user — or any host daemon running as it — can
+/// reach a copy it is given but cannot add, rename or replace one.
+#[test]
+fn the_commands_user_cannot_swap_a_cached_skill() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(1) != 0 {
+        eprintln!("skipped: the_commands_user_cannot_swap_a_cached_skill (not root)");
+        return;
+    }
+    let parent = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let nobody = Owner {
+        uid: 65534,
+        gid: 65534,
+    };
+    let _cache = FolderCache::new(parent.path(), Some(nobody)).unwrap();
+    let dir = std::fs::read_dir(parent.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .next()
+        .unwrap();
+    let meta = std::fs::metadata(&dir).unwrap();
+    assert_eq!((meta.uid(), mode(&dir)), (0, 0o711), "{}", dir.display());
+    let planted = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg("mkdir \"$0/0000planted\"")
+        .arg(&dir)
+        .uid(nobody.uid)
+        .gid(nobody.gid)
+        .status()
+        .unwrap();
+    assert!(!planted.success(), "uid 65534 made a directory in the cache");
+    assert!(!dir.join("0000planted").exists());
 }
