@@ -114,6 +114,10 @@ pub enum NotWrittenReason {
     },
     /// The permission rules do not let the agent write there.
     Denied,
+    /// A file host tools run or obey (a git hook or git configuration, a shell start-up file, an
+    /// editor's task folder): never written back from a command, whatever the rules allow. The
+    /// message says which kind.
+    Protected(String),
     /// Not a regular file (a symbolic link, a FIFO, a socket, a device).
     NotARegularFile,
     /// The path is not a valid virtual path (a name that is not UTF-8, say).

@@ -67,6 +67,7 @@ pub(crate) fn render(out: &ExecOutput, timeout_secs: u64) -> String {
                 "changed by someone else while the command ran; left as they wrote it".to_owned()
             }
             NotWrittenReason::Denied => "writing there is not allowed".to_owned(),
+            NotWrittenReason::Protected(what) => format!("protected: {what}; a command may not change it"),
             NotWrittenReason::NotARegularFile => "not a regular file (links are not saved)".to_owned(),
             NotWrittenReason::InvalidName => "the name is not a valid path".to_owned(),
             NotWrittenReason::Failed(why) => format!("the storage refused it: {why}"),

@@ -14,7 +14,7 @@ use trellis_backend::sandbox::{
 };
 use trellis_backend::{Backend, PathFilter, WriteMode};
 
-use super::{background, p, seed, text, write_back_caps};
+use super::{background, host_hooks, p, seed, text, write_back_caps};
 
 /// Run every case on `sandbox`, each over a fresh backend from `fresh`.
 pub async fn run<F, Fut>(name: &str, sandbox: Arc<dyn Sandbox>, fresh: F)
@@ -44,6 +44,7 @@ where
     write_back_caps::unchanged_files_count_toward_no_bound(s, fresh().await).await;
     write_back_caps::the_view_never_outgrows_materialization(s, fresh().await).await;
     background::a_late_background_write_is_never_written_back(s, fresh().await).await;
+    host_hooks::git_hooks_config_and_startup_files_are_never_written_back(s, fresh().await).await;
     eprintln!("sandbox conformance passed: {name}");
 }
 

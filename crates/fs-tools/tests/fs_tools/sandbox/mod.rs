@@ -14,6 +14,7 @@ mod cache;
 mod cgroups;
 mod conformance;
 mod escapes;
+mod host_hooks;
 mod limits;
 mod private;
 mod root;

@@ -40,6 +40,7 @@ use super::folder_cache::FolderCache;
 use super::reach::{Reached, reached};
 
 mod nofollow;
+mod protected;
 mod walk;
 mod write_back;
 

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use trellis_backend::sandbox::{ExecFiles, FileChange, FileChangeKind, NotWritten, NotWrittenReason};
 use trellis_backend::{Backend, BackendError, Version, VirtualPath, WriteMode};
 
+use super::protected::protected;
 use super::walk::{Changed, Plan, Stopped, Walked, walk};
 use super::{Copied, Workdir, nofollow};
 
@@ -62,6 +63,13 @@ impl Workdir {
         };
         let mut changes = Vec::new();
         for Changed { path, size } in changed {
+            if let Some(what) = protected(&path) {
+                not_written.push(NotWritten {
+                    path: path.to_string(),
+                    reason: NotWrittenReason::Protected(what.into()),
+                });
+                continue;
+            }
             if Instant::now() >= deadline {
                 not_written.push(NotWritten {
                     path: path.to_string(),
@@ -116,6 +124,13 @@ impl Workdir {
             }
             if !files.may_write(path) {
                 not_written.push(denied(path));
+                continue;
+            }
+            if let Some(what) = protected(path) {
+                not_written.push(NotWritten {
+                    path: path.to_string(),
+                    reason: NotWrittenReason::Protected(what.into()),
+                });
                 continue;
             }
             let reason = match &stopped {
