@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod anchors;
 mod background;
 mod cache;
 mod cgroups;
