@@ -1,0 +1,299 @@
+//! `trellis serve` over plain HTTP (no Python needed): bad input gets a 4xx with `detail`, a
+//! thread runs one run at a time, threads survive a restart (even a `kill -9`), and the server
+//! refuses a non-loopback address without keys.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wiremock::{MockServer, ResponseTemplate};
+
+use super::harness::{Served, always_done};
+use crate::cli::harness::{messages, reply, trellis};
+
+fn client() -> reqwest::Client {
+    super::harness::http()
+}
+
+/// The status and JSON body of a response.
+async fn answer(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+async fn post(url: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+    answer(
+        client()
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+}
+
+async fn get(url: &str) -> (u16, Value) {
+    answer(client().get(url).send().await.unwrap()).await
+}
+
+fn hi() -> Value {
+    json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "hi"}]}})
+}
+
+/// Hostile ids, malformed and oversized bodies, unknown fields and modes not built: each a 4xx
+/// whose body has a `detail`, never a 5xx, and the server still answers afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_4xx_with_detail() {
+    let model = always_done().await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path(), &model, None);
+    let u = &served.url;
+    let (_, thread) = post(&format!("{u}/threads"), "{}").await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let huge = format!("{{\"metadata\": {{\"x\": \"{}\"}}}}", "a".repeat(2 * 1024 * 1024));
+    let cases: Vec<(&str, (u16, Value), u16)> = vec![
+        (
+            "non-uuid thread",
+            get(&format!("{u}/threads/not-a-uuid")).await,
+            422,
+        ),
+        (
+            "traversal id",
+            get(&format!("{u}/threads/..%2F..%2Fetc")).await,
+            422,
+        ),
+        (
+            "unknown thread",
+            get(&format!("{u}/threads/00000000-0000-4000-8000-000000000000")).await,
+            404,
+        ),
+        (
+            "unknown assistant",
+            get(&format!("{u}/assistants/nope")).await,
+            404,
+        ),
+        (
+            "not json",
+            post(&format!("{u}/threads"), "{\"metadata\": ").await,
+            400,
+        ),
+        (
+            "unknown field",
+            post(&format!("{u}/threads"), "{\"colour\": 1}").await,
+            422,
+        ),
+        (
+            "wrong type",
+            post(&format!("{u}/threads/search"), "{\"limit\": \"ten\"}").await,
+            422,
+        ),
+        ("oversized", post(&format!("{u}/threads"), huge).await, 413),
+        (
+            "mode not built",
+            post(
+                &format!("{u}/threads/{tid}/runs/wait"),
+                json!({"assistant_id": "agent", "input": {"messages": []}, "stream_mode": ["debug"]})
+                    .to_string(),
+            )
+            .await,
+            422,
+        ),
+        (
+            "resume not built",
+            post(
+                &format!("{u}/threads/{tid}/runs/wait"),
+                json!({"assistant_id": "agent", "command": {"resume": {}}}).to_string(),
+            )
+            .await,
+            422,
+        ),
+        (
+            "ai input",
+            post(
+                &format!("{u}/threads/{tid}/runs/wait"),
+                json!({"assistant_id": "agent", "input": {"messages": [{"type": "ai", "content": "x"}]}})
+                    .to_string(),
+            )
+            .await,
+            422,
+        ),
+        ("unknown route", get(&format!("{u}/nope")).await, 404),
+    ];
+    for (what, (status, body), want) in cases {
+        assert_eq!(status, want, "{what}: {body}");
+        assert!(body["detail"].is_string(), "{what}: no detail in {body}");
+    }
+    let (status, body) = get(&format!("{u}/ok")).await;
+    assert_eq!((status, body), (200, json!({"ok": true})));
+    assert_eq!(
+        model.received_requests().await.unwrap().len(),
+        0,
+        "no bad run reached the model"
+    );
+}
+
+/// While a run is in flight on a thread, a second run of that thread is a 409 and deleting the
+/// thread is a 409; once it ends, both work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_runs_one_run_at_a_time() {
+    let model = MockServer::start().await;
+    messages()
+        .respond_with(
+            reply(json!([{"type": "text", "text": "slow"}]), "end_turn").set_delay(Duration::from_secs(2)),
+        )
+        .mount(&model)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path(), &model, None);
+    let u = &served.url;
+    let (_, thread) = post(&format!("{u}/threads"), "{}").await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let (status, run) = post(&format!("{u}/threads/{tid}/runs"), hi().to_string()).await;
+    assert_eq!(status, 200, "{run}");
+    let (status, body) = post(&format!("{u}/threads/{tid}/runs/wait"), hi().to_string()).await;
+    assert_eq!(status, 409, "{body}");
+    let (status, thread) = get(&format!("{u}/threads/{tid}")).await;
+    assert_eq!((status, thread["status"].as_str()), (200, Some("busy")));
+    let deleted = client()
+        .delete(format!("{u}/threads/{tid}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status().as_u16(), 409);
+    let rid = run["run_id"].as_str().unwrap();
+    let (status, result) = get(&format!("{u}/threads/{tid}/runs/{rid}/join")).await;
+    assert_eq!(status, 200);
+    assert_eq!(result["messages"][1]["content"], "slow", "{result}");
+    let (status, result) = post(&format!("{u}/threads/{tid}/runs/wait"), hi().to_string()).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["messages"].as_array().unwrap().len(), 4, "{result}");
+    let deleted = client()
+        .delete(format!("{u}/threads/{tid}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status().as_u16(), 204);
+}
+
+/// Threads, their owners and their messages survive a `kill -9` of the server: a new server on the
+/// same state dir shows the thread to its owner (and only to them) and continues it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_survive_a_restart() {
+    let model = always_done().await;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = "alice ka\nbob kb\n";
+    let served = Served::start(dir.path(), &model, Some(keys));
+    let u = served.url.clone();
+    let c = client();
+    let thread: Value = c
+        .post(format!("{u}/threads"))
+        .header("x-api-key", "ka")
+        .json(&json!({"metadata": {"k": "v"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let wait = c
+        .post(format!("{u}/threads/{tid}/runs/wait"))
+        .bearer_auth("ka")
+        .json(&hi())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wait.status().as_u16(), 200);
+    served.kill();
+
+    let served = Served::start(dir.path(), &model, Some(keys));
+    let u = served.url.clone();
+    let got = c
+        .get(format!("{u}/threads/{tid}"))
+        .header("x-api-key", "ka")
+        .send()
+        .await
+        .unwrap();
+    let (status, got) = answer(got).await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["metadata"], json!({"k": "v"}));
+    assert_eq!(got["status"], "idle");
+    assert_eq!(got["values"]["messages"][1]["content"], "done", "{got}");
+    let other = c
+        .get(format!("{u}/threads/{tid}"))
+        .header("x-api-key", "kb")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status().as_u16(), 404, "still Alice's only");
+    let wait = c
+        .post(format!("{u}/threads/{tid}/runs/wait"))
+        .header("x-api-key", "ka")
+        .json(&hi())
+        .send()
+        .await
+        .unwrap();
+    let (status, result) = answer(wait).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(
+        result["messages"].as_array().unwrap().len(),
+        4,
+        "continued: {result}"
+    );
+}
+
+/// Without `--api-keys`, `trellis serve` refuses to listen on a non-loopback address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_keys_means_loopback_only() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("trellis.toml"), super::harness::AGENT_FILE).unwrap();
+    let out = trellis()
+        .current_dir(dir.path())
+        .args(["serve", "--listen", "0.0.0.0:0", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("loopback"), "{stderr}");
+}
+
+/// A model error ends a streamed run with an `error` event and the thread in status `error`;
+/// `/wait` answers 200 with `__error__`, as the reference server does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_reports_error() {
+    let model = MockServer::start().await;
+    messages()
+        .respond_with(ResponseTemplate::new(400).set_body_json(json!({
+            "type": "error", "error": {"type": "invalid_request_error", "message": "bad request"}
+        })))
+        .mount(&model)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path(), &model, None);
+    let u = &served.url;
+    let (_, thread) = post(&format!("{u}/threads"), "{}").await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let (status, result) = post(&format!("{u}/threads/{tid}/runs/wait"), hi().to_string()).await;
+    assert_eq!(status, 200);
+    assert_eq!(result["__error__"]["error"], "AgentError", "{result}");
+    let stream = client()
+        .post(format!("{u}/threads/{tid}/runs/stream"))
+        .json(&hi())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        stream.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let text = stream.text().await.unwrap();
+    let events: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    assert_eq!(events.first(), Some(&"metadata"), "{text}");
+    assert_eq!(events.last(), Some(&"error"), "{text}");
+    let (_, thread) = get(&format!("{u}/threads/{tid}")).await;
+    assert_eq!(thread["status"], "error");
+}
