@@ -18,6 +18,7 @@
 //! | [`assistants`] | `/ok`, `/info`, one assistant per graph |
 //! | [`threads`] | thread records, `/threads…` |
 //! | [`runs`] | runs on a thread: stream (SSE), wait, background, get, list, join |
+//! | [`run_registry`] | the runs in memory: status, stream parts, result, which thread runs which |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
 //! | [`messages`] | Trellis messages ↔ LangChain message dicts |
 //!
@@ -47,6 +48,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod messages;
+pub mod run_registry;
 pub mod runs;
 pub mod stream;
 pub mod threads;
@@ -91,7 +93,7 @@ pub struct Server {
     graphs: BTreeMap<String, Arc<dyn Graph>>,
     checkpointer: Arc<dyn Checkpointer>,
     threads: threads::ThreadStore,
-    runs: runs::RunRegistry,
+    runs: run_registry::RunRegistry,
     keys: Option<Arc<ApiKeys>>,
     body_limit: usize,
     started: chrono::DateTime<chrono::Utc>,
@@ -105,7 +107,7 @@ impl Server {
             graphs: BTreeMap::new(),
             checkpointer,
             threads: threads::ThreadStore::open(store).await?,
-            runs: runs::RunRegistry::default(),
+            runs: run_registry::RunRegistry::default(),
             keys: None,
             body_limit: DEFAULT_BODY_LIMIT,
             started: chrono::Utc::now(),

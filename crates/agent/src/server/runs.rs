@@ -3,266 +3,43 @@
 //!
 //! Every run executes on a task of its own, whatever the client does: a stream or wait whose
 //! client hangs up leaves the run going. Its parts ([`Part`]) are kept in its [`RunHandle`] (in
-//! memory, up to [`MAX_PART_BYTES`]) for every follower. A run belongs to its thread: it is
-//! reachable only through that thread, by the thread's owner, and forgotten when the thread is
-//! deleted or the server stops.
+//! memory, up to [`MAX_PART_BYTES`](crate::server::run_registry::MAX_PART_BYTES)) for every follower ([`crate::server::run_registry`]). A run
+//! is reachable only through its thread, by the thread's owner.
 //!
 //! Statuses: `pending` → `running` → `success` (also when the run stopped for approvals: the
 //! thread is then `interrupted`) or `error` (the thread is then `error`).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
+use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Utc};
-use futures::{Stream, StreamExt};
+use chrono::Utc;
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tokio::sync::watch;
 use trellis_middleware::runtime::events::{EventSink, RunEvent};
 use trellis_middleware::{Message, RunInput};
-use uuid::Uuid;
 
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::{JsonBody, User, parse_uuid};
 use crate::server::messages::input_messages;
+use crate::server::run_registry::{RunHandle, Status};
 use crate::server::stream::{Mode, Part, Translator};
-use crate::server::threads::{Rest, ThreadRecord, thread_id, time};
+use crate::server::threads::{Rest, ThreadRecord, thread_id};
 use crate::server::{Graph, Shared, assistants};
 
-/// Bytes of stream parts a run keeps; past it, further `messages` and `updates` parts are
-/// dropped (with a warning) and only `values` and the final parts are kept.
-pub const MAX_PART_BYTES: usize = 64 * 1024 * 1024;
+/// How often `/wait` and `/join` write a newline while the run goes on, so proxies and the
+/// clients' read timeouts (300 s in the Python client) do not cut a long run; JSON parsers skip
+/// the leading whitespace. The reference server writes one every 5 s.
+pub const WAIT_KEEPALIVE: Duration = Duration::from_secs(5);
 /// How often an idle SSE stream gets a comment line, so proxies and client timeouts keep it open.
 const HEARTBEAT: Duration = Duration::from_secs(10);
-
-/// A run's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    /// Created, not started.
-    Pending,
-    /// Running.
-    Running,
-    /// Finished (or stopped for approvals).
-    Success,
-    /// Failed.
-    Error,
-}
-
-impl Status {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Running => "running",
-            Self::Success => "success",
-            Self::Error => "error",
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Progress {
-    status: Status,
-    updated_at: DateTime<Utc>,
-    parts: Vec<Arc<Part>>,
-    bytes: usize,
-    dropping: bool,
-    result: Option<Value>,
-    done: bool,
-}
-
-/// One run: what it was asked, its status, its parts so far and its result.
-#[derive(Debug)]
-pub struct RunHandle {
-    /// The run.
-    pub run_id: Uuid,
-    /// Its thread.
-    pub thread_id: Uuid,
-    /// The graph it runs.
-    pub graph: String,
-    created_at: DateTime<Utc>,
-    metadata: Map<String, Value>,
-    kwargs: Value,
-    progress: Mutex<Progress>,
-    /// The number of parts so far, bumped on every change.
-    changed: watch::Sender<usize>,
-}
-
-impl RunHandle {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
-        self.progress
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn notify(&self) {
-        self.changed.send_modify(|n| *n += 1);
-    }
-
-    fn set_status(&self, status: Status) {
-        let mut p = self.lock();
-        p.status = status;
-        p.updated_at = Utc::now();
-    }
-
-    /// Keep `part` for the followers (see [`MAX_PART_BYTES`]); `always` parts are kept past it.
-    fn push(&self, part: Part, always: bool) {
-        {
-            let mut p = self.lock();
-            if p.bytes + part.data.len() > MAX_PART_BYTES && !always && part.mode != Some(Mode::Values) {
-                if !p.dropping {
-                    tracing::warn!(
-                        "run {}: stream over {MAX_PART_BYTES} bytes, dropping parts",
-                        self.run_id
-                    );
-                    p.dropping = true;
-                }
-                return;
-            }
-            p.bytes += part.data.len();
-            p.parts.push(Arc::new(part));
-        }
-        self.notify();
-    }
-
-    fn finish(&self, status: Status, result: Value) {
-        {
-            let mut p = self.lock();
-            p.status = status;
-            p.updated_at = Utc::now();
-            p.result = Some(result);
-            p.done = true;
-        }
-        self.notify();
-    }
-
-    /// The `Run` JSON.
-    pub fn to_json(&self) -> Value {
-        let p = self.lock();
-        json!({
-            "run_id": self.run_id,
-            "thread_id": self.thread_id,
-            "assistant_id": assistants::assistant_id(&self.graph),
-            "created_at": time(&self.created_at),
-            "updated_at": time(&p.updated_at),
-            "status": p.status.as_str(),
-            "metadata": self.metadata,
-            "multitask_strategy": "reject",
-            "kwargs": self.kwargs,
-        })
-    }
-
-    /// Every part, from the first, as they come; ends when the run has ended.
-    pub fn follow(self: Arc<Self>) -> impl Stream<Item = Arc<Part>> + Send + 'static {
-        let rx = self.changed.subscribe();
-        futures::stream::unfold((self, rx, 0usize), |(run, mut rx, next)| async move {
-            loop {
-                let (part, done) = {
-                    let p = run.lock();
-                    (p.parts.get(next).cloned(), p.done)
-                };
-                if let Some(part) = part {
-                    return Some((part, (run, rx, next + 1)));
-                }
-                if done || rx.changed().await.is_err() {
-                    return None;
-                }
-            }
-        })
-    }
-
-    /// Wait for the run to end; its result (the final values, or `{"__error__": …}`).
-    pub async fn result(&self) -> Value {
-        let mut rx = self.changed.subscribe();
-        loop {
-            if let Some(result) = self.lock().result.clone() {
-                return result;
-            }
-            if rx.changed().await.is_err() {
-                return json!({"__error__": {"error": "RunLost", "message": "the run ended without a result"}});
-            }
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct Runs {
-    by_id: HashMap<Uuid, Arc<RunHandle>>,
-    active: HashMap<Uuid, Uuid>,
-}
-
-/// The runs of every thread, and which thread is running which.
-#[derive(Debug, Default)]
-pub struct RunRegistry {
-    inner: Mutex<Runs>,
-}
-
-impl RunRegistry {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Runs> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The run in flight on `thread`.
-    pub fn active_run(&self, thread: &Uuid) -> Option<Uuid> {
-        self.lock().active.get(thread).copied()
-    }
-
-    /// Register `run` as its thread's run in flight; 409 when one is.
-    fn begin(&self, run: Arc<RunHandle>) -> ApiResult<()> {
-        let mut runs = self.lock();
-        if runs.active.contains_key(&run.thread_id) {
-            return Err(ApiError::conflict(
-                "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.",
-            ));
-        }
-        runs.active.insert(run.thread_id, run.run_id);
-        runs.by_id.insert(run.run_id, run);
-        Ok(())
-    }
-
-    fn end(&self, run: &RunHandle) {
-        let mut runs = self.lock();
-        if runs.active.get(&run.thread_id) == Some(&run.run_id) {
-            runs.active.remove(&run.thread_id);
-        }
-    }
-
-    /// Run `run` of `thread`.
-    fn get(&self, thread: &Uuid, run: &Uuid) -> ApiResult<Arc<RunHandle>> {
-        self.lock()
-            .by_id
-            .get(run)
-            .filter(|r| r.thread_id == *thread)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(format!("run {run}")))
-    }
-
-    /// The runs of `thread`, newest first.
-    fn of_thread(&self, thread: &Uuid) -> Vec<Arc<RunHandle>> {
-        let mut runs: Vec<_> = self
-            .lock()
-            .by_id
-            .values()
-            .filter(|r| r.thread_id == *thread)
-            .cloned()
-            .collect();
-        runs.sort_by_key(|r| std::cmp::Reverse(r.created_at));
-        runs
-    }
-
-    /// Forget the runs of a deleted thread.
-    pub fn forget_thread(&self, thread: &Uuid) {
-        self.lock().by_id.retain(|_, r| r.thread_id != *thread);
-    }
-}
 
 /// The body of a run-create (stream, wait, background). Every field the clients send is named;
 /// those not built are refused with a 422 when set to anything but their default.
@@ -426,25 +203,12 @@ async fn start(server: &Shared, user: &User, thread: &str, body: RunCreate) -> A
         "durability": body.durability, "checkpoint_during": body.checkpoint_during,
         "langsmith_tracer": body.langsmith_tracer,
     });
-    let now = Utc::now();
-    let run = Arc::new(RunHandle {
-        run_id: Uuid::new_v4(),
-        thread_id: thread,
-        graph: graph.clone(),
-        created_at: now,
-        metadata: body.metadata.unwrap_or_default(),
+    let run = Arc::new(RunHandle::new(
+        thread,
+        graph.clone(),
+        body.metadata.unwrap_or_default(),
         kwargs,
-        progress: Mutex::new(Progress {
-            status: Status::Pending,
-            updated_at: now,
-            parts: Vec::new(),
-            bytes: 0,
-            dropping: false,
-            result: None,
-            done: false,
-        }),
-        changed: watch::channel(0).0,
-    });
+    ));
     server.runs.begin(run.clone())?;
     let graph = server
         .graphs
@@ -615,8 +379,8 @@ pub async fn stream(
     Ok((headers, sse).into_response())
 }
 
-/// `POST /threads/{thread_id}/runs/wait`: start a run and answer with its result when it ends —
-/// the final values (with `__interrupt__` when it stopped for approvals), or `{"__error__":
+/// `POST /threads/{thread_id}/runs/wait`: start a run and answer with its result when it ends
+/// (newlines before it while it runs, see [`WAIT_KEEPALIVE`]) — the final values (with `__interrupt__` when it stopped for approvals), or `{"__error__":
 /// {"error", "message"}}` with status 200 when it failed, as the reference server answers.
 pub async fn wait(
     State(server): State<Shared>,
@@ -625,8 +389,22 @@ pub async fn wait(
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
     let Started { run, .. } = start(&server, &user, &thread, body).await?;
-    let result = run.result().await;
-    Ok((locations(&run), Json(result)).into_response())
+    Ok((locations(&run), result_body(run)).into_response())
+}
+
+/// The result of `run` as a JSON response that starts at once and writes a newline every
+/// [`WAIT_KEEPALIVE`] until the run ends.
+fn result_body(run: Arc<RunHandle>) -> Response {
+    let chunks = futures::stream::unfold(Some(run), |run| async move {
+        let run = run?;
+        tokio::select! {
+            biased;
+            result = run.result() => Some((Bytes::from(result.to_string()), None)),
+            () = tokio::time::sleep(WAIT_KEEPALIVE) => Some((Bytes::from_static(b"\n"), Some(run))),
+        }
+    });
+    let body = Body::from_stream(chunks.map(Ok::<_, Infallible>));
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// `POST /threads/{thread_id}/runs`: start a run in the background; the `Run`.
@@ -662,9 +440,8 @@ pub async fn join(
     State(server): State<Shared>,
     Extension(user): Extension<User>,
     Path((thread, run)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let run = find(&server, &user, &thread, &run)?;
-    Ok(Json(run.result().await))
+) -> ApiResult<Response> {
+    Ok(result_body(find(&server, &user, &thread, &run)?))
 }
 
 /// `GET /threads/{thread_id}/runs` query.

@@ -136,14 +136,21 @@ async fn bad_requests_get_4xx_with_detail() {
 }
 
 /// While a run is in flight on a thread, a second run of that thread is a 409 and deleting the
-/// thread is a 409; once it ends, both work.
+/// thread is a 409; `/join` writes keep-alive newlines before the result; once the run ends, a new
+/// run and the delete work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_runs_one_run_at_a_time() {
+    // The first reply takes 6 s: longer than the 5 s between `/join`'s keep-alive newlines.
     let model = MockServer::start().await;
+    let slow = reply(json!([{"type": "text", "text": "slow"}]), "end_turn");
     messages()
-        .respond_with(
-            reply(json!([{"type": "text", "text": "slow"}]), "end_turn").set_delay(Duration::from_secs(2)),
-        )
+        .respond_with(slow.set_delay(Duration::from_secs(6)))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&model)
+        .await;
+    messages()
+        .respond_with(reply(json!([{"type": "text", "text": "quick"}]), "end_turn"))
         .mount(&model)
         .await;
     let dir = tempfile::tempdir().unwrap();
@@ -164,8 +171,18 @@ async fn a_thread_runs_one_run_at_a_time() {
         .unwrap();
     assert_eq!(deleted.status().as_u16(), 409);
     let rid = run["run_id"].as_str().unwrap();
-    let (status, result) = get(&format!("{u}/threads/{tid}/runs/{rid}/join")).await;
-    assert_eq!(status, 200);
+    let joined = client()
+        .get(format!("{u}/threads/{tid}/runs/{rid}/join"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(joined.status().as_u16(), 200);
+    let text = joined.text().await.unwrap();
+    assert!(
+        text.starts_with('\n'),
+        "a keep-alive newline while the run went on: {text:?}"
+    );
+    let result: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(result["messages"][1]["content"], "slow", "{result}");
     let (status, result) = post(&format!("{u}/threads/{tid}/runs/wait"), hi().to_string()).await;
     assert_eq!(status, 200, "{result}");
@@ -206,7 +223,12 @@ async fn threads_survive_a_restart() {
         .send()
         .await
         .unwrap();
-    assert_eq!(wait.status().as_u16(), 200);
+    let (status, result) = answer(wait).await;
+    assert_eq!(
+        (status, &result["messages"][1]["content"]),
+        (200, &json!("done")),
+        "{result}"
+    );
     served.kill();
 
     let served = Served::start(dir.path(), &model, Some(keys));
