@@ -132,6 +132,11 @@ impl Graph for FileGraph {
                 }
             }
         };
+        // Saved beside the thread as `trellis run` saves it, so `trellis resume ID` continues a
+        // thread whose run stopped for approvals with this user's agent.
+        let mut config = self.config.clone();
+        config.user = user.map(str::to_owned);
+        config.save(&self.state_dir, thread)?;
         Ok((built.agent.clone(), built.prepare(input, thread)))
     }
 }

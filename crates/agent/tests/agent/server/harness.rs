@@ -65,7 +65,17 @@ impl Served {
     /// `trellis serve --listen 127.0.0.1:0 --agent DIR/trellis.toml --state-dir DIR/state` (and
     /// `--api-keys DIR/keys` when `keys` is given, one `USER KEY` a line) against `model`.
     pub(crate) fn start(dir: &Path, model: &MockServer, keys: Option<&str>) -> Self {
-        std::fs::write(dir.join("trellis.toml"), AGENT_FILE).unwrap();
+        Self::with_agent_file(dir, model, keys, AGENT_FILE)
+    }
+
+    /// [`Served::start`] with this agent file.
+    pub(crate) fn with_agent_file(
+        dir: &Path,
+        model: &MockServer,
+        keys: Option<&str>,
+        agent_file: &str,
+    ) -> Self {
+        std::fs::write(dir.join("trellis.toml"), agent_file).unwrap();
         let mut command = trellis();
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--agent"])

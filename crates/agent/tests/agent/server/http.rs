@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wiremock::{MockServer, ResponseTemplate};
 
-use super::harness::{Served, always_done};
+use super::harness::{AGENT_FILE, Served, always_done, ls_then_streamed_answer};
 use crate::cli::harness::{messages, reply, trellis};
 
 fn client() -> reqwest::Client {
@@ -318,4 +318,69 @@ async fn a_failed_run_reports_error() {
     assert_eq!(events.last(), Some(&"error"), "{text}");
     let (_, thread) = get(&format!("{u}/threads/{tid}")).await;
     assert_eq!(thread["status"], "error");
+}
+
+/// A run that stops for an approval (the agent file asks before `ls`) ends its stream with the
+/// full values plus `__interrupt__` in the shape of LangChain's human-in-the-loop middleware, an
+/// `updates` event with the interrupt, and leaves the thread `interrupted`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_stop_is_an_interrupt() {
+    let model = ls_then_streamed_answer().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent_file = AGENT_FILE.replace("ask = [\"none\"]", "ask = [\"ls\"]");
+    assert_ne!(agent_file, AGENT_FILE);
+    let served = Served::with_agent_file(dir.path(), &model, None, &agent_file);
+    let u = &served.url;
+    let (_, thread) = post(&format!("{u}/threads"), "{}").await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let mut body = hi();
+    body["stream_mode"] = json!(["values", "updates"]);
+    let text = client()
+        .post(format!("{u}/threads/{tid}/runs/stream"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut events: Vec<(String, Value)> = Vec::new();
+    let mut name = String::new();
+    for line in text.lines() {
+        if let Some(event) = line.strip_prefix("event: ") {
+            name = event.to_owned();
+        } else if let Some(data) = line.strip_prefix("data: ") {
+            events.push((name.clone(), serde_json::from_str(data).unwrap()));
+        }
+    }
+    let (last, values) = events.last().unwrap();
+    assert_eq!(last, "values", "{text}");
+    let interrupt = &values["__interrupt__"][0];
+    assert_eq!(interrupt["value"]["action_requests"][0]["name"], "ls", "{values}");
+    assert_eq!(
+        interrupt["value"]["action_requests"][0]["args"],
+        json!({"path": "/"})
+    );
+    assert_eq!(interrupt["value"]["review_configs"][0]["action_name"], "ls");
+    assert!(
+        interrupt["value"]["review_configs"][0]["allowed_decisions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("approve"))
+    );
+    assert_eq!(interrupt["id"].as_str().unwrap().len(), 32, "{interrupt}");
+    assert_eq!(values["messages"][1]["tool_calls"][0]["name"], "ls");
+    assert!(
+        events
+            .iter()
+            .any(|(e, d)| e == "updates" && d["__interrupt__"] == values["__interrupt__"]),
+        "{text}"
+    );
+    let (_, thread) = get(&format!("{u}/threads/{tid}")).await;
+    assert_eq!(thread["status"], "interrupted", "{thread}");
+    assert_eq!(
+        model.received_requests().await.unwrap().len(),
+        1,
+        "stopped before running ls"
+    );
 }
