@@ -166,6 +166,11 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     let mut all_servers = Vec::new();
     for (name, file) in parse_agents(&args.agents)? {
         let config = graph_config(file.as_deref(), &cwd).with_context(|| format!("graph {name}"))?;
+        if keys.is_some() && config.workdir.is_some() {
+            bail!(
+                "graph {name}: the agent file sets workdir, which every user would share; with --api-keys each user's workspace is STATE_DIR/users/ID (remove workdir)"
+            );
+        }
         let servers = assemble::mcp_servers(&config)?;
         all_servers.extend(servers.clone());
         let graph = FileGraph {

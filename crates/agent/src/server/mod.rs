@@ -167,6 +167,12 @@ pub fn router(server: Server) -> Router {
         .route("/threads/{thread_id}/runs/{run_id}", get(runs::get_one))
         .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))
         .fallback(|| async { ApiError::not_found("route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this route",
+            )
+        })
         .with_state(server)
         .layer(axum::middleware::from_fn_with_state(keys, auth::authenticate))
         .layer(DefaultBodyLimit::max(limit))

@@ -121,6 +121,7 @@ async fn bad_requests_get_4xx_with_detail() {
             422,
         ),
         ("unknown route", get(&format!("{u}/nope")).await, 404),
+        ("wrong method", get(&format!("{u}/threads/search")).await, 405),
     ];
     for (what, (status, body), want) in cases {
         assert_eq!(status, want, "{what}: {body}");
@@ -267,20 +268,71 @@ async fn threads_survive_a_restart() {
     );
 }
 
+/// Run `command` (a `trellis serve` expected to refuse to start) and return its stderr; fail if
+/// it exits 0 or is still running (serving) after 30 s.
+fn refused(mut command: std::process::Command) -> String {
+    use std::io::Read;
+    let mut child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("trellis serve started instead of refusing");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    stderr
+}
+
 /// Without `--api-keys`, `trellis serve` refuses to listen on a non-loopback address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_keys_means_loopback_only() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("trellis.toml"), super::harness::AGENT_FILE).unwrap();
-    let out = trellis()
+    let mut command = trellis();
+    command
         .current_dir(dir.path())
         .args(["serve", "--listen", "0.0.0.0:0", "--state-dir"])
-        .arg(dir.path().join("state"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+        .arg(dir.path().join("state"));
+    let stderr = refused(command);
     assert!(stderr.contains("loopback"), "{stderr}");
+}
+
+/// With `--api-keys`, an agent file that sets `workdir` is refused: every user would share it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_never_share_a_workdir() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("work")).unwrap();
+    let agent_file = AGENT_FILE.replace("[sandbox]", "workdir = \"work\"\n[sandbox]");
+    std::fs::write(dir.path().join("trellis.toml"), agent_file).unwrap();
+    std::fs::write(dir.path().join("keys"), "alice ka\n").unwrap();
+    let mut command = trellis();
+    command
+        .current_dir(dir.path())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--agent",
+            "trellis.toml",
+            "--api-keys",
+            "keys",
+        ])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"));
+    let stderr = refused(command);
+    assert!(stderr.contains("workdir"), "{stderr}");
 }
 
 /// A model error ends a streamed run with an `error` event and the thread in status `error`;
