@@ -17,7 +17,7 @@
 //! | [`auth`] | API keys (`x-api-key` or `Authorization: Bearer`) → user |
 //! | [`assistants`] | `/ok`, `/info`, one assistant per graph |
 //! | [`threads`] | thread records, `/threads…` |
-//! | [`runs`] | runs on a thread: stream (SSE), wait, background, get, list, join |
+//! | [`runs`] | runs on a thread: stream (SSE), wait, background, get, list, join, join stream |
 //! | [`run_registry`] | the runs in memory: status, stream parts, result, which thread runs which |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
 //! | [`messages`] | Trellis messages ↔ LangChain message dicts |
@@ -166,6 +166,10 @@ pub fn router(server: Server) -> Router {
         .route("/threads/{thread_id}/runs/wait", post(runs::wait))
         .route("/threads/{thread_id}/runs/{run_id}", get(runs::get_one))
         .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/stream",
+            get(runs::join_stream),
+        )
         .fallback(|| async { ApiError::not_found("route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -67,6 +67,10 @@ pub struct RunHandle {
     pub thread_id: Uuid,
     /// The graph it runs.
     pub graph: String,
+    /// The stream modes it was created with (what a join streams by default).
+    pub modes: Vec<Mode>,
+    /// Created with `stream_resumable`: its streams carry `id:` lines.
+    pub resumable: bool,
     created_at: DateTime<Utc>,
     metadata: Map<String, Value>,
     kwargs: Value,
@@ -77,12 +81,20 @@ pub struct RunHandle {
 
 impl RunHandle {
     /// A new `pending` run of `graph` on `thread_id`.
-    pub fn new(thread_id: Uuid, graph: String, metadata: Map<String, Value>, kwargs: Value) -> Self {
+    pub fn new(
+        thread_id: Uuid,
+        graph: String,
+        (modes, resumable): (Vec<Mode>, bool),
+        metadata: Map<String, Value>,
+        kwargs: Value,
+    ) -> Self {
         let now = Utc::now();
         Self {
             run_id: Uuid::new_v4(),
             thread_id,
             graph,
+            modes,
+            resumable,
             created_at: now,
             metadata,
             kwargs,
@@ -162,17 +174,22 @@ impl RunHandle {
         })
     }
 
-    /// Every part, from the first, as they come; ends when the run has ended.
-    pub fn follow(self: Arc<Self>) -> impl Stream<Item = Arc<Part>> + Send + 'static {
+    /// The number of parts so far.
+    pub fn parts_len(&self) -> usize {
+        self.lock().parts.len()
+    }
+
+    /// Every part from index `from` on, with its index, as they come; ends when the run has ended.
+    pub fn follow(self: Arc<Self>, from: usize) -> impl Stream<Item = (usize, Arc<Part>)> + Send + 'static {
         let rx = self.changed.subscribe();
-        futures::stream::unfold((self, rx, 0usize), |(run, mut rx, next)| async move {
+        futures::stream::unfold((self, rx, from), |(run, mut rx, next)| async move {
             loop {
                 let (part, done) = {
                     let p = run.lock();
                     (p.parts.get(next).cloned(), p.done)
                 };
                 if let Some(part) = part {
-                    return Some((part, (run, rx, next + 1)));
+                    return Some(((next, part), (run, rx, next + 1)));
                 }
                 if done || rx.changed().await.is_err() {
                     return None;

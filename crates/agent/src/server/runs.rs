@@ -1,5 +1,6 @@
 //! Runs on a thread: `POST /threads/{id}/runs/stream` (SSE), `/runs/wait`, `/runs` (background),
-//! `GET /threads/{id}/runs`, `…/runs/{run_id}` and `…/runs/{run_id}/join`.
+//! `GET /threads/{id}/runs`, `…/runs/{run_id}`, `…/runs/{run_id}/join` and
+//! `…/runs/{run_id}/stream` (join the stream, replay with `Last-Event-ID`).
 //!
 //! Every run executes on a task of its own, whatever the client does: a stream or wait whose
 //! client hangs up leaves the run going. Its parts ([`Part`]) are kept in its [`RunHandle`] (in
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::{Body, Bytes};
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -203,9 +204,11 @@ async fn start(server: &Shared, user: &User, thread: &str, body: RunCreate) -> A
         "durability": body.durability, "checkpoint_during": body.checkpoint_during,
         "langsmith_tracer": body.langsmith_tracer,
     });
+    let resumable = body.stream_resumable.unwrap_or(false);
     let run = Arc::new(RunHandle::new(
         thread,
         graph.clone(),
+        (modes.clone(), resumable),
         body.metadata.unwrap_or_default(),
         kwargs,
     ));
@@ -318,7 +321,7 @@ async fn drive(
 /// One event of the top-level agent as parts (a subagent's events are not streamed).
 async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator, event: &RunEvent) {
     match event {
-        RunEvent::ModelStreamStarted { step } => translator.reply_started(*step),
+        RunEvent::ModelStarted { step, messages, .. } => translator.reply_started(*step, *messages),
         RunEvent::ModelDelta { delta, .. } => {
             if let Some(part) = translator.delta(delta) {
                 run.push(part, false);
@@ -356,7 +359,8 @@ fn locations(run: &RunHandle) -> HeaderMap {
 
 /// `POST /threads/{thread_id}/runs/stream`: start a run and stream its parts as SSE — `metadata`
 /// (`{"run_id", "attempt"}`) first, then the parts of the requested modes, `error` if it fails;
-/// the response ends with the run. Comment lines keep an idle stream open.
+/// the response ends with the run. With `stream_resumable`, events carry ids and `Location` names
+/// the join stream, where a client that lost the connection resumes ([`join_stream`]).
 pub async fn stream(
     State(server): State<Shared>,
     Extension(user): Extension<User>,
@@ -364,19 +368,108 @@ pub async fn stream(
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
     let Started { run, modes } = start(&server, &user, &thread, body).await?;
-    let headers = locations(&run);
-    let first = Event::default()
-        .event("metadata")
-        .data(json!({"run_id": run.run_id, "attempt": 1}).to_string());
+    let mut headers = locations(&run);
+    if run.resumable {
+        let at = format!("/threads/{}/runs/{}/stream", run.thread_id, run.run_id);
+        if let Ok(value) = HeaderValue::from_str(&at) {
+            headers.insert(header::LOCATION, value);
+        }
+    }
+    Ok((headers, sse(run, modes, Resume::FromStart)).into_response())
+}
+
+/// Where a stream of a run starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resume {
+    /// `metadata`, then every part.
+    FromStart,
+    /// The parts after the one with this event id (`metadata` is id 0, part `k` is id `k + 1`).
+    After(usize),
+    /// Only the parts still to come.
+    New,
+}
+
+/// The SSE response of `run`'s parts in `modes` (an `error` part whatever the modes), starting
+/// at `from`; with `id:` lines when the run is resumable. Comment lines keep it open when idle.
+fn sse(run: Arc<RunHandle>, modes: Vec<Mode>, from: Resume) -> Response {
+    let ids = run.resumable;
+    let first = (from == Resume::FromStart).then(|| {
+        let event = Event::default()
+            .event("metadata")
+            .data(json!({"run_id": run.run_id, "attempt": 1}).to_string());
+        if ids { event.id("0") } else { event }
+    });
+    let start = match from {
+        Resume::FromStart => 0,
+        Resume::After(id) => id,
+        Resume::New => run.parts_len(),
+    };
     let parts = run
-        .follow()
-        .filter(move |part| std::future::ready(part.mode.is_none_or(|m| modes.contains(&m))))
-        .map(|part| Event::default().event(part.event).data(part.data.as_str()));
-    let events = futures::stream::once(std::future::ready(first))
-        .chain(parts)
-        .map(Ok::<_, Infallible>);
-    let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(HEARTBEAT));
-    Ok((headers, sse).into_response())
+        .follow(start)
+        .filter(move |(_, part)| std::future::ready(part.mode.is_none_or(|m| modes.contains(&m))))
+        .map(move |(index, part)| {
+            let event = Event::default().event(part.event).data(part.data.as_str());
+            if ids {
+                event.id((index + 1).to_string())
+            } else {
+                event
+            }
+        });
+    let events = futures::stream::iter(first).chain(parts).map(Ok::<_, Infallible>);
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(HEARTBEAT))
+        .into_response()
+}
+
+/// `GET /threads/{thread_id}/runs/{run_id}/stream`: join a run's stream. With `Last-Event-ID:
+/// -1`, from its `metadata` event; with the id of an event (resumable runs), from the event after
+/// it; without the header, only the parts still to come. `stream_mode` (repeated keys, or a JSON
+/// list as the JS client sends) narrows the modes; by default the run's own. A finished run's
+/// stream replays and closes. `cancel_on_disconnect` is accepted and not honoured.
+pub async fn join_stream(
+    State(server): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((thread, run)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let run = find(&server, &user, &thread, &run)?;
+    let mut modes = Vec::new();
+    for (key, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        // The Python client sends an empty `stream_mode=` when it has none.
+        if key != "stream_mode" || value.is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Vec<String>>(&value) {
+            Ok(list) => {
+                for mode in list {
+                    modes.push(Mode::parse(&mode)?);
+                }
+            }
+            Err(_) => modes.push(Mode::parse(&value)?),
+        }
+    }
+    if modes.is_empty() {
+        modes = run.modes.clone();
+    }
+    let from = match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
+        None => Resume::New,
+        Some(Ok("-1")) => Resume::FromStart,
+        Some(Ok(id)) => match id.parse::<usize>() {
+            Ok(id) => Resume::After(id),
+            Err(_) => {
+                return Err(ApiError::unprocessable(
+                    "Last-Event-ID must be -1 or an event id of this run",
+                ));
+            }
+        },
+        Some(Err(_)) => {
+            return Err(ApiError::unprocessable(
+                "Last-Event-ID must be -1 or an event id of this run",
+            ));
+        }
+    };
+    Ok(sse(run, modes, from))
 }
 
 /// `POST /threads/{thread_id}/runs/wait`: start a run and answer with its result when it ends

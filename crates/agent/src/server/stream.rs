@@ -161,7 +161,8 @@ pub fn interrupt_json(thread: &Uuid, interrupt: &Interrupt) -> Value {
 }
 
 /// Turns one run's events into [`Part`]s. Knows how many messages the thread had at the last
-/// checkpoint it saw, to tell what each checkpoint added and which id a streamed reply gets.
+/// checkpoint it read, to tell what each checkpoint added. (A checkpoint is read when its event is
+/// handled, by then possibly a later one: its parts then carry what both added.)
 #[derive(Debug)]
 pub struct Translator {
     thread: Uuid,
@@ -196,11 +197,11 @@ impl Translator {
         metadata
     }
 
-    /// A model call (of step `step`) starts streaming its reply: its chunks carry the id of the
-    /// message it will be.
-    pub fn reply_started(&mut self, step: u32) {
+    /// A model call (of step `step`) starts with `messages` messages in the state: its reply will
+    /// be message `messages` of the thread, and its chunks carry that message's id.
+    pub fn reply_started(&mut self, step: u32, messages: usize) {
         self.step = step;
-        self.reply_id = message_id(&self.thread, self.seen, None);
+        self.reply_id = message_id(&self.thread, messages, None);
     }
 
     /// A piece of the reply, as a `messages` part.

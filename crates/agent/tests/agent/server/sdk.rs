@@ -172,3 +172,35 @@ async def main():
 asyncio.run(main())
 "#).await;
 }
+
+/// A resumable run keeps its events: `runs.stream(stream_resumable=True)` gets ids, and
+/// `runs.join_stream` with `last_event_id="-1"` replays the whole stream (metadata first), and
+/// with the id of an event replays exactly the events after it — no duplicate, none missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_stream_replays_a_resumable_run() {
+    let py = skip_unless_langgraph!();
+    script(&py, ls_then_streamed_answer().await, None, r#"
+async def main():
+    c = get_client(url=URL, api_key=None)
+    t = await c.threads.create()
+    tid = t["thread_id"]
+    live = [p async for p in c.runs.stream(tid, "agent",
+            input={"messages": [{"role": "user", "content": "list files"}]},
+            stream_mode=["values", "updates", "messages-tuple"], stream_resumable=True)]
+    assert live[0].event == "metadata" and all(p.id is not None for p in live), live
+    ids = [int(p.id) for p in live]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids), ids
+    rid = live[0].data["run_id"]
+    replay = [p async for p in c.runs.join_stream(tid, rid, last_event_id="-1")]
+    assert [(p.event, p.id) for p in replay] == [(p.event, p.id) for p in live], (replay, live)
+    assert replay[-1].data == live[-1].data
+    k = len(live) // 2
+    tail = [p async for p in c.runs.join_stream(tid, rid, last_event_id=live[k].id)]
+    assert [(p.event, p.id, p.data) for p in tail] == [(p.event, p.id, p.data) for p in live[k + 1:]], (k, tail)
+    only_values = [p async for p in c.runs.join_stream(tid, rid, stream_mode="values", last_event_id="-1")]
+    assert {p.event for p in only_values} == {"metadata", "values"}, only_values
+    print("ok")
+
+asyncio.run(main())
+"#).await;
+}
