@@ -139,6 +139,11 @@ impl Graph for FileGraph {
         config.save(&self.state_dir, thread)?;
         Ok((built.agent.clone(), built.prepare(input, thread)))
     }
+
+    /// The run settings saved for `trellis resume` go with the thread.
+    async fn thread_deleted(&self, thread: &ThreadId) -> Result<()> {
+        RunConfig::delete_saved(&self.state_dir, thread)
+    }
 }
 
 /// `trellis serve`: serve until Ctrl-C or SIGTERM. Prints `trellis serve: listening on

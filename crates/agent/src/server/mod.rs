@@ -85,6 +85,13 @@ pub trait Graph: Send + Sync + std::fmt::Debug {
         thread: &ThreadId,
         input: RunInput,
     ) -> anyhow::Result<(Agent, RunInput)>;
+
+    /// `thread` was deleted (its record, checkpoints and files are gone): forget what the graph
+    /// kept about it. The default keeps nothing.
+    async fn thread_deleted(&self, thread: &ThreadId) -> anyhow::Result<()> {
+        let _ = thread;
+        Ok(())
+    }
 }
 
 /// The server's state: its graphs, where threads live, the runs in flight and the keys.

@@ -356,6 +356,11 @@ pub async fn delete(
         .map_err(|e| ApiError::internal("deleting a thread", e))?;
     server.threads.remove(&id).await?;
     server.runs.forget_thread(&id);
+    for graph in server.graphs.values() {
+        if let Err(e) = graph.thread_deleted(&record.runtime_id()).await {
+            tracing::warn!("thread {id} deleted, but a graph could not forget it: {e:#}");
+        }
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 

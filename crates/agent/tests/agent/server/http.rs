@@ -374,7 +374,8 @@ async fn a_failed_run_reports_error() {
 
 /// A run that stops for an approval (the agent file asks before `ls`) ends its stream with the
 /// full values plus `__interrupt__` in the shape of LangChain's human-in-the-loop middleware, an
-/// `updates` event with the interrupt, and leaves the thread `interrupted`.
+/// `updates` event with the interrupt, and leaves the thread `interrupted`; `trellis resume`
+/// continues it; deleting the thread removes its checkpoints and saved run settings.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_stop_is_an_interrupt() {
     let model = ls_then_streamed_answer().await;
@@ -435,4 +436,57 @@ async fn an_approval_stop_is_an_interrupt() {
         1,
         "stopped before running ls"
     );
+    // `trellis resume` continues the thread from the command line, and the server sees the result.
+    let resumed = trellis()
+        .current_dir(dir.path())
+        .args(["resume", &tid, "--approve", "all", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", model.uri())
+        .output()
+        .unwrap();
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let (_, state) = get(&format!("{u}/threads/{tid}/state")).await;
+    let types: Vec<&str> = state["values"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["human", "ai", "tool", "ai"], "{state}");
+    // Deleting the thread removes its saved run settings too.
+    let saved = dir.path().join("state").join("runs").join(format!("{tid}.json"));
+    assert!(saved.is_file());
+    let deleted = client()
+        .delete(format!("{u}/threads/{tid}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status().as_u16(), 204);
+    assert!(!saved.exists(), "{} is left", saved.display());
+    let left = walk(&dir.path().join("state").join("threads").join(&tid));
+    assert!(
+        left.is_empty(),
+        "the thread's checkpoints and files are gone: {left:?}"
+    );
+}
+
+/// The files under `dir` (none when it does not exist).
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries.map(Result::unwrap) {
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(walk(&entry.path()));
+        } else {
+            out.push(entry.path());
+        }
+    }
+    out
 }
