@@ -119,8 +119,8 @@ pub enum Command {
         /// The folder to trust.
         dir: Option<PathBuf>,
     },
-    /// Serve the agents over the LangGraph Agent Server API (the Python and JS langgraph-sdk,
-    /// useStream, deep-agents-ui), threads kept in the state dir.
+    /// Serve the agents over the LangGraph Agent Server API (the subset its clients use; tested
+    /// with the Python langgraph-sdk), threads kept in the state dir.
     #[cfg(feature = "server")]
     #[command(after_help = LOGGING_HELP)]
     Serve(crate::cli::serve::ServeArgs),

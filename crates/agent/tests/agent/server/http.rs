@@ -39,6 +39,11 @@ async fn get(url: &str) -> (u16, Value) {
     answer(client().get(url).send().await.unwrap()).await
 }
 
+/// The status of `DELETE url`.
+async fn delete(url: &str) -> u16 {
+    client().delete(url).send().await.unwrap().status().as_u16()
+}
+
 fn hi() -> Value {
     json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "hi"}]}})
 }
@@ -165,12 +170,7 @@ async fn a_thread_runs_one_run_at_a_time() {
     assert_eq!(status, 409, "{body}");
     let (status, thread) = get(&format!("{u}/threads/{tid}")).await;
     assert_eq!((status, thread["status"].as_str()), (200, Some("busy")));
-    let deleted = client()
-        .delete(format!("{u}/threads/{tid}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(deleted.status().as_u16(), 409);
+    assert_eq!(delete(&format!("{u}/threads/{tid}")).await, 409);
     let rid = run["run_id"].as_str().unwrap();
     let joined = client()
         .get(format!("{u}/threads/{tid}/runs/{rid}/join"))
@@ -188,12 +188,7 @@ async fn a_thread_runs_one_run_at_a_time() {
     let (status, result) = post(&format!("{u}/threads/{tid}/runs/wait"), hi().to_string()).await;
     assert_eq!(status, 200, "{result}");
     assert_eq!(result["messages"].as_array().unwrap().len(), 4, "{result}");
-    let deleted = client()
-        .delete(format!("{u}/threads/{tid}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(deleted.status().as_u16(), 204);
+    assert_eq!(delete(&format!("{u}/threads/{tid}")).await, 204);
 }
 
 /// Threads, their owners and their messages survive a `kill -9` of the server: a new server on the
@@ -461,12 +456,7 @@ async fn an_approval_stop_is_an_interrupt() {
     // Deleting the thread removes its saved run settings too.
     let saved = dir.path().join("state").join("runs").join(format!("{tid}.json"));
     assert!(saved.is_file());
-    let deleted = client()
-        .delete(format!("{u}/threads/{tid}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(deleted.status().as_u16(), 204);
+    assert_eq!(delete(&format!("{u}/threads/{tid}")).await, 204);
     assert!(!saved.exists(), "{} is left", saved.display());
     let left = walk(&dir.path().join("state").join("threads").join(&tid));
     assert!(
