@@ -3,7 +3,9 @@
 //! on) and the [`RunRegistry`] (every run by id, and which run each thread is running).
 //!
 //! A run belongs to its thread: it is found only through that thread, and forgotten when the
-//! thread is deleted or the server stops (nothing here is persisted).
+//! thread is deleted, when [`MAX_FINISHED_RUNS`] newer runs have finished, or when the server
+//! stops (nothing here is persisted). Memory is so bounded by runs in flight plus
+//! [`MAX_FINISHED_RUNS`], each at most [`MAX_PART_BYTES`] of parts (plus its final values).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,6 +24,13 @@ use crate::server::threads::time;
 /// Bytes of stream parts a run keeps; past it, further `messages` and `updates` parts are
 /// dropped (with a warning) and only `values` and the final parts are kept.
 pub const MAX_PART_BYTES: usize = 64 * 1024 * 1024;
+
+/// Finished runs kept in memory (with their parts, for get, join and replay); when one more
+/// finishes, the oldest is forgotten (404 afterwards).
+pub const MAX_FINISHED_RUNS: usize = 1000;
+
+/// The next [`RunHandle`]'s creation order.
+static NEXT_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A run's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +81,8 @@ pub struct RunHandle {
     /// Created with `stream_resumable`: its streams carry `id:` lines.
     pub resumable: bool,
     created_at: DateTime<Utc>,
+    /// Order of creation in this process (times can tie).
+    seq: u64,
     metadata: Map<String, Value>,
     kwargs: Value,
     progress: Mutex<Progress>,
@@ -96,6 +107,7 @@ impl RunHandle {
             modes,
             resumable,
             created_at: now,
+            seq: NEXT_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             metadata,
             kwargs,
             progress: Mutex::new(Progress {
@@ -249,10 +261,24 @@ impl RunRegistry {
         Ok(())
     }
 
+    /// `run` is ending: its thread is free, and past [`MAX_FINISHED_RUNS`] the oldest finished
+    /// runs are forgotten (`run` itself counts as finished).
     pub(crate) fn end(&self, run: &RunHandle) {
         let mut runs = self.lock();
         if runs.active.get(&run.thread_id) == Some(&run.run_id) {
             runs.active.remove(&run.thread_id);
+        }
+        let mut finished: Vec<_> = runs
+            .by_id
+            .values()
+            .filter(|r| r.run_id == run.run_id || r.lock().done)
+            .map(|r| (r.seq, r.run_id))
+            .collect();
+        if finished.len() > MAX_FINISHED_RUNS {
+            finished.sort();
+            for (_, id) in &finished[..finished.len() - MAX_FINISHED_RUNS] {
+                runs.by_id.remove(id);
+            }
         }
     }
 
@@ -275,12 +301,72 @@ impl RunRegistry {
             .filter(|r| r.thread_id == *thread)
             .cloned()
             .collect();
-        runs.sort_by_key(|r| std::cmp::Reverse(r.created_at));
+        runs.sort_by_key(|r| std::cmp::Reverse(r.seq));
         runs
     }
 
     /// Forget the runs of a deleted thread.
     pub fn forget_thread(&self, thread: &Uuid) {
         self.lock().by_id.retain(|_, r| r.thread_id != *thread);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn run() -> Arc<RunHandle> {
+        Arc::new(RunHandle::new(
+            Uuid::new_v4(),
+            "agent".into(),
+            (vec![Mode::Values], false),
+            Map::new(),
+            Value::Null,
+        ))
+    }
+
+    #[test]
+    fn a_thread_runs_one_run_at_a_time() {
+        let registry = RunRegistry::default();
+        let first = run();
+        registry.begin(first.clone()).unwrap();
+        let second = Arc::new(RunHandle::new(
+            first.thread_id,
+            "agent".into(),
+            (vec![], false),
+            Map::new(),
+            Value::Null,
+        ));
+        assert_eq!(registry.begin(second).unwrap_err().status, 409);
+        registry.end(&first);
+        first.finish(Status::Success, Value::Null);
+        assert_eq!(registry.active_run(&first.thread_id), None);
+    }
+
+    #[test]
+    fn only_the_newest_finished_runs_are_kept() {
+        let registry = RunRegistry::default();
+        let runs: Vec<_> = (0..MAX_FINISHED_RUNS + 3).map(|_| run()).collect();
+        let running = run();
+        registry.begin(running.clone()).unwrap();
+        for r in &runs {
+            registry.begin(r.clone()).unwrap();
+            registry.end(r);
+            r.finish(Status::Success, Value::Null);
+        }
+        assert!(
+            registry.get(&running.thread_id, &running.run_id).is_ok(),
+            "a run in flight stays"
+        );
+        for r in &runs[..3] {
+            assert!(
+                registry.get(&r.thread_id, &r.run_id).is_err(),
+                "the oldest are forgotten"
+            );
+        }
+        for r in &runs[3..] {
+            assert!(registry.get(&r.thread_id, &r.run_id).is_ok());
+        }
     }
 }
