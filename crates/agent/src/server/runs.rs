@@ -185,6 +185,7 @@ async fn start(server: &Shared, user: &User, thread: &str, body: RunCreate) -> A
                 updated_at: now,
                 metadata: Map::new(),
                 status: Rest::Idle,
+                interrupts: None,
             };
             if server.threads.insert(record).await?.is_err() {
                 return Err(ApiError::conflict(format!("thread {thread} exists")));
@@ -262,7 +263,12 @@ async fn execute(
             )
         }
     };
-    if let Err(e) = server.threads.update(&run.thread_id, |r| r.status = rest).await {
+    let interrupts = result.get("__interrupt__").cloned();
+    let stored = server.threads.update(&run.thread_id, |r| {
+        r.status = rest;
+        r.interrupts = interrupts;
+    });
+    if let Err(e) = stored.await {
         tracing::warn!("run {}: cannot store its thread's status: {e}", run.run_id);
     }
     // Free the thread before the followers see the end, so a client that starts its next run

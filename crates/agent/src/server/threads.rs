@@ -56,6 +56,9 @@ pub struct ThreadRecord {
     pub metadata: Map<String, Value>,
     /// Its status between runs.
     pub status: Rest,
+    /// What its last run stopped for (the `__interrupt__` list), when it stopped for approvals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupts: Option<Value>,
 }
 
 impl ThreadRecord {
@@ -217,7 +220,7 @@ pub async fn thread_json(server: &Shared, record: &ThreadRecord) -> ApiResult<Va
         "status": status,
         "config": {},
         "values": values,
-        "interrupts": {},
+        "interrupts": record.interrupts.as_ref().map_or_else(|| json!({}), |list| json!({ task_id(&record.thread_id): list })),
         "error": null,
     }))
 }
@@ -276,6 +279,7 @@ pub async fn create(
         updated_at: now,
         metadata,
         status: Rest::Idle,
+        interrupts: None,
     };
     let record = match server.threads.insert(record).await? {
         Ok(record) => record,
@@ -464,7 +468,7 @@ pub async fn state(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let id = parse_uuid("thread_id", &id)?;
-    server.threads.get(&user, &id)?;
+    let record = server.threads.get(&user, &id)?;
     let stored = stream::latest(&server, &id).await?;
     let (values, checkpoint, created_at) = match &stored {
         Some((state, checkpoint)) => {
@@ -483,16 +487,24 @@ pub async fn state(
         .map(|seq| json!({"thread_id": id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id(&id, seq)}));
     Ok(Json(json!({
         "values": values,
-        "next": [],
-        "tasks": [],
+        "next": if record.interrupts.is_some() { json!(["tools"]) } else { json!([]) },
+        "tasks": record.interrupts.as_ref().map_or_else(|| json!([]), |list| json!([{
+            "id": task_id(&record.thread_id), "name": "tools", "path": ["__pregel_pull", "tools"],
+            "error": null, "interrupts": list, "checkpoint": null, "state": null, "result": null,
+        }])),
         "metadata": {"step": stored.as_ref().map(|(_, c)| c.seq)},
         "created_at": created_at,
         "checkpoint": checkpoint,
         "parent_checkpoint": parent,
-        "interrupts": [],
+        "interrupts": record.interrupts.clone().unwrap_or_else(|| json!([])),
         "checkpoint_id": checkpoint["checkpoint_id"],
         "parent_checkpoint_id": parent.as_ref().map(|p| p["checkpoint_id"].clone()),
     })))
+}
+
+/// The id of the (one) task an interrupted thread waits in: a UUID derived from the thread.
+fn task_id(id: &Uuid) -> String {
+    Uuid::new_v5(id, b"task:tools").to_string()
 }
 
 /// The checkpoint id of step `seq` of thread `id`: a UUID derived from both.

@@ -426,6 +426,15 @@ async fn an_approval_stop_is_an_interrupt() {
     );
     let (_, thread) = get(&format!("{u}/threads/{tid}")).await;
     assert_eq!(thread["status"], "interrupted", "{thread}");
+    let waiting: Vec<&Value> = thread["interrupts"].as_object().unwrap().values().collect();
+    assert_eq!(waiting, [&values["__interrupt__"]], "{thread}");
+    let (_, state) = get(&format!("{u}/threads/{tid}/state")).await;
+    assert_eq!(state["interrupts"], values["__interrupt__"], "{state}");
+    assert_eq!(
+        state["tasks"][0]["interrupts"], values["__interrupt__"],
+        "{state}"
+    );
+    assert_eq!(state["next"], json!(["tools"]));
     assert_eq!(
         model.received_requests().await.unwrap().len(),
         1,
