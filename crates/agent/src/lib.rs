@@ -15,7 +15,9 @@
 //! * `telemetry` (feature `otel`, on by default): OpenTelemetry export of the runtime's spans and
 //!   metrics over OTLP;
 //! * `cli` (feature `cli`, on by default): the `trellis` command line, each command in a module of
-//!   its own. Without the feature the crate compiles no clap, rustyline or toml.
+//!   its own. Without the feature the crate compiles no clap, rustyline or toml;
+//! * `server` (feature `server`, on by default): the LangGraph Agent Server API as an axum router
+//!   a Rust service can mount, and with `cli` the `trellis serve` command.
 
 /// The runtime layer this crate is built on, re-exported for applications.
 pub use trellis_middleware as middleware;
@@ -30,6 +32,8 @@ pub mod cli;
 pub mod mcp;
 pub mod model_settings;
 pub mod providers;
+#[cfg(feature = "server")]
+pub mod server;
 #[cfg(feature = "otel")]
 pub mod telemetry;
 

@@ -1,4 +1,4 @@
-//! The `trellis` command line: `inspect`, `run`, `chat`, `resume`, `threads`, `skills list`,
+//! The `trellis` command line: `inspect`, `run`, `chat`, `resume`, `threads`, `serve`, `skills list`,
 //! `skills validate`, `skills index`, `schema`. This file only parses the arguments; the commands
 //! live in [`trellis_agent::cli`].
 

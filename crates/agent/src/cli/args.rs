@@ -119,6 +119,11 @@ pub enum Command {
         /// The folder to trust.
         dir: Option<PathBuf>,
     },
+    /// Serve the agents over the LangGraph Agent Server API (the subset its clients use; tested
+    /// with the Python langgraph-sdk), threads kept in the state dir.
+    #[cfg(feature = "server")]
+    #[command(after_help = LOGGING_HELP)]
+    Serve(crate::cli::serve::ServeArgs),
     /// Print a JSON schema, for editors that complete and check the file.
     #[command(after_help = LOGGING_HELP)]
     Schema {

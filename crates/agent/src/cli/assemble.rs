@@ -67,6 +67,18 @@ pub async fn build(
     state_dir: &StateDir,
     servers: Option<Arc<McpServers>>,
 ) -> Result<Built> {
+    let checkpointer = Arc::new(state_dir.checkpointer()?);
+    build_on(config, state_dir, servers, checkpointer).await
+}
+
+/// [`build`] with a checkpointer of the state dir's threads that other agents share (`trellis
+/// serve` builds one agent per graph and user over one checkpointer).
+pub async fn build_on(
+    config: &RunConfig,
+    state_dir: &StateDir,
+    servers: Option<Arc<McpServers>>,
+    checkpointer: Arc<BackendCheckpointer>,
+) -> Result<Built> {
     let model = providers::connect_model_string(&config.model).await?;
     let sandbox = sandbox::select(config.sandbox)?;
     if let Some(note) = &sandbox.status.note {
@@ -83,7 +95,6 @@ pub async fn build(
             None => None,
         });
     }
-    let checkpointer = Arc::new(state_dir.checkpointer()?);
     // The thread's own files live in the state dir beside its checkpoints; skills and memory are
     // shared mounts; --workdir is the user's workspace at /workspace.
     let mut builder = deep_agent(model)

@@ -7,6 +7,7 @@
 //! | [`run`] | `trellis run` and `trellis resume`: the run loop and its approvals |
 //! | [`chat`] | `trellis chat`: an interactive session on one thread |
 //! | [`inspect`] | `trellis inspect`: the first request the model would receive |
+//! | `serve` | `trellis serve`: the agents behind the LangGraph Agent Server API (feature `server`) |
 //! | [`threads`] | `trellis threads …` and `--fork` |
 //! | [`skills`] | `trellis skills list / validate / index`, the catalog cache |
 //! | [`config`] | the agent file, the [`RunConfig`](config::RunConfig) saved with a thread, trusted folders (`trellis trust`) |
@@ -31,6 +32,8 @@ pub mod output;
 pub mod pin;
 pub mod run;
 pub mod sandbox;
+#[cfg(feature = "server")]
+pub mod serve;
 pub mod skills;
 pub mod state_dir;
 pub mod summary;
@@ -120,5 +123,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
         Command::Schema {
             what: SchemaKind::AgentFile,
         } => config::print_schema(),
+        #[cfg(feature = "server")]
+        Command::Serve(args) => serve::serve(args).await,
     }
 }

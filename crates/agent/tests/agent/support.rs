@@ -1,6 +1,6 @@
 //! What every test module of this binary shares: the guard for tests that need an emulator or an
 //! external program, found through environment variables that `cargo xtask test` sets
-//! (`TRELLIS_MCP_PYTHON`, `TRELLIS_S3_ENDPOINT`, …).
+//! (`TRELLIS_MCP_PYTHON`, `TRELLIS_LANGGRAPH_PYTHON`, `TRELLIS_S3_ENDPOINT`, …).
 //!
 //! When one is unset or empty, the test prints `skipped: <test> (set <VARS> or run `cargo xtask
 //! test`)` and returns; with `TRELLIS_EMULATORS=required` (which xtask sets) it fails instead,
@@ -58,4 +58,13 @@ macro_rules! skip_unless_python {
     }};
 }
 
-pub(crate) use {require_env, skip_unless_python, test_name};
+/// `let python = skip_unless_langgraph!();`: the Python interpreter with the LangGraph SDK
+/// (`langgraph-sdk`, `TRELLIS_LANGGRAPH_PYTHON`), or return from the test.
+macro_rules! skip_unless_langgraph {
+    () => {{
+        let [python] = $crate::support::require_env!("TRELLIS_LANGGRAPH_PYTHON");
+        python
+    }};
+}
+
+pub(crate) use {require_env, skip_unless_langgraph, skip_unless_python, test_name};

@@ -12,7 +12,7 @@ mod inspect;
 mod logging;
 mod sandbox;
 mod skills_cache;
-mod streaming;
+pub(crate) mod streaming;
 mod threads;
 mod trust;
 mod users;

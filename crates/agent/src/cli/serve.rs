@@ -1,0 +1,245 @@
+//! `trellis serve`: the agents of one or more agent files behind the LangGraph Agent Server API
+//! ([`crate::server`]), with threads and checkpoints in the state dir as `trellis run` keeps them.
+//!
+//! Each `--agent NAME=FILE` is one graph `NAME`; a single `--agent FILE` (or `./trellis.toml` when
+//! no `--agent` is given) is graph `agent`. Files are read with `trellis run`'s rules: a file named
+//! on the command line is trusted; a `./trellis.toml` may set the keys that need trust only in a
+//! trusted folder. Each user (an `--api-keys` user id) gets the agent `trellis run --user ID`
+//! would build — their workspace, memory and personal skills — built on their first run and kept.
+//! Without `--api-keys` the server listens only on a loopback address.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use async_trait::async_trait;
+use trellis_middleware::backend::{Backend, FilesystemBackend};
+use trellis_middleware::{Agent, BackendCheckpointer, RunInput, ThreadId};
+
+use crate::cli::assemble::{self, Built};
+use crate::cli::config::{self, Flags, RunConfig};
+use crate::cli::state_dir::StateDir;
+use crate::mcp::McpServers;
+use crate::server::{self, ApiKeys, Graph, Server};
+
+/// The graph id of a single agent given without a name.
+pub const DEFAULT_GRAPH: &str = "agent";
+
+/// What `trellis serve` is told.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// The address to listen on (a non-loopback address needs --api-keys).
+    #[arg(long, default_value = "127.0.0.1:2024", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// An agent file served as graph NAME, or FILE alone for graph `agent` (repeatable; default
+    /// ./trellis.toml as graph `agent`).
+    #[arg(long = "agent", value_name = "[NAME=]FILE")]
+    pub agents: Vec<String>,
+    /// Where threads, checkpoints, the server's thread records and users' workspaces are kept.
+    #[arg(long, default_value = ".trellis")]
+    pub state_dir: PathBuf,
+    /// A file of `USER_ID KEY` lines (`#` comments): every request must send one of the keys as
+    /// x-api-key or Authorization: Bearer, and its threads belong to that user.
+    #[arg(long, value_name = "FILE")]
+    pub api_keys: Option<PathBuf>,
+}
+
+/// `NAME=FILE` or `FILE` → (graph id, file).
+fn parse_agents(specs: &[String]) -> Result<Vec<(String, Option<PathBuf>)>> {
+    if specs.is_empty() {
+        return Ok(vec![(DEFAULT_GRAPH.to_owned(), None)]);
+    }
+    let mut out: Vec<(String, Option<PathBuf>)> = Vec::new();
+    for spec in specs {
+        let (name, file) = match spec.split_once('=') {
+            Some((name, file)) => (name.to_owned(), file),
+            None => (DEFAULT_GRAPH.to_owned(), spec.as_str()),
+        };
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !valid {
+            bail!("--agent {spec:?}: the graph name must be 1-64 ASCII letters, digits, '-' or '_'");
+        }
+        if out.iter().any(|(n, _)| *n == name) {
+            bail!("--agent: graph {name:?} is given twice (name each file: --agent NAME=FILE)");
+        }
+        out.push((name, Some(PathBuf::from(file))));
+    }
+    Ok(out)
+}
+
+/// The configuration of one graph: its agent file under no flags, with `trellis run`'s trust rules.
+fn graph_config(file: Option<&std::path::Path>, cwd: &std::path::Path) -> Result<RunConfig> {
+    if file.is_none() && !cwd.join(config::DEFAULT_FILE).is_file() {
+        bail!(
+            "no agent: give --agent FILE (or NAME=FILE) or put {} in this folder",
+            config::DEFAULT_FILE
+        );
+    }
+    let (config, refusal) = config::resolve_checked(file, cwd, Flags::default())?;
+    if let Some(refusal) = refusal {
+        return Err(refusal.into());
+    }
+    if config.model.is_empty() {
+        bail!("the agent file names no model (model = \"provider:name\")");
+    }
+    Ok(config.absolute(cwd))
+}
+
+/// One agent file served as a graph: the agent of each user, built on first use.
+#[derive(Debug)]
+struct FileGraph {
+    config: RunConfig,
+    state_dir: StateDir,
+    servers: Option<Arc<McpServers>>,
+    checkpointer: Arc<BackendCheckpointer>,
+    built: tokio::sync::Mutex<HashMap<Option<String>, Arc<Built>>>,
+}
+
+#[async_trait]
+impl Graph for FileGraph {
+    async fn prepare(
+        &self,
+        user: Option<&str>,
+        thread: &ThreadId,
+        input: RunInput,
+    ) -> Result<(Agent, RunInput)> {
+        let key = user.map(str::to_owned);
+        let built = {
+            let mut cache = self.built.lock().await;
+            match cache.get(&key) {
+                Some(built) => built.clone(),
+                None => {
+                    let mut config = self.config.clone();
+                    config.user = key.clone();
+                    let built = Arc::new(
+                        assemble::build_on(
+                            &config,
+                            &self.state_dir,
+                            self.servers.clone(),
+                            self.checkpointer.clone(),
+                        )
+                        .await?,
+                    );
+                    cache.insert(key, built.clone());
+                    built
+                }
+            }
+        };
+        // Saved beside the thread as `trellis run` saves it, so `trellis resume ID` continues a
+        // thread whose run stopped for approvals with this user's agent.
+        let mut config = self.config.clone();
+        config.user = user.map(str::to_owned);
+        config.save(&self.state_dir, thread)?;
+        Ok((built.agent.clone(), built.prepare(input, thread)))
+    }
+
+    /// The run settings saved for `trellis resume` go with the thread.
+    async fn thread_deleted(&self, thread: &ThreadId) -> Result<()> {
+        RunConfig::delete_saved(&self.state_dir, thread)
+    }
+}
+
+/// `trellis serve`: serve until Ctrl-C or SIGTERM. Prints `trellis serve: listening on
+/// http://ADDR` (the bound address, so `--listen 127.0.0.1:0` tells its port) to stderr.
+pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
+    let keys = match &args.api_keys {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            Some(ApiKeys::parse(&text).with_context(|| format!("{}", path.display()))?)
+        }
+        None => None,
+    };
+    if keys.is_none() && !args.listen.ip().is_loopback() {
+        bail!(
+            "--listen {}: without --api-keys the server listens only on a loopback address (127.0.0.1, ::1)",
+            args.listen
+        );
+    }
+    let cwd = std::env::current_dir()?;
+    let state_dir = StateDir::new(args.state_dir);
+    let checkpointer = Arc::new(state_dir.checkpointer()?);
+    let store: Arc<dyn Backend> = Arc::new(FilesystemBackend::new(state_dir.root())?);
+    let mut server = Server::open(checkpointer.clone(), store).await?;
+    let mut all_servers = Vec::new();
+    for (name, file) in parse_agents(&args.agents)? {
+        let config = graph_config(file.as_deref(), &cwd).with_context(|| format!("graph {name}"))?;
+        if keys.is_some() && config.workdir.is_some() {
+            bail!(
+                "graph {name}: the agent file sets workdir, which every user would share; with --api-keys each user's workspace is STATE_DIR/users/ID (remove workdir)"
+            );
+        }
+        let servers = assemble::mcp_servers(&config)?;
+        all_servers.extend(servers.clone());
+        let graph = FileGraph {
+            config,
+            state_dir: state_dir.clone(),
+            servers,
+            checkpointer: checkpointer.clone(),
+            built: Default::default(),
+        };
+        server = server.graph(name, Arc::new(graph));
+    }
+    if let Some(keys) = keys {
+        server = server.api_keys(keys);
+    }
+    let graphs: Vec<String> = server.graph_ids().map(str::to_owned).collect();
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    eprintln!("trellis serve: graphs {}", graphs.join(", "));
+    eprintln!("trellis serve: listening on http://{addr}");
+    axum::serve(listener, server::router(server))
+        .with_graceful_shutdown(shutdown())
+        .await?;
+    for servers in all_servers {
+        servers.shutdown().await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_are_named_or_default_to_agent() {
+        let got = parse_agents(&[]).unwrap();
+        assert_eq!(got, vec![("agent".to_owned(), None)]);
+        let got = parse_agents(&["a.toml".into()]).unwrap();
+        assert_eq!(got, vec![("agent".to_owned(), Some(PathBuf::from("a.toml")))]);
+        let got = parse_agents(&["x=a.toml".into(), "y=b.toml".into()]).unwrap();
+        assert_eq!(got[1], ("y".to_owned(), Some(PathBuf::from("b.toml"))));
+        assert!(
+            parse_agents(&["a.toml".into(), "b.toml".into()]).is_err(),
+            "two unnamed"
+        );
+        assert!(parse_agents(&["../x=a.toml".into()]).is_err());
+        assert!(parse_agents(&["=a.toml".into()]).is_err());
+    }
+}

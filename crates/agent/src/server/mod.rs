@@ -1,0 +1,190 @@
+//! The LangGraph Agent Server API, the subset its clients use (the Python and JS `langgraph-sdk`,
+//! `useStream`, deep-agents-ui), as an axum [`Router`] a Rust service can mount in its own app
+//! ([`router`]); `trellis serve` runs it on its own. Behind the `server` feature.
+//!
+//! ```no_run
+//! # async fn demo(server: trellis_agent::server::Server) -> anyhow::Result<()> {
+//! let app = axum::Router::new().nest("/agents", trellis_agent::server::router(server));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:2024").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! | module | what |
+//! |---|---|
+//! | [`error`] | [`ApiError`]: `{"detail": …}` with the documented status codes |
+//! | [`extract`] | JSON bodies (4xx on every malformed one), UUID ids, the [`User`] |
+//! | [`auth`] | API keys (`x-api-key` or `Authorization: Bearer`) → user |
+//! | [`assistants`] | `/ok`, `/info`, one assistant per graph |
+//! | [`threads`] | thread records, `/threads…` |
+//! | [`runs`] | runs on a thread: stream (SSE), wait, background, get, list, join, join stream |
+//! | [`run_registry`] | the runs in memory: status, stream parts, result, which thread runs which |
+//! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
+//! | [`messages`] | Trellis messages ↔ LangChain message dicts |
+//!
+//! # Scopes: who owns what
+//! | state | belongs to | kept | survives a restart |
+//! |---|---|---|---|
+//! | graph / assistant | the server (one per `--agent`) | in memory, from the agent files | rebuilt from the files |
+//! | thread record (owner, metadata, times, status) | a user (the key's user that created it; anonymous without keys) | `STORE/server/threads/<id>.json` on the [`Backend`] given to [`Server::open`] | yes |
+//! | checkpoints and the thread's own files | a thread | the [`Checkpointer`] the agents use (`trellis serve`: the state dir's `threads/<id>/`, as `trellis run` keeps them) | yes |
+//! | run record (status, times, its stream parts) | a run of a thread | in memory only | no: the run list of a thread starts empty after a restart |
+//! | the user's workspace, memory, personal skills | a user | as `trellis run --user` keeps them (`users/<id>/`) | yes |
+//!
+//! Another user's thread is a 404, exactly like a thread that does not exist, on every route.
+//!
+//! # Concurrency and crashes
+//! A thread runs one run at a time: a second run while one is pending or running is a 409
+//! (`multitask_strategy` `reject`; the other strategies are a 422, not built yet). A run goes on
+//! when its client disconnects (`on_disconnect` is accepted and not honoured: always `continue`).
+//!
+//! A `kill -9` mid-run leaves the thread's checkpoints up to its last finished step (a step is
+//! saved whole or not at all) and its record as it was before the run (`busy` is never stored), so
+//! the thread is `idle` after the restart and its next run continues from that checkpoint; the run
+//! record and its stream are gone (`GET …/runs/{id}` is 404).
+
+pub mod assistants;
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod messages;
+pub mod run_registry;
+pub mod runs;
+pub mod stream;
+pub mod threads;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use trellis_middleware::backend::Backend;
+use trellis_middleware::{Agent, Checkpointer, RunInput, ThreadId};
+
+pub use auth::ApiKeys;
+pub use error::ApiError;
+pub use extract::User;
+
+/// Largest request body accepted by default, in bytes (413 above it).
+pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// One graph the server serves: the agent a user's run uses. Implemented by `trellis serve` over
+/// an agent file; a Rust service implements it over its own agents.
+///
+/// Contract: the agents returned must checkpoint to the [`Checkpointer`] given to [`Server::open`]
+/// (the server reads thread state and deletes threads there).
+#[async_trait]
+pub trait Graph: Send + Sync + std::fmt::Debug {
+    /// The agent for a run of `user` (`None` without API keys) on `thread`, and `input` with what
+    /// that user's runs carry (identity, workspace), for [`Agent::run`].
+    async fn prepare(
+        &self,
+        user: Option<&str>,
+        thread: &ThreadId,
+        input: RunInput,
+    ) -> anyhow::Result<(Agent, RunInput)>;
+
+    /// `thread` was deleted (its record, checkpoints and files are gone): forget what the graph
+    /// kept about it. The default keeps nothing.
+    async fn thread_deleted(&self, thread: &ThreadId) -> anyhow::Result<()> {
+        let _ = thread;
+        Ok(())
+    }
+}
+
+/// The server's state: its graphs, where threads live, the runs in flight and the keys.
+#[derive(Debug)]
+pub struct Server {
+    graphs: BTreeMap<String, Arc<dyn Graph>>,
+    checkpointer: Arc<dyn Checkpointer>,
+    threads: threads::ThreadStore,
+    runs: run_registry::RunRegistry,
+    keys: Option<Arc<ApiKeys>>,
+    body_limit: usize,
+    started: chrono::DateTime<chrono::Utc>,
+}
+
+impl Server {
+    /// A server keeping thread records on `store` (under `/server/threads/`, loaded now) and
+    /// reading thread state from `checkpointer`. Add graphs with [`Server::graph`].
+    pub async fn open(checkpointer: Arc<dyn Checkpointer>, store: Arc<dyn Backend>) -> anyhow::Result<Self> {
+        Ok(Self {
+            graphs: BTreeMap::new(),
+            checkpointer,
+            threads: threads::ThreadStore::open(store).await?,
+            runs: run_registry::RunRegistry::default(),
+            keys: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+            started: chrono::Utc::now(),
+        })
+    }
+
+    /// Serve `graph` as graph id `id` (its assistant's `graph_id` and name).
+    pub fn graph(mut self, id: impl Into<String>, graph: Arc<dyn Graph>) -> Self {
+        self.graphs.insert(id.into(), graph);
+        self
+    }
+
+    /// Require one of these keys on every request but `GET /ok`.
+    pub fn api_keys(mut self, keys: ApiKeys) -> Self {
+        self.keys = Some(Arc::new(keys));
+        self
+    }
+
+    /// The largest request body, in bytes (default [`DEFAULT_BODY_LIMIT`]).
+    pub fn body_limit(mut self, bytes: usize) -> Self {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// The graph ids served.
+    pub fn graph_ids(&self) -> impl Iterator<Item = &str> {
+        self.graphs.keys().map(String::as_str)
+    }
+}
+
+/// The shared server, as the handlers see it.
+pub type Shared = Arc<Server>;
+
+/// The routes of the API subset (see docs/server.md for the list and what is not built yet),
+/// with the authentication layer and the body limit.
+pub fn router(server: Server) -> Router {
+    let keys = server.keys.clone();
+    let limit = server.body_limit;
+    let server: Shared = Arc::new(server);
+    Router::new()
+        .route("/ok", get(assistants::ok))
+        .route("/info", get(assistants::info))
+        .route("/assistants/search", post(assistants::search))
+        .route("/assistants/{assistant_id}", get(assistants::get_one))
+        .route("/threads", post(threads::create))
+        .route("/threads/search", post(threads::search))
+        .route(
+            "/threads/{thread_id}",
+            get(threads::get_one)
+                .patch(threads::patch)
+                .delete(threads::delete),
+        )
+        .route("/threads/{thread_id}/state", get(threads::state))
+        .route("/threads/{thread_id}/runs", post(runs::create).get(runs::list))
+        .route("/threads/{thread_id}/runs/stream", post(runs::stream))
+        .route("/threads/{thread_id}/runs/wait", post(runs::wait))
+        .route("/threads/{thread_id}/runs/{run_id}", get(runs::get_one))
+        .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/stream",
+            get(runs::join_stream),
+        )
+        .fallback(|| async { ApiError::not_found("route") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this route",
+            )
+        })
+        .with_state(server)
+        .layer(axum::middleware::from_fn_with_state(keys, auth::authenticate))
+        .layer(DefaultBodyLimit::max(limit))
+}

@@ -1,0 +1,372 @@
+//! The runs of the server, in memory: each run's [`RunHandle`] (what it was asked, its status,
+//! the stream parts it produced so far and its result, with a watch channel its followers wait
+//! on) and the [`RunRegistry`] (every run by id, and which run each thread is running).
+//!
+//! A run belongs to its thread: it is found only through that thread, and forgotten when the
+//! thread is deleted, when [`MAX_FINISHED_RUNS`] newer runs have finished, or when the server
+//! stops (nothing here is persisted). Memory is so bounded by runs in flight plus
+//! [`MAX_FINISHED_RUNS`], each at most [`MAX_PART_BYTES`] of parts (plus its final values).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use futures::Stream;
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::server::assistants;
+use crate::server::error::{ApiError, ApiResult};
+use crate::server::stream::{Mode, Part};
+use crate::server::threads::time;
+
+/// Bytes of stream parts a run keeps; past it, further `messages` and `updates` parts are
+/// dropped (with a warning) and only `values` and the final parts are kept.
+pub const MAX_PART_BYTES: usize = 64 * 1024 * 1024;
+
+/// Finished runs kept in memory (with their parts, for get, join and replay); when one more
+/// finishes, the oldest is forgotten (404 afterwards).
+pub const MAX_FINISHED_RUNS: usize = 1000;
+
+/// The next [`RunHandle`]'s creation order.
+static NEXT_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A run's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Created, not started.
+    Pending,
+    /// Running.
+    Running,
+    /// Finished (or stopped for approvals).
+    Success,
+    /// Failed.
+    Error,
+}
+
+impl Status {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Success => "success",
+            Self::Error => "error",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Progress {
+    status: Status,
+    updated_at: DateTime<Utc>,
+    parts: Vec<Arc<Part>>,
+    bytes: usize,
+    dropping: bool,
+    result: Option<Value>,
+    done: bool,
+}
+
+/// One run: what it was asked, its status, its parts so far and its result.
+#[derive(Debug)]
+pub struct RunHandle {
+    /// The run.
+    pub run_id: Uuid,
+    /// Its thread.
+    pub thread_id: Uuid,
+    /// The graph it runs.
+    pub graph: String,
+    /// The stream modes it was created with (what a join streams by default).
+    pub modes: Vec<Mode>,
+    /// Created with `stream_resumable`: its streams carry `id:` lines.
+    pub resumable: bool,
+    created_at: DateTime<Utc>,
+    /// Order of creation in this process (times can tie).
+    seq: u64,
+    metadata: Map<String, Value>,
+    kwargs: Value,
+    progress: Mutex<Progress>,
+    /// The number of parts so far, bumped on every change.
+    changed: watch::Sender<usize>,
+}
+
+impl RunHandle {
+    /// A new `pending` run of `graph` on `thread_id`.
+    pub fn new(
+        thread_id: Uuid,
+        graph: String,
+        (modes, resumable): (Vec<Mode>, bool),
+        metadata: Map<String, Value>,
+        kwargs: Value,
+    ) -> Self {
+        let now = Utc::now();
+        Self {
+            run_id: Uuid::new_v4(),
+            thread_id,
+            graph,
+            modes,
+            resumable,
+            created_at: now,
+            seq: NEXT_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            metadata,
+            kwargs,
+            progress: Mutex::new(Progress {
+                status: Status::Pending,
+                updated_at: now,
+                parts: Vec::new(),
+                bytes: 0,
+                dropping: false,
+                result: None,
+                done: false,
+            }),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    pub(crate) fn set_status(&self, status: Status) {
+        let mut p = self.lock();
+        p.status = status;
+        p.updated_at = Utc::now();
+    }
+
+    /// Keep `part` for the followers (see [`MAX_PART_BYTES`]); `always` parts are kept past it.
+    pub(crate) fn push(&self, part: Part, always: bool) {
+        {
+            let mut p = self.lock();
+            if p.bytes + part.data.len() > MAX_PART_BYTES && !always && part.mode != Some(Mode::Values) {
+                if !p.dropping {
+                    tracing::warn!(
+                        "run {}: stream over {MAX_PART_BYTES} bytes, dropping parts",
+                        self.run_id
+                    );
+                    p.dropping = true;
+                }
+                return;
+            }
+            p.bytes += part.data.len();
+            p.parts.push(Arc::new(part));
+        }
+        self.notify();
+    }
+
+    pub(crate) fn finish(&self, status: Status, result: Value) {
+        {
+            let mut p = self.lock();
+            p.status = status;
+            p.updated_at = Utc::now();
+            p.result = Some(result);
+            p.done = true;
+        }
+        self.notify();
+    }
+
+    /// The `Run` JSON.
+    pub fn to_json(&self) -> Value {
+        let p = self.lock();
+        json!({
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            "assistant_id": assistants::assistant_id(&self.graph),
+            "created_at": time(&self.created_at),
+            "updated_at": time(&p.updated_at),
+            "status": p.status.as_str(),
+            "metadata": self.metadata,
+            "multitask_strategy": "reject",
+            "kwargs": self.kwargs,
+        })
+    }
+
+    /// The number of parts so far.
+    pub fn parts_len(&self) -> usize {
+        self.lock().parts.len()
+    }
+
+    /// Every part from index `from` on, with its index, as they come; ends when the run has ended.
+    pub fn follow(self: Arc<Self>, from: usize) -> impl Stream<Item = (usize, Arc<Part>)> + Send + 'static {
+        let rx = self.changed.subscribe();
+        futures::stream::unfold((self, rx, from), |(run, mut rx, next)| async move {
+            loop {
+                let (part, done) = {
+                    let p = run.lock();
+                    (p.parts.get(next).cloned(), p.done)
+                };
+                if let Some(part) = part {
+                    return Some(((next, part), (run, rx, next + 1)));
+                }
+                if done || rx.changed().await.is_err() {
+                    return None;
+                }
+            }
+        })
+    }
+
+    /// Wait for the run to end; its result (the final values, or `{"__error__": …}`).
+    pub async fn result(&self) -> Value {
+        let mut rx = self.changed.subscribe();
+        loop {
+            if let Some(result) = self.lock().result.clone() {
+                return result;
+            }
+            if rx.changed().await.is_err() {
+                return json!({"__error__": {"error": "RunLost", "message": "the run ended without a result"}});
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Runs {
+    by_id: HashMap<Uuid, Arc<RunHandle>>,
+    active: HashMap<Uuid, Uuid>,
+}
+
+/// The runs of every thread, and which thread is running which.
+#[derive(Debug, Default)]
+pub struct RunRegistry {
+    inner: Mutex<Runs>,
+}
+
+impl RunRegistry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Runs> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The run in flight on `thread`.
+    pub fn active_run(&self, thread: &Uuid) -> Option<Uuid> {
+        self.lock().active.get(thread).copied()
+    }
+
+    /// Register `run` as its thread's run in flight; 409 when one is.
+    pub(crate) fn begin(&self, run: Arc<RunHandle>) -> ApiResult<()> {
+        let mut runs = self.lock();
+        if runs.active.contains_key(&run.thread_id) {
+            return Err(ApiError::conflict(
+                "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.",
+            ));
+        }
+        runs.active.insert(run.thread_id, run.run_id);
+        runs.by_id.insert(run.run_id, run);
+        Ok(())
+    }
+
+    /// `run` is ending: its thread is free, and past [`MAX_FINISHED_RUNS`] the oldest finished
+    /// runs are forgotten (`run` itself counts as finished).
+    pub(crate) fn end(&self, run: &RunHandle) {
+        let mut runs = self.lock();
+        if runs.active.get(&run.thread_id) == Some(&run.run_id) {
+            runs.active.remove(&run.thread_id);
+        }
+        let mut finished: Vec<_> = runs
+            .by_id
+            .values()
+            .filter(|r| r.run_id == run.run_id || r.lock().done)
+            .map(|r| (r.seq, r.run_id))
+            .collect();
+        if finished.len() > MAX_FINISHED_RUNS {
+            finished.sort();
+            for (_, id) in &finished[..finished.len() - MAX_FINISHED_RUNS] {
+                runs.by_id.remove(id);
+            }
+        }
+    }
+
+    /// Run `run` of `thread`.
+    pub(crate) fn get(&self, thread: &Uuid, run: &Uuid) -> ApiResult<Arc<RunHandle>> {
+        self.lock()
+            .by_id
+            .get(run)
+            .filter(|r| r.thread_id == *thread)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("run {run}")))
+    }
+
+    /// The runs of `thread`, newest first.
+    pub(crate) fn of_thread(&self, thread: &Uuid) -> Vec<Arc<RunHandle>> {
+        let mut runs: Vec<_> = self
+            .lock()
+            .by_id
+            .values()
+            .filter(|r| r.thread_id == *thread)
+            .cloned()
+            .collect();
+        runs.sort_by_key(|r| std::cmp::Reverse(r.seq));
+        runs
+    }
+
+    /// Forget the runs of a deleted thread.
+    pub fn forget_thread(&self, thread: &Uuid) {
+        self.lock().by_id.retain(|_, r| r.thread_id != *thread);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn run() -> Arc<RunHandle> {
+        Arc::new(RunHandle::new(
+            Uuid::new_v4(),
+            "agent".into(),
+            (vec![Mode::Values], false),
+            Map::new(),
+            Value::Null,
+        ))
+    }
+
+    #[test]
+    fn a_thread_runs_one_run_at_a_time() {
+        let registry = RunRegistry::default();
+        let first = run();
+        registry.begin(first.clone()).unwrap();
+        let second = Arc::new(RunHandle::new(
+            first.thread_id,
+            "agent".into(),
+            (vec![], false),
+            Map::new(),
+            Value::Null,
+        ));
+        assert_eq!(registry.begin(second).unwrap_err().status, 409);
+        registry.end(&first);
+        first.finish(Status::Success, Value::Null);
+        assert_eq!(registry.active_run(&first.thread_id), None);
+    }
+
+    #[test]
+    fn only_the_newest_finished_runs_are_kept() {
+        let registry = RunRegistry::default();
+        let runs: Vec<_> = (0..MAX_FINISHED_RUNS + 3).map(|_| run()).collect();
+        let running = run();
+        registry.begin(running.clone()).unwrap();
+        for r in &runs {
+            registry.begin(r.clone()).unwrap();
+            registry.end(r);
+            r.finish(Status::Success, Value::Null);
+        }
+        assert!(
+            registry.get(&running.thread_id, &running.run_id).is_ok(),
+            "a run in flight stays"
+        );
+        for r in &runs[..3] {
+            assert!(
+                registry.get(&r.thread_id, &r.run_id).is_err(),
+                "the oldest are forgotten"
+            );
+        }
+        for r in &runs[3..] {
+            assert!(registry.get(&r.thread_id, &r.run_id).is_ok());
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! A run's events as the stream parts of the Agent Server API ([`Translator`]), and the state
+//! values the parts and the thread endpoints carry ([`values_of`]).
+//!
+//! | mode (`stream_mode`) | event | when |
+//! |---|---|---|
+//! | `values` | `values` | after every checkpoint of the run: the whole state; last, the final state (with `__interrupt__` when the run stopped for approvals) |
+//! | `updates` | `updates` | after every checkpoint that added model or tool messages: `{"model" or "tools": {"messages": [the new ones], "todos"?}}`; `{"__interrupt__": […]}` when the run stopped for approvals |
+//! | `messages-tuple` | `messages` | every piece of the model's reply as it streams (`AIMessageChunk` deltas: text, `tool_call_chunks`), each tool result once whole, as `[message, metadata]` |
+//!
+//! Only the top-level agent's events are translated: a subagent's model calls and steps are not
+//! streamed (its result arrives as the `task` tool's message). A model call that is retried starts
+//! a new reply under the same message id; the chunks already sent for the failed attempt are not
+//! withdrawn.
+
+use serde_json::{Value, json};
+use trellis_middleware::Message;
+use trellis_middleware::runtime::interrupt::Interrupt;
+use trellis_middleware::runtime::state::PublicState;
+use trellis_middleware::runtime::stream::ModelDelta;
+use uuid::Uuid;
+
+use crate::server::Shared;
+use crate::server::error::{ApiError, ApiResult};
+use crate::server::messages::{message_id, to_dict};
+use crate::server::threads::thread_id;
+
+/// The stream modes built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// `values`.
+    Values,
+    /// `updates`.
+    Updates,
+    /// `messages-tuple` (event name `messages`).
+    Messages,
+}
+
+impl Mode {
+    /// A requested mode; a 422 for one not built.
+    pub fn parse(name: &str) -> ApiResult<Self> {
+        match name {
+            "values" => Ok(Self::Values),
+            "updates" => Ok(Self::Updates),
+            "messages-tuple" => Ok(Self::Messages),
+            other => Err(ApiError::unprocessable(format!(
+                "stream mode {other:?} is not supported: use values, updates or messages-tuple"
+            ))),
+        }
+    }
+
+    /// The SSE event name of its parts.
+    pub fn event(self) -> &'static str {
+        match self {
+            Self::Values => "values",
+            Self::Updates => "updates",
+            Self::Messages => "messages",
+        }
+    }
+}
+
+/// One part of a run's stream: its mode (`None`: sent whatever the modes, like `error`), event name
+/// and one-line JSON data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    /// The mode it belongs to.
+    pub mode: Option<Mode>,
+    /// The SSE event name.
+    pub event: &'static str,
+    /// Compact JSON (no raw newlines).
+    pub data: String,
+}
+
+impl Part {
+    fn new(mode: Mode, data: &Value) -> Self {
+        Self {
+            mode: Some(mode),
+            event: mode.event(),
+            data: data.to_string(),
+        }
+    }
+
+    /// The `error` part: `{"error": KIND, "message": …}`.
+    pub fn error(kind: &str, message: &str) -> Self {
+        Self {
+            mode: None,
+            event: "error",
+            data: json!({"error": kind, "message": message}).to_string(),
+        }
+    }
+}
+
+/// The `values` of a thread's state: `messages` as LangChain dicts and `todos` when set.
+pub fn values_of(thread: &Uuid, state: &PublicState) -> Value {
+    let messages: Vec<Value> = state
+        .messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| to_dict(thread, i, m))
+        .collect();
+    let mut values = json!({ "messages": messages });
+    if let Some(todos) = state.slots.get("todos") {
+        values["todos"] = todos.clone();
+    }
+    values
+}
+
+/// The latest state of thread `id` and where it was saved (`seq`, `saved_at_ms`); `None` before
+/// its first checkpoint.
+pub async fn latest(server: &Shared, id: &Uuid) -> ApiResult<Option<(PublicState, Saved)>> {
+    let read = |e: &dyn std::fmt::Display| ApiError::internal("reading a thread", e);
+    let Some(stored) = server
+        .checkpointer
+        .peek(&thread_id(id))
+        .await
+        .map_err(|e| read(&e))?
+    else {
+        return Ok(None);
+    };
+    let state = stored.checkpoint.state.public_view().map_err(|e| read(&e))?;
+    let saved = Saved {
+        seq: stored.checkpoint.seq,
+        saved_at_ms: stored.checkpoint.saved_at_ms,
+    };
+    Ok(Some((state, saved)))
+}
+
+/// Which checkpoint a state was read from.
+#[derive(Debug, Clone, Copy)]
+pub struct Saved {
+    /// Checkpoints of the thread before it.
+    pub seq: u64,
+    /// When it was saved (ms since the epoch).
+    pub saved_at_ms: u64,
+}
+
+/// The latest values of thread `id`, `null` before its first checkpoint.
+pub async fn thread_values(server: &Shared, id: &Uuid) -> ApiResult<Value> {
+    Ok(latest(server, id)
+        .await?
+        .map_or(Value::Null, |(state, _)| values_of(id, &state)))
+}
+
+/// The Agent Server form of an approval stop: one interrupt whose value is the human-in-the-loop
+/// payload (`action_requests`, `review_configs`). Resuming it over the API is not built yet.
+pub fn interrupt_json(thread: &Uuid, interrupt: &Interrupt) -> Value {
+    let actions: Vec<Value> = interrupt
+        .requests
+        .iter()
+        .map(|r| json!({"name": r.tool, "args": r.args, "description": r.description}))
+        .collect();
+    let reviews: Vec<Value> = interrupt
+        .requests
+        .iter()
+        .map(|r| {
+            let allowed: Vec<&str> = r.allowed.iter().map(|d| d.as_str()).collect();
+            json!({"action_name": r.tool, "allowed_decisions": allowed})
+        })
+        .collect();
+    let id = Uuid::new_v5(thread, format!("interrupt:{}", interrupt.step).as_bytes());
+    json!([{"value": {"action_requests": actions, "review_configs": reviews}, "id": id.simple().to_string()}])
+}
+
+/// Turns one run's events into [`Part`]s. Knows how many messages the thread had at the last
+/// checkpoint it read, to tell what each checkpoint added. (A checkpoint is read when its event is
+/// handled, by then possibly a later one: its parts then carry what both added.)
+#[derive(Debug)]
+pub struct Translator {
+    thread: Uuid,
+    metadata: Value,
+    seen: usize,
+    todos: Option<Value>,
+    last_values: Option<String>,
+    reply_id: String,
+    step: u32,
+}
+
+impl Translator {
+    /// A translator for a run of `thread` whose state will hold `messages` messages once the
+    /// run's input is added; `metadata` goes with every `messages` part (`run_id`, `thread_id`,
+    /// `graph_id`, `assistant_id`).
+    pub fn new(thread: Uuid, messages: usize, metadata: Value) -> Self {
+        Self {
+            thread,
+            metadata,
+            seen: messages,
+            todos: None,
+            last_values: None,
+            reply_id: message_id(&thread, messages, None),
+            step: 0,
+        }
+    }
+
+    fn tuple_metadata(&self, node: &str) -> Value {
+        let mut metadata = self.metadata.clone();
+        metadata["langgraph_node"] = json!(node);
+        metadata["langgraph_step"] = json!(self.step + 1);
+        metadata
+    }
+
+    /// A model call (of step `step`) starts with `messages` messages in the state: its reply will
+    /// be message `messages` of the thread, and its chunks carry that message's id.
+    pub fn reply_started(&mut self, step: u32, messages: usize) {
+        self.step = step;
+        self.reply_id = message_id(&self.thread, messages, None);
+    }
+
+    /// A piece of the reply, as a `messages` part.
+    pub fn delta(&self, delta: &ModelDelta) -> Option<Part> {
+        let mut chunk = json!({
+            "type": "AIMessageChunk", "content": "", "id": self.reply_id, "name": null,
+            "tool_calls": [], "invalid_tool_calls": [], "tool_call_chunks": [],
+            "additional_kwargs": {}, "response_metadata": {}, "usage_metadata": null,
+        });
+        match delta {
+            ModelDelta::Text { text, .. } => chunk["content"] = json!(text),
+            ModelDelta::ToolCall { index, id, name } => {
+                chunk["tool_call_chunks"] =
+                    json!([{"name": name, "args": "", "id": id, "index": index, "type": "tool_call_chunk"}]);
+            }
+            ModelDelta::ToolArguments { index, json } => {
+                chunk["tool_call_chunks"] = json!([{"name": null, "args": json, "id": null, "index": index, "type": "tool_call_chunk"}]);
+            }
+            ModelDelta::Finished { usage, .. } => {
+                let input = usage.total_input();
+                chunk["usage_metadata"] = json!({
+                    "input_tokens": input, "output_tokens": usage.output_tokens,
+                    "total_tokens": input + usage.output_tokens,
+                    "input_token_details": {"cache_read": usage.cache_read_tokens, "cache_creation": usage.cache_write_tokens},
+                });
+                chunk["chunk_position"] = json!("last");
+            }
+            _ => return None,
+        }
+        Some(Part::new(
+            Mode::Messages,
+            &json!([chunk, self.tuple_metadata("model")]),
+        ))
+    }
+
+    /// A checkpoint was saved with `state`: the tool results it added (`messages`), what it added
+    /// (`updates`: one per node in order, the model's reply under `model`, tool results under
+    /// `tools`, which also carries changed `todos`) and the whole state (`values`).
+    pub fn checkpoint(&mut self, state: &PublicState) -> Vec<Part> {
+        let mut parts = Vec::new();
+        let start = self.seen.min(state.messages.len());
+        let mut groups: Vec<(&str, Vec<Value>)> = Vec::new();
+        for (i, message) in state.messages.iter().enumerate().skip(start) {
+            let node = match message {
+                Message::Ai(_) => "model",
+                Message::Tool(_) => {
+                    let dict = to_dict(&self.thread, i, message);
+                    parts.push(Part::new(
+                        Mode::Messages,
+                        &json!([dict, self.tuple_metadata("tools")]),
+                    ));
+                    "tools"
+                }
+                _ => continue,
+            };
+            let dict = to_dict(&self.thread, i, message);
+            match groups.last_mut() {
+                Some((last, list)) if *last == node => list.push(dict),
+                _ => groups.push((node, vec![dict])),
+            }
+        }
+        self.seen = state.messages.len();
+        let todos = state.slots.get("todos").cloned();
+        let todos_changed = todos.is_some() && todos != self.todos;
+        let last = groups.len().saturating_sub(1);
+        for (i, (node, added)) in groups.into_iter().enumerate() {
+            let mut update = json!({ "messages": added });
+            if todos_changed && i == last {
+                update["todos"] = todos.clone().unwrap_or(Value::Null);
+            }
+            parts.push(Part::new(Mode::Updates, &json!({ node: update })));
+        }
+        self.todos = todos;
+        let values = values_of(&self.thread, state);
+        parts.extend(self.values(&values));
+        parts
+    }
+
+    /// A `values` part, unless it would repeat the last one.
+    fn values(&mut self, values: &Value) -> Option<Part> {
+        let part = Part::new(Mode::Values, values);
+        if self.last_values.as_deref() == Some(part.data.as_str()) {
+            return None;
+        }
+        self.last_values = Some(part.data.clone());
+        Some(part)
+    }
+
+    /// The run ended with `state` (stopped for approvals when `interrupt` is set): the parts of
+    /// its last checkpoint if not sent yet, then the interrupt. Returns the parts and the run's
+    /// result (the body of `/wait` and `/join`).
+    pub fn finish(&mut self, state: &PublicState, interrupt: Option<&Interrupt>) -> (Vec<Part>, Value) {
+        let mut parts = self.checkpoint(state);
+        let mut values = values_of(&self.thread, state);
+        if let Some(interrupt) = interrupt {
+            let interrupts = interrupt_json(&self.thread, interrupt);
+            parts.push(Part::new(Mode::Updates, &json!({"__interrupt__": interrupts})));
+            values["__interrupt__"] = interrupts;
+            parts.extend(self.values(&values));
+        }
+        (parts, values)
+    }
+}
