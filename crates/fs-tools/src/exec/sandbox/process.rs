@@ -270,7 +270,9 @@ fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// How many processes user `uid` runs now (by the owners of `/proc/<pid>`).
+/// How many tasks (processes and their threads) user `uid` runs now, by the owners of
+/// `/proc/<pid>`: what `RLIMIT_NPROC` counts, since Linux counts threads against it too (review
+/// F17: counting processes only set the limit too low on a host where the user runs threads).
 pub(crate) fn processes_of(uid: u32) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -284,7 +286,14 @@ pub(crate) fn processes_of(uid: u32) -> u64 {
                 .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
         })
         .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
-        .count() as u64
+        .map(|e| tasks_of(&e.path()))
+        .sum()
+}
+
+/// The tasks of the process at `/proc/<pid>` (at least 1: a process that exits meanwhile still
+/// counted as one).
+fn tasks_of(proc_dir: &Path) -> u64 {
+    std::fs::read_dir(proc_dir.join("task")).map_or(1, |t| t.count().max(1) as u64)
 }
 
 /// The effective user id of this process.
@@ -295,4 +304,36 @@ pub(crate) fn current_uid() -> u32 {
 /// The effective group id of this process.
 pub(crate) fn current_gid() -> u32 {
     rustix::process::getegid().as_raw()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_counts_as_many_tasks_as_it_has_threads() {
+        // A child with 8 threads besides its main one, alive for a few seconds.
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import threading, time\n\
+                 for _ in range(8): threading.Thread(target=time.sleep, args=(3,)).start()\n\
+                 print('up', flush=True)\ntime.sleep(3)",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "up");
+        let tasks = tasks_of(&Path::new("/proc").join(child.id().to_string()));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(tasks, 9);
+    }
 }
