@@ -173,3 +173,37 @@ async fn binaries_planted_in_the_view_do_not_replace_the_systems() {
     assert!(!out.output.contains("HIJACKED"), "{out:?}");
     assert!(out.output.contains("42"), "{out:?}");
 }
+
+/// §7.4: a cancelled call (a chat step the user interrupts drops its `execute` future) ends the
+/// command and everything it started, as the timeout does: no marked process survives on the
+/// host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_command_leaves_no_process_behind() {
+    let Some(sandbox) = bwrap("cancelled command") else {
+        return;
+    };
+    let marker = "3.14159265";
+    let command = format!(
+        "(while :; do sleep {marker}; done) & setsid sh -c 'sleep {marker}' & sleep {marker}; sleep 30"
+    );
+    let view = view();
+    let alive = || super::escapes::host_processes(|_, cmdline| cmdline.contains(marker)).len();
+    let running = run(&sandbox, &view, &command);
+    let seen = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        alive()
+    };
+    // After 3 s the future is dropped: the call was cancelled.
+    let (started, seen) = tokio::join!(tokio::time::timeout(Duration::from_secs(3), running), seen);
+    assert!(started.is_err(), "the command ended by itself: {started:?}");
+    assert!(seen >= 2, "the marked processes never ran ({seen} seen)");
+    let mut left = alive();
+    for _ in 0..50 {
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = alive();
+    }
+    assert_eq!(left, 0, "{left} marked processes outlived the cancelled command");
+}
