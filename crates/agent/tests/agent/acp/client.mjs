@@ -18,7 +18,57 @@ const acp = await import(path.join(modules, "@agentclientprotocol/sdk/dist/v1/st
 const Ajv2020 = require("ajv/dist/2020").default;
 const schema = JSON.parse(fs.readFileSync(path.join(modules, "@agentclientprotocol/sdk/schema/v1/schema.json"), "utf8"));
 const ajv = new Ajv2020({ strict: false, allErrors: false, validateFormats: false });
-const validate = ajv.compile(schema);
+ajv.addSchema(schema, "acp");
+const def = (name) => {
+  const v = ajv.getSchema(`acp#/$defs/${name}`);
+  if (!v) throw new Error(`the schema has no ${name}`);
+  return v;
+};
+// The schema's top level accepts any params for any method, so each message is checked against
+// the definition of its method: requests' params, responses' results (matched by id), errors.
+const requests = {
+  initialize: ["InitializeRequest", "InitializeResponse"],
+  "session/new": ["NewSessionRequest", "NewSessionResponse"],
+  "session/prompt": ["PromptRequest", "PromptResponse"],
+  "session/request_permission": ["RequestPermissionRequest", "RequestPermissionResponse"],
+};
+const notifications = {
+  "session/update": "SessionNotification",
+  "session/cancel": "CancelNotification",
+  "$/cancel_request": "CancelRequestNotification",
+};
+const envelope = ajv.compile(schema);
+const errorDef = def("Error");
+const open = { agent: new Map(), client: new Map() };
+function validate(direction, message) {
+  const failures = [];
+  const check = (name, value) => {
+    const v = def(name);
+    if (!v(value)) failures.push({ def: name, errors: v.errors.slice(0, 3) });
+  };
+  if (!envelope(message)) failures.push({ def: "(top level)", errors: envelope.errors.slice(0, 3) });
+  if (message.method !== undefined && message.id !== undefined) {
+    const pair = requests[message.method];
+    if (!pair) failures.push({ def: `no request ${message.method} expected` });
+    else {
+      check(pair[0], message.params);
+      open[direction].set(message.id, pair[1]);
+    }
+  } else if (message.method !== undefined) {
+    const name = notifications[message.method];
+    if (!name) failures.push({ def: `no notification ${message.method} expected` });
+    else check(name, message.params);
+  } else if (message.error !== undefined) {
+    if (!errorDef(message.error)) failures.push({ def: "Error", errors: errorDef.errors });
+  } else {
+    // A response: to a request the other side sent.
+    const other = direction === "agent" ? "client" : "agent";
+    const name = open[other].get(message.id);
+    if (!name) failures.push({ def: `a response to no request ${message.id}` });
+    else check(name, message.result);
+  }
+  return failures;
+}
 
 const scenario = process.argv[2];
 const args = JSON.parse(process.env.TRELLIS_ARGS ?? "[]");
@@ -36,7 +86,8 @@ function record(direction, line) {
     return;
   }
   wire.push({ direction, message });
-  if (!validate(message)) invalid.push({ direction, message, errors: validate.errors.slice(0, 3) });
+  const failures = validate(direction, message);
+  if (failures.length) invalid.push({ direction, message, failures });
 }
 function tap(direction) {
   let pending = "";
