@@ -8,6 +8,7 @@
 //! | `initialize` | protocol version 1; capabilities: embedded context in prompts, nothing else optional (no `loadSession`, no images or audio, no MCP over HTTP, no auth methods) |
 //! | `session/new` | builds the agent with the editor's `cwd` as `/workspace` (as `--workdir` does) and starts a thread in the state dir; the session id is the thread id. The editor's `mcpServers` are ignored (logged) |
 //! | `session/prompt` | text, resource links (as `[@name](uri)` mentions) and embedded text resources; streams [`updates`]; asks `session/request_permission` for the calls `--ask` names; ends with `end_turn`, `max_tokens`, `max_turn_requests`, `refusal` or `cancelled` |
+//! | after `session/new` | `available_commands_update`: the skills as slash commands; a prompt starting with `/skill-name` pins the skill as `trellis chat` does ([`crate::cli::pin`]) |
 //! | `session/cancel` | stops the turn (model call, tool, or permission question) and answers it `cancelled` |
 //!
 //! Scopes are in [`session`]. Anything else gets the engine's JSON-RPC errors (method not found,
@@ -25,8 +26,9 @@ use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, Implementation, InitializeRequest, InitializeResponse,
-    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
+    AgentCapabilities, AvailableCommandsUpdate, CancelNotification, Implementation, InitializeRequest,
+    InitializeResponse, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest,
+    PromptResponse, SessionNotification, SessionUpdate,
 };
 use agent_client_protocol::{Agent, Error, Lines};
 use tokio::io::{AsyncBufRead, AsyncWrite};
@@ -54,7 +56,10 @@ impl Server {
             .ok_or_else(|| Error::new(-32002, format!("no session {id}")))
     }
 
-    async fn new_session(&self, request: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+    async fn new_session(
+        &self,
+        request: NewSessionRequest,
+    ) -> Result<(NewSessionResponse, Arc<Session>), Error> {
         let cwd = request.cwd;
         if !cwd.is_absolute() || !Path::new(&cwd).is_dir() {
             return Err(Error::invalid_params().data(serde_json::Value::String(format!(
@@ -80,12 +85,12 @@ impl Server {
             .map_err(internal)?;
         let thread = ThreadId::generate();
         config.save(&self.state_dir, &thread).map_err(internal)?;
-        let session = Arc::new(Session::new(thread.clone(), cwd, built));
+        let session = Arc::new(Session::new(thread.clone(), cwd, built).await);
         if let Ok(mut sessions) = self.sessions.lock() {
-            sessions.insert(thread.to_string(), session);
+            sessions.insert(thread.to_string(), session.clone());
         }
         tracing::info!("session {thread} started");
-        Ok(NewSessionResponse::new(thread.to_string()))
+        Ok((NewSessionResponse::new(thread.to_string()), session))
     }
 }
 
@@ -137,9 +142,19 @@ where
             async move |request: NewSessionRequest, responder, cx| {
                 let server = new.clone();
                 // Building the agent reads skills and memory: off the dispatch loop.
+                let connection = cx.clone();
                 cx.spawn(async move {
                     match server.new_session(request).await {
-                        Ok(response) => responder.respond(response),
+                        Ok((response, session)) => {
+                            responder.respond(response)?;
+                            // The skills as slash commands, after the response (JetBrains hangs
+                            // when they come first).
+                            let commands = AvailableCommandsUpdate::new(session.commands());
+                            connection.send_notification(SessionNotification::new(
+                                session.thread.to_string(),
+                                SessionUpdate::AvailableCommandsUpdate(commands),
+                            ))
+                        }
                         Err(e) => responder.respond_with_error(e),
                     }
                 })

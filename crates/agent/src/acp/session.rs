@@ -8,6 +8,8 @@
 //! * "allow always" → session ([`Always`]): in memory, forgotten when the session or the process
 //!   ends.
 //! * the turn's cancel signal → the running turn only.
+//! * skills pinned with `/skill-name` → the thread's next run (the `PIN_SKILLS` slot, as in
+//!   `trellis chat`); a `/skill-name` alone waits in the session for the next prompt.
 //! * the agent (skills, memory, sandbox, `/workspace` = `cwd`) → the session: built once when it
 //!   is created, from the command line's flags and agent file.
 
@@ -16,19 +18,25 @@ use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    ContentBlock, EmbeddedResourceResource, PermissionOption, PermissionOptionKind, RequestPermissionOutcome,
-    RequestPermissionRequest, SessionNotification, SessionUpdate, StopReason, ToolCallStatus, ToolCallUpdate,
+    AvailableCommand, AvailableCommandInput, ContentBlock, ContentChunk, EmbeddedResourceResource,
+    PermissionOption, PermissionOptionKind, RequestPermissionOutcome, RequestPermissionRequest,
+    SessionNotification, SessionUpdate, StopReason, ToolCallStatus, ToolCallUpdate, UnstructuredCommandInput,
 };
 use agent_client_protocol::{Client, Error};
 use tokio::sync::watch;
 use trellis_middleware::runtime::events::EventSink;
 use trellis_middleware::runtime::interrupt::{ApprovalRequest, Decision, Decisions};
 use trellis_middleware::runtime::model::StopReason as ModelStop;
+use trellis_middleware::skills::{PIN_SKILLS, SkillCatalog};
 use trellis_middleware::{AgentError, RunInput, ThreadId};
 
 use crate::acp::always::{Always, Pattern};
 use crate::acp::updates::{self, Updates};
 use crate::cli::assemble::Built;
+use crate::cli::pin::{self, Leading};
+
+/// At most this many skills are offered as slash commands.
+pub const MAX_COMMANDS: usize = 200;
 
 /// The option ids of a permission request.
 const ALLOW_ONCE: &str = "allow_once";
@@ -48,6 +56,8 @@ pub struct Session {
     /// The editor's working directory, the agent's `/workspace`.
     pub cwd: PathBuf,
     built: Built,
+    catalog: SkillCatalog,
+    pins: Mutex<Vec<String>>,
     always: Mutex<Always>,
     /// The running turn's cancel signal.
     cancel: Mutex<Option<watch::Sender<bool>>>,
@@ -57,15 +67,34 @@ pub struct Session {
 type TurnResult = Result<StopReason, Error>;
 
 impl Session {
-    /// A session on `thread` with the agent `built` for `cwd`.
-    pub fn new(thread: ThreadId, cwd: PathBuf, built: Built) -> Self {
+    /// A session on `thread` with the agent `built` for `cwd` (reads its skill catalog).
+    pub async fn new(thread: ThreadId, cwd: PathBuf, built: Built) -> Self {
+        let catalog = pin::catalog(&built.ws).await;
         Self {
             thread,
             cwd,
             built,
+            catalog,
+            pins: Mutex::new(Vec::new()),
             always: Mutex::new(Always::default()),
             cancel: Mutex::new(None),
         }
+    }
+
+    /// The skills as slash commands (`available_commands_update`), at most [`MAX_COMMANDS`].
+    pub fn commands(&self) -> Vec<AvailableCommand> {
+        self.catalog
+            .skills()
+            .iter()
+            .take(MAX_COMMANDS)
+            .map(|skill| {
+                AvailableCommand::new(skill.name.clone(), skill.description.clone()).input(
+                    AvailableCommandInput::Unstructured(UnstructuredCommandInput::new(
+                        "what to do with this skill",
+                    )),
+                )
+            })
+            .collect()
     }
 
     /// `session/cancel`: stop the running turn, if any.
@@ -106,6 +135,34 @@ impl Session {
         tokio::pin!(cancelled);
         self.settle_waiting().await?;
         let text = prompt_text(&prompt);
+        let text = match pin::parse(&text, &self.catalog) {
+            Ok(Leading::Plain(text)) => text,
+            Ok(Leading::Pin { skill, rest }) => {
+                if let Ok(mut pins) = self.pins.lock()
+                    && !pins.contains(&skill)
+                {
+                    pins.push(skill.clone());
+                }
+                if rest.is_empty() {
+                    self.say(
+                        cx,
+                        &format!("Pinned the skill {skill}: its instructions go with your next message."),
+                    );
+                    return Ok(StopReason::EndTurn);
+                }
+                rest
+            }
+            Err(unknown) => {
+                // As in `trellis chat`: an unknown /word costs no model call.
+                self.say(cx, &format!("{unknown}. `//` sends a leading slash."));
+                return Ok(StopReason::EndTurn);
+            }
+        };
+        let pins = self
+            .pins
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default();
         let updates = Arc::new(Mutex::new(Updates::new(
             self.cwd.clone(),
             trellis_middleware::ThreadId::generate().to_string(),
@@ -122,6 +179,9 @@ impl Session {
             })
         };
         let mut input = RunInput::human(text);
+        if !pins.is_empty() {
+            input = input.slot(&PIN_SKILLS, pins);
+        }
         loop {
             let run = self.built.prepare(input, &self.thread).events(sink.clone());
             let out = match self.built.agent.run_until(run, cancelled.as_mut()).await {
@@ -206,6 +266,12 @@ impl Session {
             },
             _ => None,
         })
+    }
+
+    /// A message from Trellis itself (not the model) in the conversation.
+    fn say(&self, cx: &ConnectionTo<Client>, text: &str) {
+        let chunk = ContentChunk::new(ContentBlock::from(text.to_owned()));
+        send(cx, &self.thread, SessionUpdate::AgentMessageChunk(chunk));
     }
 
     /// Calls left undecided by a cancelled turn are rejected (without a model call) before the

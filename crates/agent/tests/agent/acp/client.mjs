@@ -5,7 +5,8 @@
 // (schema/v1/schema.json from the same package) with ajv; the list of failures is in `invalid`.
 //
 // Environment: TRELLIS_ACP_NODE_MODULES (the node_modules with the SDK and ajv), TRELLIS_BIN,
-// TRELLIS_ARGS (JSON array of the arguments after `acp`), ACP_CWD (the session's cwd).
+// TRELLIS_ARGS (JSON array of the arguments after `acp`), ACP_CWD (the session's cwd), ACP_TURNS or
+// ACP_PROMPTS (a JSON array of prompt texts), ACP_ANSWERS (the permission answers, in order).
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { Readable, Writable } from "node:stream";
@@ -172,7 +173,10 @@ try {
       result.stops.push(await prompt(ctx, "again"));
     } else {
       const turns = Number(process.env.ACP_TURNS ?? "1");
-      for (let i = 0; i < turns; i++) result.stops.push(await prompt(ctx, `prompt ${i + 1}`));
+      const texts = JSON.parse(process.env.ACP_PROMPTS ?? "[]");
+      for (let i = 0; i < Math.max(turns, texts.length); i++) {
+        result.stops.push(await prompt(ctx, texts[i] ?? `prompt ${i + 1}`));
+      }
     }
     try {
       await ctx.request(acp.methods.agent.session.prompt, { sessionId: "no-such-session", prompt: [] });

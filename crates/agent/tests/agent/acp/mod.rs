@@ -7,6 +7,8 @@
 //! skip, except under `TRELLIS_EMULATORS=required` or `CI=true`, where they fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod wire;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -104,9 +106,24 @@ async fn client(
     cwd: &Path,
     env: &[(&str, &str)],
 ) -> Value {
+    client_with(modules, scenario, server, cwd, env, &[]).await
+}
+
+/// [`client`], with more arguments for `trellis acp`.
+async fn client_with(
+    modules: &str,
+    scenario: &str,
+    server: &MockServer,
+    cwd: &Path,
+    env: &[(&str, &str)],
+    extra: &[&str],
+) -> Value {
     let state = tempfile::tempdir().unwrap();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agent/acp/client.mjs");
-    let args = json!(["--model", MODEL, "--sandbox", "none", "--state-dir", state.path()]);
+    let mut args = json!(["--model", MODEL, "--sandbox", "none", "--state-dir", state.path()]);
+    for arg in extra {
+        args.as_array_mut().unwrap().push(json!(arg));
+    }
     let mut command = Command::new("node");
     command
         .arg(script)
@@ -333,4 +350,70 @@ async fn cancel_stops_the_turn_and_answers_cancelled() {
     let body = last["messages"].to_string();
     assert!(body.contains("cancelled the turn"), "{body}");
     assert!(body.contains("again"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skills_are_slash_commands_and_a_slash_command_pins_its_skill() {
+    let Some(modules) = node_modules("skills_are_slash_commands_and_a_slash_command_pins_its_skill") else {
+        return;
+    };
+    let skills = tempfile::tempdir().unwrap();
+    let dir = skills.path().join("meeting-prep");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: meeting-prep\ndescription: Prepare a customer meeting brief.\n---\n\nMARKER-7731: start with the account's open deals.\n",
+    )
+    .unwrap();
+    let server = scripted(vec![text("brief ready")]).await;
+    let cwd = tempfile::tempdir().unwrap();
+    let prompts = json!(["/no-such-skill hello", "/meeting-prep Acme tomorrow"]).to_string();
+    let skills_arg = skills.path().display().to_string();
+    let report = client_with(
+        &modules,
+        "turns",
+        &server,
+        cwd.path(),
+        &[("ACP_PROMPTS", &prompts)],
+        &["--skills", &skills_arg],
+    )
+    .await;
+    assert_eq!(report["stops"], json!(["end_turn", "end_turn"]), "{report}");
+
+    // The skills came as slash commands, after the session/new response.
+    let commands = updates(&report, "available_commands_update");
+    assert_eq!(commands.len(), 1, "{report}");
+    let names: Vec<&str> = commands[0]["availableCommands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["meeting-prep"]);
+    let wire = report["wire"].as_array().unwrap();
+    let at = |pred: &dyn Fn(&Value) -> bool| wire.iter().position(|w| pred(&w["message"])).unwrap();
+    let response = at(&|m| m["result"]["sessionId"].is_string());
+    let update = at(&|m| m["params"]["update"]["sessionUpdate"] == "available_commands_update");
+    assert!(
+        response < update,
+        "available_commands_update came before the session/new response"
+    );
+
+    // An unknown /word is answered by Trellis without a model call; the skill's pins it.
+    let said = updates(&report, "agent_message_chunk")[0]["content"]["text"]
+        .as_str()
+        .unwrap();
+    assert!(said.contains("no-such-skill"), "{said}");
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests.len(), 1, "one model call, for the pinned skill's prompt");
+    let body = String::from_utf8_lossy(&requests[0].body);
+    assert!(
+        body.contains("MARKER-7731"),
+        "the pinned skill's instructions reach the model: {body}"
+    );
+    assert!(body.contains("Acme tomorrow"));
+    assert!(
+        !body.contains("/meeting-prep Acme"),
+        "the command word is not sent as text"
+    );
 }
