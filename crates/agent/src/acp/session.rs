@@ -81,6 +81,11 @@ impl Session {
         }
     }
 
+    /// The checkpointer of the session's thread.
+    pub fn checkpointer(&self) -> &trellis_middleware::BackendCheckpointer {
+        &self.built.checkpointer
+    }
+
     /// The skills as slash commands (`available_commands_update`), at most [`MAX_COMMANDS`].
     pub fn commands(&self) -> Vec<AvailableCommand> {
         self.catalog

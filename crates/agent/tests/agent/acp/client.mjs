@@ -6,7 +6,8 @@
 //
 // Environment: TRELLIS_ACP_NODE_MODULES (the node_modules with the SDK and ajv), TRELLIS_BIN,
 // TRELLIS_ARGS (JSON array of the arguments after `acp`), ACP_CWD (the session's cwd), ACP_TURNS or
-// ACP_PROMPTS (a JSON array of prompt texts), ACP_ANSWERS (the permission answers, in order).
+// ACP_PROMPTS (a JSON array of prompt texts), ACP_ANSWERS (the permission answers, in order),
+// ACP_SESSION (the session `load` loads).
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { Readable, Writable } from "node:stream";
@@ -29,6 +30,7 @@ const def = (name) => {
 // the definition of its method: requests' params, responses' results (matched by id), errors.
 const requests = {
   initialize: ["InitializeRequest", "InitializeResponse"],
+  "session/load": ["LoadSessionRequest", "LoadSessionResponse"],
   "session/new": ["NewSessionRequest", "NewSessionResponse"],
   "session/prompt": ["PromptRequest", "PromptResponse"],
   "session/request_permission": ["RequestPermissionRequest", "RequestPermissionResponse"],
@@ -157,14 +159,32 @@ try {
       clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
       clientInfo: { name: "trellis-test", version: "1" },
     });
-    const session = await ctx.request(acp.methods.agent.session.new, {
-      cwd: process.env.ACP_CWD,
-      mcpServers: [],
-    });
-    sessionRef = session.sessionId;
-    result.sessionId = session.sessionId;
     result.stops = [];
-    if (scenario === "cancel") {
+    if (scenario === "load") {
+      try {
+        await ctx.request(acp.methods.agent.session.load, { sessionId: "t-no-such-thread", cwd: process.env.ACP_CWD, mcpServers: [] });
+      } catch (e) {
+        result.unknownLoad = { code: e.code, message: e.message };
+      }
+      sessionRef = process.env.ACP_SESSION;
+      result.load = await ctx.request(acp.methods.agent.session.load, {
+        sessionId: sessionRef,
+        cwd: process.env.ACP_CWD,
+        mcpServers: [],
+      });
+      result.replayed = updates.length;
+      result.stops.push(await prompt(ctx, "after loading"));
+    } else {
+      const session = await ctx.request(acp.methods.agent.session.new, {
+        cwd: process.env.ACP_CWD,
+        mcpServers: [],
+      });
+      sessionRef = session.sessionId;
+      result.sessionId = session.sessionId;
+    }
+    if (scenario === "load") {
+      // done above
+    } else if (scenario === "cancel") {
       const turn = prompt(ctx, "wait");
       await new Promise((r) => setTimeout(r, 1500));
       await ctx.notify(acp.methods.agent.session.cancel, { sessionId: sessionRef });

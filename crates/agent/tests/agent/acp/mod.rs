@@ -118,9 +118,15 @@ async fn client_with(
     env: &[(&str, &str)],
     extra: &[&str],
 ) -> Value {
-    let state = tempfile::tempdir().unwrap();
+    let own_state = tempfile::tempdir().unwrap();
+    // ACP_STATE: a state dir shared between runs (else one of this run's own).
+    let state = env
+        .iter()
+        .find(|(k, _)| *k == "ACP_STATE")
+        .map(|(_, v)| PathBuf::from(v))
+        .unwrap_or_else(|| own_state.path().to_path_buf());
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agent/acp/client.mjs");
-    let mut args = json!(["--model", MODEL, "--sandbox", "none", "--state-dir", state.path()]);
+    let mut args = json!(["--model", MODEL, "--sandbox", "none", "--state-dir", state]);
     for arg in extra {
         args.as_array_mut().unwrap().push(json!(arg));
     }
@@ -213,7 +219,12 @@ async fn a_session_streams_shows_diffs_and_asks_for_permission() {
     let init = &report["initialize"];
     assert_eq!(init["protocolVersion"], 1);
     assert_eq!(init["agentInfo"]["name"], "trellis");
-    assert_eq!(init["agentCapabilities"]["loadSession"], false);
+    assert_eq!(init["agentCapabilities"]["loadSession"], true);
+    assert!(
+        init["agentCapabilities"]["sessionCapabilities"]
+            .get("list")
+            .is_none()
+    );
     assert_eq!(init["agentCapabilities"]["promptCapabilities"]["image"], false);
     assert_eq!(
         init["agentCapabilities"]["promptCapabilities"]["embeddedContext"],
@@ -415,5 +426,93 @@ async fn skills_are_slash_commands_and_a_slash_command_pins_its_skill() {
     assert!(
         !body.contains("/meeting-prep Acme"),
         "the command word is not sent as text"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loaded_session_replays_its_history_and_goes_on() {
+    let Some(modules) = node_modules("a_loaded_session_replays_its_history_and_goes_on") else {
+        return;
+    };
+    let state = tempfile::tempdir().unwrap();
+    let state_arg = state.path().display().to_string();
+    let cwd = tempfile::tempdir().unwrap();
+    let first = scripted(vec![
+        write_file("toolu_1", "/workspace/a.txt", "one"),
+        text("written"),
+    ])
+    .await;
+    let prompts = json!(["first question"]).to_string();
+    let before = client(
+        &modules,
+        "turns",
+        &first,
+        cwd.path(),
+        &[
+            ("ACP_PROMPTS", &prompts),
+            ("ACP_ANSWERS", "allow_once"),
+            ("ACP_STATE", &state_arg),
+        ],
+    )
+    .await;
+    let id = before["sessionId"].as_str().unwrap().to_owned();
+
+    // Another process, another client: load the session and go on.
+    let second = scripted(vec![text("still here")]).await;
+    let report = client(
+        &modules,
+        "load",
+        &second,
+        cwd.path(),
+        &[("ACP_SESSION", &id), ("ACP_STATE", &state_arg)],
+    )
+    .await;
+    assert_eq!(report["unknownLoad"]["code"], -32002, "{}", report["unknownLoad"]);
+    assert_eq!(report["stops"], json!(["end_turn"]), "{report}");
+
+    // The replay, before the load response: the question, the call with its final status, the answer.
+    let replayed: Vec<&Value> = report["updates"].as_array().unwrap()
+        [..report["replayed"].as_u64().unwrap() as usize]
+        .iter()
+        .collect();
+    let kinds: Vec<&str> = replayed
+        .iter()
+        .map(|u| u["sessionUpdate"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["user_message_chunk", "tool_call", "agent_message_chunk"],
+        "{replayed:?}"
+    );
+    assert_eq!(replayed[0]["content"]["text"], "first question");
+    assert_eq!(replayed[1]["toolCallId"], "toolu_1");
+    assert_eq!(replayed[1]["status"], "completed");
+    assert_eq!(replayed[1]["kind"], "edit");
+    assert_eq!(replayed[2]["content"]["text"], "written");
+    let wire = report["wire"].as_array().unwrap();
+    let response = wire
+        .iter()
+        .position(|w| {
+            w["direction"] == "agent"
+                && w["message"]["result"].is_object()
+                && w["message"]["id"].is_number()
+                && w["message"]["result"].as_object().unwrap().is_empty()
+        })
+        .unwrap();
+    let last_replayed = wire
+        .iter()
+        .position(|w| w["message"]["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .unwrap();
+    assert!(
+        last_replayed < response,
+        "the replay comes before the session/load response"
+    );
+
+    // The thread went on: the model saw the earlier conversation.
+    let requests = second.received_requests().await.unwrap();
+    let body = String::from_utf8_lossy(&requests[0].body);
+    assert!(
+        body.contains("first question") && body.contains("after loading"),
+        "{body}"
     );
 }
