@@ -111,6 +111,11 @@ pub fn contract_env(layout: &Layout) -> Vec<(&'static str, String)> {
             "TRELLIS_LANGGRAPH_PYTHON",
             layout.venv_python().display().to_string(),
         ),
+        // The node_modules with the ACP TypeScript SDK and ajv, for the `trellis acp` tests.
+        (
+            "TRELLIS_ACP_NODE_MODULES",
+            install::acp_node_modules(layout).display().to_string(),
+        ),
     ]
 }
 
@@ -519,6 +524,7 @@ mod tests {
                 "AZURITE_BLOB_STORAGE_URL",
                 "TRELLIS_MCP_PYTHON",
                 "TRELLIS_LANGGRAPH_PYTHON",
+                "TRELLIS_ACP_NODE_MODULES",
             ]
         );
         Ok(())

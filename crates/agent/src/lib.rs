@@ -26,6 +26,8 @@ pub use trellis_middleware::backend;
 /// The tools layer (the one `Tool` trait, the file tools).
 pub use trellis_middleware::tools;
 
+#[cfg(feature = "acp")]
+pub mod acp;
 pub mod builder;
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -78,6 +78,16 @@ pub enum Command {
         #[command(flatten)]
         otlp: Otlp,
     },
+    /// Serve the agent to an editor (Zed, JetBrains, Neovim) over the Agent Client Protocol on
+    /// stdin/stdout; each session's working directory becomes /workspace (see docs/acp.md).
+    #[cfg(feature = "acp")]
+    #[command(after_help = LOGGING_HELP)]
+    Acp {
+        #[command(flatten)]
+        agent: AgentArgs,
+        #[command(flatten)]
+        otlp: Otlp,
+    },
     /// Continue a thread whose run stopped to wait for approvals, with the settings it was
     /// started with (exit status 3 when calls still wait).
     #[command(after_help = LOGGING_HELP)]
@@ -449,6 +459,8 @@ impl Command {
             Command::Run { otlp, .. } | Command::Chat { otlp, .. } | Command::Resume { otlp, .. } => {
                 Some(otlp)
             }
+            #[cfg(feature = "acp")]
+            Command::Acp { otlp, .. } => Some(otlp),
             _ => None,
         }
     }

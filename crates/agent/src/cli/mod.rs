@@ -6,6 +6,7 @@
 //! | [`args`] | the clap types of every command |
 //! | [`run`] | `trellis run` and `trellis resume`: the run loop and its approvals |
 //! | [`chat`] | `trellis chat`: an interactive session on one thread |
+//! | `acp` | `trellis acp`: the agent in editors over the Agent Client Protocol (feature `acp`) |
 //! | [`inspect`] | `trellis inspect`: the first request the model would receive |
 //! | `serve` | `trellis serve`: the agents behind the LangGraph Agent Server API (feature `server`) |
 //! | [`threads`] | `trellis threads …` and `--fork` |
@@ -20,6 +21,8 @@
 //! | [`output`], [`summary`] | what a run prints, and its closing summary |
 //! | [`logging`] | the stderr log and the OTLP export |
 
+#[cfg(feature = "acp")]
+pub mod acp;
 pub mod approvals;
 pub mod args;
 pub mod assemble;
@@ -119,6 +122,8 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             }
             SkillsCommand::Index { url } => skills::index(&url).await,
         },
+        #[cfg(feature = "acp")]
+        Command::Acp { agent, .. } => acp::command(agent).await,
         Command::Trust { dir } => config::trust::command(dir),
         Command::Schema {
             what: SchemaKind::AgentFile,

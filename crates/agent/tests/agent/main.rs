@@ -4,6 +4,7 @@
 //! tests that need the emulators or the Python MCP SDK. The MCP server they start is
 //! `tests/mcp_server/server.py`. `server/` tests `trellis serve` with the Python `langgraph-sdk`.
 
+mod acp;
 mod call_ids;
 mod cli;
 mod load;

@@ -1,0 +1,258 @@
+//! `trellis acp`: the agent in editors (Zed, JetBrains, Neovim) over the Agent Client Protocol,
+//! version 1, on stdio. [`serve`] answers one client until its input ends; the protocol engine and
+//! the message types are the `agent-client-protocol` crate's, the transport is [`transport`]
+//! (bounded lines).
+//!
+//! | method | what Trellis does |
+//! |---|---|
+//! | `initialize` | protocol version 1; capabilities: `loadSession` and embedded context in prompts, nothing else optional (no images or audio, no MCP over HTTP, no session list, no auth methods) |
+//! | `session/new` | builds the agent with the editor's `cwd` as `/workspace` (as `--workdir` does) and starts a thread in the state dir; the session id is the thread id. The editor's `mcpServers` are ignored (logged) |
+//! | `session/load` | the session on a thread of the state dir (the session id is the thread id), the agent rebuilt for the given `cwd`; the conversation is replayed as updates ([`replay`]) before the response; unknown → -32002 |
+//! | `session/prompt` | text, resource links (as `[@name](uri)` mentions) and embedded text resources; streams [`updates`]; asks `session/request_permission` for the calls `--ask` names; ends with `end_turn`, `max_tokens`, `max_turn_requests`, `refusal` or `cancelled` |
+//! | after `session/new` | `available_commands_update`: the skills as slash commands; a prompt starting with `/skill-name` pins the skill as `trellis chat` does ([`crate::cli::pin`]) |
+//! | `session/cancel` | stops the turn (model call, tool, or permission question) and answers it `cancelled` |
+//!
+//! Scopes are in [`session`]. Anything else gets the engine's JSON-RPC errors (method not found,
+//! invalid params, parse error); unknown sessions get -32002. stdout carries protocol messages
+//! only; logs go to stderr.
+
+pub mod always;
+pub mod replay;
+pub mod session;
+pub mod transport;
+pub mod updates;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, AvailableCommandsUpdate, CancelNotification, Implementation, InitializeRequest,
+    InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
+    PromptCapabilities, PromptRequest, PromptResponse, SessionNotification, SessionUpdate,
+};
+use agent_client_protocol::{Agent, Client, Error, Lines};
+use tokio::io::{AsyncBufRead, AsyncWrite};
+use trellis_middleware::{Checkpointer, ThreadId};
+
+use crate::cli::assemble;
+use crate::cli::config::RunConfig;
+use crate::cli::state_dir::StateDir;
+use session::Session;
+
+/// The sessions of one connection, by id.
+#[derive(Debug)]
+struct Server {
+    config: RunConfig,
+    state_dir: StateDir,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl Server {
+    fn session(&self, id: &str) -> Result<Arc<Session>, Error> {
+        self.sessions
+            .lock()
+            .ok()
+            .and_then(|s| s.get(id).cloned())
+            .ok_or_else(|| Error::new(-32002, format!("no session {id}")))
+    }
+
+    async fn new_session(
+        &self,
+        request: NewSessionRequest,
+    ) -> Result<(NewSessionResponse, Arc<Session>), Error> {
+        let session = self.open(request.cwd, request.mcp_servers.len(), None).await?;
+        Ok((NewSessionResponse::new(session.thread.to_string()), session))
+    }
+
+    /// `session/load`: the session on an existing thread, and the updates replaying it.
+    async fn load_session(
+        &self,
+        request: LoadSessionRequest,
+    ) -> Result<(Arc<Session>, Vec<SessionUpdate>), Error> {
+        let unknown = || Error::new(-32002, format!("no session {}", request.session_id.0));
+        let thread = ThreadId::new(request.session_id.0.to_string()).map_err(|_| unknown())?;
+        if !self.state_dir.run_config_file(&thread).exists() {
+            return Err(unknown());
+        }
+        let session = self
+            .open(request.cwd, request.mcp_servers.len(), Some(thread))
+            .await?;
+        let stored = session
+            .checkpointer()
+            .load(&session.thread)
+            .await
+            .map_err(|e| Error::internal_error().data(serde_json::Value::String(e.to_string())))?;
+        let messages = stored
+            .map(|s| s.checkpoint.state.messages.to_vec())
+            .unwrap_or_default();
+        let updates = replay::replay(&messages, &session.cwd);
+        Ok((session, updates))
+    }
+
+    /// Build the agent for `cwd` and register the session on `thread` (a new one when `None`).
+    async fn open(
+        &self,
+        cwd: std::path::PathBuf,
+        mcp_servers_given: usize,
+        thread: Option<ThreadId>,
+    ) -> Result<Arc<Session>, Error> {
+        if !cwd.is_absolute() || !Path::new(&cwd).is_dir() {
+            return Err(Error::invalid_params().data(serde_json::Value::String(format!(
+                "cwd must be an absolute path of a directory: {}",
+                cwd.display()
+            ))));
+        }
+        if mcp_servers_given > 0 {
+            tracing::warn!(
+                "the editor's {mcp_servers_given} MCP server(s) are not bound yet; give them with --mcp"
+            );
+        }
+        let mut config = self.config.clone();
+        config.workdir = Some(cwd.clone());
+        let internal = |e: anyhow::Error| {
+            tracing::warn!("session/new: {e:#}");
+            Error::internal_error().data(serde_json::Value::String(format!("{e:#}")))
+        };
+        let servers = assemble::mcp_servers(&config).map_err(internal)?;
+        let built = assemble::build(&config, &self.state_dir, servers)
+            .await
+            .map_err(internal)?;
+        let new = thread.is_none();
+        let thread = thread.unwrap_or_else(ThreadId::generate);
+        if new {
+            config.save(&self.state_dir, &thread).map_err(internal)?;
+        }
+        let session = Arc::new(Session::new(thread.clone(), cwd, built).await);
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.insert(thread.to_string(), session.clone());
+        }
+        tracing::info!("session {thread} opened");
+        Ok(session)
+    }
+}
+
+/// The skills of `session` as slash commands; sent after the `session/new` or `session/load`
+/// response, never before (JetBrains hangs when they come first).
+fn send_commands(connection: &ConnectionTo<Client>, session: &Session) -> Result<(), Error> {
+    let commands = AvailableCommandsUpdate::new(session.commands());
+    connection.send_notification(SessionNotification::new(
+        session.thread.to_string(),
+        SessionUpdate::AvailableCommandsUpdate(commands),
+    ))
+}
+
+/// The capabilities `initialize` answers with: only what is implemented.
+pub fn capabilities() -> AgentCapabilities {
+    AgentCapabilities::new()
+        .load_session(true)
+        .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
+}
+
+/// Serve one client on `input` / `output` until the input ends: sessions are built from `config`
+/// (its `workdir` replaced by each session's `cwd`) and keep their threads in `state_dir`.
+pub async fn serve<R, W>(config: RunConfig, state_dir: StateDir, input: R, output: W) -> anyhow::Result<()>
+where
+    R: AsyncBufRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let server = Arc::new(Server {
+        config,
+        state_dir,
+        sessions: Mutex::new(HashMap::new()),
+    });
+    let transport = Lines::new(
+        Box::pin(transport::sink(output)),
+        Box::pin(transport::lines(input, transport::MAX_LINE)),
+    );
+    let (new, load, prompt, cancel) = (server.clone(), server.clone(), server.clone(), server.clone());
+    Agent
+        .v1()
+        .name("trellis")
+        .on_receive_request(
+            async move |request: InitializeRequest, responder, _cx| {
+                tracing::info!(
+                    "initialize from {:?}",
+                    request.client_info.as_ref().map(|c| &c.name)
+                );
+                responder.respond(
+                    InitializeResponse::new(ProtocolVersion::V1)
+                        .agent_capabilities(capabilities())
+                        .agent_info(
+                            Implementation::new("trellis", env!("CARGO_PKG_VERSION"))
+                                .title("Trellis".to_owned()),
+                        ),
+                )
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: NewSessionRequest, responder, cx| {
+                let server = new.clone();
+                // Building the agent reads skills and memory: off the dispatch loop.
+                let connection = cx.clone();
+                cx.spawn(async move {
+                    match server.new_session(request).await {
+                        Ok((response, session)) => {
+                            responder.respond(response)?;
+                            send_commands(&connection, &session)
+                        }
+                        Err(e) => responder.respond_with_error(e),
+                    }
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: LoadSessionRequest, responder, cx| {
+                let server = load.clone();
+                let connection = cx.clone();
+                cx.spawn(async move {
+                    match server.load_session(request).await {
+                        Ok((session, replayed)) => {
+                            // The whole conversation first, then the response.
+                            for update in replayed {
+                                let id = session.thread.to_string();
+                                connection.send_notification(SessionNotification::new(id, update))?;
+                            }
+                            responder.respond(LoadSessionResponse::new())?;
+                            send_commands(&connection, &session)
+                        }
+                        Err(e) => responder.respond_with_error(e),
+                    }
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: PromptRequest, responder, cx| {
+                let session = match prompt.session(&request.session_id.0) {
+                    Ok(s) => s,
+                    Err(e) => return responder.respond_with_error(e),
+                };
+                let connection = cx.clone();
+                cx.spawn(async move {
+                    match session.turn(request.prompt, connection).await {
+                        Ok(stop) => responder.respond(PromptResponse::new(stop)),
+                        Err(e) => responder.respond_with_error(e),
+                    }
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |notification: CancelNotification, _cx| {
+                if let Ok(session) = cancel.session(&notification.session_id.0) {
+                    tracing::info!("session {} cancelled", session.thread);
+                    session.cancel();
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_to(transport)
+        .await
+        .map_err(|e| anyhow::anyhow!("ACP connection: {e}"))
+}
