@@ -63,8 +63,10 @@ pub struct ToolOutput {
     pub content: Vec<ToolContent>,
     /// True when the call failed; the text then says why and, where it can, what to do instead.
     pub is_error: bool,
-    /// Optional machine-readable result, for callers and UIs (never shown to the model).
-    pub structured: Option<Value>,
+    /// Optional machine-readable result, for callers and UIs (never shown to the model). Boxed:
+    /// with serde_json's `preserve_order` (which a dependency of the agent crate turns on for the
+    /// whole build) a `Value` is large, and `ToolOutput` is the error type of every tool helper.
+    pub structured: Option<Box<Value>>,
     /// Slot writes, applied by the agent loop after all calls of the step finish, in call order.
     pub updates: StateUpdates,
 }
@@ -110,7 +112,7 @@ impl ToolOutput {
 
     /// Attach structured content.
     pub fn with_structured(mut self, value: Value) -> Self {
-        self.structured = Some(value);
+        self.structured = Some(Box::new(value));
         self
     }
 
@@ -159,7 +161,7 @@ mod tests {
         assert!(ToolOutput::error("x").is_error);
         assert!(!ToolOutput::text("x").is_error);
         let out = ToolOutput::text("x").with_structured(serde_json::json!({"n": 1}));
-        assert_eq!(out.structured, Some(serde_json::json!({"n": 1})));
+        assert_eq!(out.structured.as_deref(), Some(&serde_json::json!({"n": 1})));
         let out = ToolOutput::from(ToolError::failed("no such user"));
         assert!(out.is_error);
         assert_eq!(out.text_content(), "Error: no such user");

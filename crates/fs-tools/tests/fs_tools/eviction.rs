@@ -110,7 +110,7 @@ async fn errors_keep_their_flag_and_structured_content() {
         .unwrap();
     let out = evict_large_output(&Dump, out, &ctx, "").await;
     assert!(out.is_error);
-    assert_eq!(out.structured, Some(json!({"lines": 100})));
+    assert_eq!(out.structured.as_deref(), Some(&json!({"lines": 100})));
     assert!(
         out.text_content()
             .starts_with("Error: [This result has 3407 characters"),

@@ -93,7 +93,7 @@ async fn results_read_as_output_then_facts() {
         content(state.as_ref(), "/outputs/r.txt").await.as_deref(),
         Some("done\n")
     );
-    let structured = out.structured.clone().unwrap();
+    let structured = *out.structured.clone().unwrap();
     assert_eq!(structured["exit_code"], 0);
     assert_eq!(structured["changes"][0]["path"], "/outputs/r.txt");
 

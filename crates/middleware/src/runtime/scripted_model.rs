@@ -16,7 +16,7 @@ type Respond = dyn Fn(&ModelRequest) -> Result<ModelResponse, ModelError> + Send
 type RespondOnce = dyn FnOnce(ModelRequest) -> BoxFuture<'static, Result<ModelResponse, ModelError>> + Send;
 
 enum Step {
-    Ready(Result<ModelResponse, ModelError>),
+    Ready(Box<Result<ModelResponse, ModelError>>),
     Later(Box<RespondOnce>),
 }
 
@@ -117,7 +117,7 @@ impl ScriptedModel {
 
     /// Answer the next call with `response`.
     pub fn then(self, response: ModelResponse) -> Self {
-        self.push(Step::Ready(Ok(response)))
+        self.push(Step::Ready(Box::new(Ok(response))))
     }
 
     /// Answer the next call with a text reply.
@@ -132,7 +132,7 @@ impl ScriptedModel {
 
     /// Fail the next call.
     pub fn then_error(self, error: ModelError) -> Self {
-        self.push(Step::Ready(Err(error)))
+        self.push(Step::Ready(Box::new(Err(error))))
     }
 
     /// Answer the next call with an async function of its request (e.g. to wait on a barrier).
@@ -182,7 +182,7 @@ impl ChatModel for ScriptedModel {
         }
         let step = lock(&self.script).pop_front();
         match step {
-            Some(Step::Ready(result)) => result,
+            Some(Step::Ready(result)) => *result,
             Some(Step::Later(f)) => f(request).await,
             None => match &self.fallback {
                 Some(f) => f(&request),
