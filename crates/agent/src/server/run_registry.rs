@@ -3,9 +3,11 @@
 //! on) and the [`RunRegistry`] (every run by id, and which run each thread is running).
 //!
 //! A run belongs to its thread: it is found only through that thread, and forgotten when the
-//! thread is deleted, when [`MAX_FINISHED_RUNS`] newer runs have finished, or when the server
-//! stops (nothing here is persisted). Memory is so bounded by runs in flight plus
-//! [`MAX_FINISHED_RUNS`], each at most [`MAX_PART_BYTES`] of parts (plus its final values).
+//! thread is deleted, when [`MAX_FINISHED_RUNS`] newer runs have finished or the finished runs'
+//! parts together pass [`MAX_FINISHED_PART_BYTES`] (oldest first), or when the server stops
+//! (nothing here is persisted). Memory is so bounded by the runs in flight, each at most
+//! [`MAX_PART_BYTES`] of parts, plus [`MAX_FINISHED_PART_BYTES`] (and final values) for finished
+//! ones.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,6 +30,10 @@ pub const MAX_PART_BYTES: usize = 64 * 1024 * 1024;
 /// Finished runs kept in memory (with their parts, for get, join and replay); when one more
 /// finishes, the oldest is forgotten (404 afterwards).
 pub const MAX_FINISHED_RUNS: usize = 1000;
+
+/// Bytes of parts all finished runs keep together; past it the oldest finished runs are forgotten
+/// (the newest one is always kept, at most [`MAX_PART_BYTES`]).
+pub const MAX_FINISHED_PART_BYTES: usize = 256 * 1024 * 1024;
 
 /// The next [`RunHandle`]'s creation order.
 static NEXT_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -224,6 +230,32 @@ impl RunHandle {
     }
 }
 
+/// A finished run, as [`to_forget`] weighs it.
+#[derive(Debug, Clone, Copy)]
+struct Finished {
+    seq: u64,
+    id: Uuid,
+    bytes: usize,
+}
+
+/// The oldest of `finished` to forget so that at most `max_runs` stay and their parts weigh at
+/// most `max_bytes` together; the newest is always kept.
+fn to_forget(finished: &mut [Finished], max_runs: usize, max_bytes: usize) -> Vec<Uuid> {
+    finished.sort_by_key(|f| f.seq);
+    let mut kept = finished.len();
+    let mut bytes: usize = finished.iter().map(|f| f.bytes).sum();
+    let mut forget = Vec::new();
+    for f in finished.iter() {
+        if kept <= 1 || (kept <= max_runs && bytes <= max_bytes) {
+            break;
+        }
+        forget.push(f.id);
+        kept -= 1;
+        bytes -= f.bytes;
+    }
+    forget
+}
+
 #[derive(Debug, Default)]
 struct Runs {
     by_id: HashMap<Uuid, Arc<RunHandle>>,
@@ -261,24 +293,28 @@ impl RunRegistry {
         Ok(())
     }
 
-    /// `run` is ending: its thread is free, and past [`MAX_FINISHED_RUNS`] the oldest finished
-    /// runs are forgotten (`run` itself counts as finished).
+    /// `run` is ending: its thread is free, and past [`MAX_FINISHED_RUNS`] or
+    /// [`MAX_FINISHED_PART_BYTES`] the oldest finished runs are forgotten (`run` itself counts as
+    /// finished).
     pub(crate) fn end(&self, run: &RunHandle) {
         let mut runs = self.lock();
         if runs.active.get(&run.thread_id) == Some(&run.run_id) {
             runs.active.remove(&run.thread_id);
         }
-        let mut finished: Vec<_> = runs
+        let mut finished: Vec<Finished> = runs
             .by_id
             .values()
-            .filter(|r| r.run_id == run.run_id || r.lock().done)
-            .map(|r| (r.seq, r.run_id))
+            .filter_map(|r| {
+                let p = r.lock();
+                (r.run_id == run.run_id || p.done).then_some(Finished {
+                    seq: r.seq,
+                    id: r.run_id,
+                    bytes: p.bytes,
+                })
+            })
             .collect();
-        if finished.len() > MAX_FINISHED_RUNS {
-            finished.sort();
-            for (_, id) in &finished[..finished.len() - MAX_FINISHED_RUNS] {
-                runs.by_id.remove(id);
-            }
+        for id in to_forget(&mut finished, MAX_FINISHED_RUNS, MAX_FINISHED_PART_BYTES) {
+            runs.by_id.remove(&id);
         }
     }
 
@@ -324,6 +360,30 @@ mod tests {
             Map::new(),
             Value::Null,
         ))
+    }
+
+    #[test]
+    fn the_oldest_finished_runs_go_first_by_count_and_by_weight() {
+        let ids: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
+        let finished = |bytes: [usize; 5]| -> Vec<Finished> {
+            // Out of order on purpose: creation order decides, not position.
+            [3, 0, 4, 1, 2]
+                .into_iter()
+                .map(|i| Finished {
+                    seq: i as u64,
+                    id: ids[i],
+                    bytes: bytes[i],
+                })
+                .collect()
+        };
+        // By count: 5 finished, 3 allowed.
+        assert_eq!(to_forget(&mut finished([1; 5]), 3, usize::MAX), ids[..2]);
+        // By weight: 10 + 10 + 10 + 10 + 10 over a budget of 25 keeps the newest two.
+        assert_eq!(to_forget(&mut finished([10; 5]), 100, 25), ids[..3]);
+        // The newest is kept even when it alone is over the budget.
+        assert_eq!(to_forget(&mut finished([1, 1, 1, 1, 99]), 100, 50), ids[..4]);
+        // Within both bounds nothing goes.
+        assert!(to_forget(&mut finished([1; 5]), 5, 5).is_empty());
     }
 
     #[test]
