@@ -1,6 +1,6 @@
 //! `trellis serve` over plain HTTP (no Python needed): bad input gets a 4xx with `detail`, a
 //! thread runs one run at a time, threads survive a restart (even a `kill -9`), and the server
-//! refuses a non-loopback address without keys.
+//! refuses a non-loopback address without keys; `/info` and a `Prefer: return=minimal` PATCH.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
@@ -488,4 +488,34 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// `GET /info` says what the server offers (no crons), and `PATCH` with `Prefer: return=minimal`
+/// answers 204 with no body yet merges the metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_and_a_minimal_patch() {
+    let model = always_done().await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path(), &model, None);
+    let u = &served.url;
+    let (status, info) = get(&format!("{u}/info")).await;
+    assert_eq!(status, 200, "{info}");
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"), "{info}");
+    assert_eq!(info["flags"]["crons"], false, "{info}");
+    let (_, thread) = post(&format!("{u}/threads"), r#"{"metadata": {"team": "a"}}"#).await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let patched = client()
+        .patch(format!("{u}/threads/{tid}"))
+        .header("content-type", "application/json")
+        .header("prefer", "return=minimal")
+        .body(r#"{"metadata": {"topic": "b"}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patched.status().as_u16(), 204);
+    assert!(patched.text().await.unwrap().is_empty());
+    let (status, thread) = get(&format!("{u}/threads/{tid}")).await;
+    assert_eq!(status, 200, "{thread}");
+    assert_eq!(thread["metadata"]["team"], "a", "{thread}");
+    assert_eq!(thread["metadata"]["topic"], "b", "{thread}");
 }
