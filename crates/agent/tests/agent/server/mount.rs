@@ -60,33 +60,11 @@ async fn the_router_mounts_under_a_prefix_of_another_app() {
             .unwrap(),
         "app ok"
     );
-    let ok: Value = c
-        .get(format!("{base}/agents/ok"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ok: Value = json_of(c.get(format!("{base}/agents/ok"))).await;
     assert_eq!(ok, json!({"ok": true}));
-    let assistant: Value = c
-        .get(format!("{base}/agents/assistants/helper"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let assistant: Value = json_of(c.get(format!("{base}/agents/assistants/helper"))).await;
     assert_eq!(assistant["graph_id"], "helper");
-    let thread: Value = c
-        .post(format!("{base}/agents/threads"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let thread: Value = json_of(c.post(format!("{base}/agents/threads")).json(&json!({}))).await;
     let tid = thread["thread_id"].as_str().unwrap();
     let response = c
         .post(format!("{base}/agents/threads/{tid}/runs/wait"))
@@ -106,4 +84,9 @@ async fn the_router_mounts_under_a_prefix_of_another_app() {
     let result: Value = response.json().await.unwrap();
     assert_eq!(result["messages"][1]["content"], "mounted answer", "{result}");
     assert_eq!(result["messages"][1]["type"], "ai");
+}
+
+/// The JSON body of the answer to `request`.
+async fn json_of(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
 }

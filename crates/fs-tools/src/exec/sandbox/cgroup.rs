@@ -113,7 +113,7 @@ impl Cgroups {
 
     /// Make a group for one command, with `limits` written into it.
     pub(crate) fn create(&self, limits: &SandboxLimits) -> io::Result<CommandGroup> {
-        let name = format!("trellis-{}-{}", std::process::id(), random_hex());
+        let name = format!("trellis-{}-{}", std::process::id(), super::runner::tag());
         let mut group = CommandGroup {
             dirs: Vec::new(),
             v2: matches!(self, Self::V2 { .. }),
@@ -426,12 +426,6 @@ fn counter(text: &str, key: &str) -> Option<u64> {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok()).flatten()
     })
-}
-
-fn random_hex() -> String {
-    let mut b = [0u8; 4];
-    let _ = getrandom::fill(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -94,8 +94,8 @@ pub(crate) fn environment(request: &ExecRequest, home: &str, tmp: &str) -> Vec<(
     env
 }
 
-/// Eight random hex digits, for conflict copies.
-fn tag() -> String {
+/// Eight random hex digits, for conflict copies and control-group names.
+pub(crate) fn tag() -> String {
     let mut b = [0u8; 4];
     let _ = getrandom::fill(&mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
