@@ -363,6 +363,25 @@ mod tests {
     }
 
     #[test]
+    fn a_run_keeps_at_most_its_part_budget_except_values_and_final_parts() {
+        let r = run();
+        let big = "x".repeat(MAX_PART_BYTES / 4 + 1);
+        let part = |mode| Part {
+            mode,
+            event: "updates",
+            data: big.clone(),
+        };
+        for _ in 0..8 {
+            r.push(part(Some(Mode::Updates)), false);
+        }
+        // Three fit under the budget; the other five were dropped, not buffered.
+        assert_eq!(r.parts_len(), 3);
+        r.push(part(Some(Mode::Values)), false);
+        r.push(part(None), true);
+        assert_eq!(r.parts_len(), 5);
+    }
+
+    #[test]
     fn the_oldest_finished_runs_go_first_by_count_and_by_weight() {
         let ids: Vec<Uuid> = (0..5).map(|_| Uuid::new_v4()).collect();
         let finished = |bytes: [usize; 5]| -> Vec<Finished> {
