@@ -114,7 +114,12 @@ pub fn contract_env(layout: &Layout) -> Vec<(&'static str, String)> {
         // The node_modules with the ACP TypeScript SDK and ajv, for the `trellis acp` tests.
         (
             "TRELLIS_ACP_NODE_MODULES",
-            install::acp_node_modules(layout).display().to_string(),
+            install::node_modules(layout).display().to_string(),
+        ),
+        // The same node_modules hold the LangGraph JS client and React, for `useStream`.
+        (
+            "TRELLIS_LANGGRAPH_NODE_MODULES",
+            install::node_modules(layout).display().to_string(),
         ),
     ]
 }
@@ -525,6 +530,7 @@ mod tests {
                 "TRELLIS_MCP_PYTHON",
                 "TRELLIS_LANGGRAPH_PYTHON",
                 "TRELLIS_ACP_NODE_MODULES",
+                "TRELLIS_LANGGRAPH_NODE_MODULES",
             ]
         );
         Ok(())

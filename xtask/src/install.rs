@@ -71,6 +71,7 @@ pub fn ensure_all(layout: &Layout, timings: &mut Timings) -> Result<()> {
     ensure_pip(layout, timings)?;
     ensure_azurite(layout, timings)?;
     ensure_acp_client(layout, timings)?;
+    ensure_langgraph_js_client(layout, timings)?;
     ensure_bubblewrap(layout, timings)?;
     Ok(())
 }
@@ -225,13 +226,14 @@ const ACP_SDK_VERSION: &str = "2.4.0";
 const AJV_PACKAGE: &str = "ajv";
 const AJV_VERSION: &str = "8.20.0";
 
-/// The `node_modules` with the ACP SDK and ajv (`TRELLIS_ACP_NODE_MODULES` for the tests).
-pub fn acp_node_modules(layout: &Layout) -> PathBuf {
+/// The `node_modules` every npm package above goes into: the tests find the ACP SDK and ajv there
+/// (`TRELLIS_ACP_NODE_MODULES`) and the LangGraph JS client (`TRELLIS_LANGGRAPH_NODE_MODULES`).
+pub fn node_modules(layout: &Layout) -> PathBuf {
     layout.node_dir().join("node_modules")
 }
 
 fn ensure_acp_client(layout: &Layout, timings: &mut Timings) -> Result<()> {
-    let modules = acp_node_modules(layout);
+    let modules = node_modules(layout);
     let sdk = modules.join(ACP_SDK_PACKAGE).join("schema/v1/schema.json");
     ensure_npm(layout, timings, ACP_SDK_PACKAGE, ACP_SDK_VERSION, &sdk)?;
     ensure_npm(
@@ -241,6 +243,31 @@ fn ensure_acp_client(layout: &Layout, timings: &mut Timings) -> Result<()> {
         AJV_VERSION,
         &modules.join(AJV_PACKAGE).join("dist/2020.js"),
     )
+}
+
+/// The official LangGraph JS client, whose React hook `useStream` the `trellis serve` tests render
+/// under Node (crates/agent/tests/agent/server/use_stream.mjs), and the React it needs: the
+/// hook's peer dependency and the renderer that runs it without a browser. npm adds the SDK's
+/// other peer, `@langchain/core`.
+const LANGGRAPH_JS_PACKAGES: [(&str, &str, &str); 4] = [
+    ("@langchain/langgraph-sdk", "1.15.0", "dist/react/index.js"),
+    ("react", "18.3.1", "index.js"),
+    ("react-dom", "18.3.1", "index.js"),
+    ("react-test-renderer", "18.3.1", "index.js"),
+];
+
+fn ensure_langgraph_js_client(layout: &Layout, timings: &mut Timings) -> Result<()> {
+    let modules = node_modules(layout);
+    for (package, version, entry) in LANGGRAPH_JS_PACKAGES {
+        ensure_npm(
+            layout,
+            timings,
+            package,
+            version,
+            &modules.join(package).join(entry),
+        )?;
+    }
+    Ok(())
 }
 
 /// `npm install PACKAGE@VERSION` into the node folder, unless that version is there with `entry`.
