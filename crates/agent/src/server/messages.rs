@@ -28,9 +28,13 @@ pub fn message_id(thread: &Uuid, index: usize, message: Option<&Message>) -> Str
     Uuid::new_v5(thread, format!("message:{index}").as_bytes()).to_string()
 }
 
-/// The text of `content`, as one string when it is only text, else LangChain content blocks.
+/// The text of `content`, as one string when it is only text, else LangChain content blocks. Tool
+/// calls are not content here (they are the message's `tool_calls`), so a reply that only calls
+/// tools has `""`, as LangChain's OpenAI messages do, not an empty list.
 fn content(blocks: &[ContentBlock]) -> Value {
-    let only_text = blocks.iter().all(|b| matches!(b, ContentBlock::Text { .. }));
+    let only_text = blocks
+        .iter()
+        .all(|b| matches!(b, ContentBlock::Text { .. } | ContentBlock::ToolUse(_)));
     if only_text {
         let text: String = blocks.iter().filter_map(ContentBlock::as_text).collect();
         return Value::String(text);
@@ -177,6 +181,10 @@ mod tests {
         )]));
         let d = to_dict(&t, 1, &ai);
         assert_eq!(d["type"], "ai");
+        assert_eq!(
+            d["content"], "",
+            "a reply that only calls tools has no content blocks"
+        );
         assert_eq!(
             d["tool_calls"][0],
             json!({"name": "ls", "args": {"path": "/"}, "id": "c1", "type": "tool_call"})
