@@ -111,6 +111,12 @@ pub fn contract_env(layout: &Layout) -> Vec<(&'static str, String)> {
             "TRELLIS_LANGGRAPH_PYTHON",
             layout.venv_python().display().to_string(),
         ),
+        // The reference Agent Server's interpreter (`langgraph dev`, Deep Agents), for the
+        // differential test of `trellis serve`.
+        (
+            "TRELLIS_REFERENCE_PYTHON",
+            install::python_of(&layout.reference_venv()).display().to_string(),
+        ),
         // The node_modules with the ACP TypeScript SDK and ajv, for the `trellis acp` tests.
         (
             "TRELLIS_ACP_NODE_MODULES",
@@ -529,6 +535,7 @@ mod tests {
                 "AZURITE_BLOB_STORAGE_URL",
                 "TRELLIS_MCP_PYTHON",
                 "TRELLIS_LANGGRAPH_PYTHON",
+                "TRELLIS_REFERENCE_PYTHON",
                 "TRELLIS_ACP_NODE_MODULES",
                 "TRELLIS_LANGGRAPH_NODE_MODULES",
             ]

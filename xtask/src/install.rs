@@ -1,6 +1,8 @@
 //! Idempotent installs into `target/emulators/`: a Python venv (moto, the
-//! fake-gcs-server wheel, the MCP SDK, the LangGraph SDK, the OpenTelemetry protobuf definitions) and a node
-//! folder (azurite; the ACP TypeScript SDK and ajv for the `trellis acp` tests). A pinned version
+//! fake-gcs-server wheel, the MCP SDK, the LangGraph SDK, the OpenTelemetry protobuf definitions), a
+//! second venv with the reference Agent Server (`langgraph dev` and Deep Agents) for the `trellis
+//! serve` differential test, and a node folder (azurite; the ACP TypeScript SDK and ajv for the
+//! `trellis acp` tests; the LangGraph JS client and React for the `useStream` test). A pinned version
 //! that is already installed is not installed again.
 
 use std::fs;
@@ -60,6 +62,40 @@ const OTEL_PROTO: PipPin = PipPin {
     version: "1.39.1",
 };
 
+/// The reference server of the `trellis serve` differential test
+/// (crates/agent/tests/agent/server/differential/): `langgraph dev` (the in-memory Agent Server)
+/// serving a Deep Agents 0.7.32 graph whose model is LangChain's OpenAI client. They live in a venv
+/// of their own, `reference-venv`: their dependency tree (langchain, pydantic, starlette, …) must
+/// not move the versions the emulators and the MCP server run on. langgraph-api and the in-memory
+/// runtime are pinned too, since `langgraph-cli[inmem]` takes any version of them.
+const REFERENCE_SERVER: [PipPin; 5] = [
+    PipPin {
+        dist: "langgraph-cli",
+        spec: "langgraph-cli[inmem]==0.4.40",
+        version: "0.4.40",
+    },
+    PipPin {
+        dist: "langgraph-api",
+        spec: "langgraph-api==0.16.7",
+        version: "0.16.7",
+    },
+    PipPin {
+        dist: "langgraph-runtime-inmem",
+        spec: "langgraph-runtime-inmem==0.36.7",
+        version: "0.36.7",
+    },
+    PipPin {
+        dist: "deepagents",
+        spec: "deepagents==0.7.32",
+        version: "0.7.32",
+    },
+    PipPin {
+        dist: "langchain-openai",
+        spec: "langchain-openai==1.8.1",
+        version: "1.8.1",
+    },
+];
+
 /// 3.35.0 is the newest azurite that runs on Node 20 (3.36 wants Node >= 21).
 const AZURITE_PACKAGE: &str = "azurite";
 const AZURITE_VERSION: &str = "3.35.0";
@@ -67,8 +103,16 @@ const AZURITE_VERSION: &str = "3.35.0";
 /// Installs whatever is missing; records one timing row per step.
 pub fn ensure_all(layout: &Layout, timings: &mut Timings) -> Result<()> {
     fs::create_dir_all(layout.logs()).with_context(|| format!("creating {}", layout.logs().display()))?;
-    ensure_venv(layout, timings)?;
-    ensure_pip(layout, timings)?;
+    ensure_venv(layout, &layout.venv(), timings)?;
+    ensure_pip(
+        layout,
+        &layout.venv(),
+        &[&MOTO, &FAKE_GCS, &MCP, &LANGGRAPH_SDK, &OTEL_PROTO],
+        timings,
+    )?;
+    ensure_venv(layout, &layout.reference_venv(), timings)?;
+    let reference: Vec<&PipPin> = REFERENCE_SERVER.iter().collect();
+    ensure_pip(layout, &layout.reference_venv(), &reference, timings)?;
     ensure_azurite(layout, timings)?;
     ensure_acp_client(layout, timings)?;
     ensure_langgraph_js_client(layout, timings)?;
@@ -116,26 +160,33 @@ fn ensure_bubblewrap(layout: &Layout, timings: &mut Timings) -> Result<()> {
     Ok(())
 }
 
-fn ensure_venv(layout: &Layout, timings: &mut Timings) -> Result<()> {
-    if layout.venv_python().exists() {
+/// The interpreter of the venv in `venv`.
+pub fn python_of(venv: &Path) -> PathBuf {
+    venv.join("bin").join("python")
+}
+
+fn ensure_venv(layout: &Layout, venv: &Path, timings: &mut Timings) -> Result<()> {
+    if python_of(venv).exists() {
         return Ok(());
     }
     let start = Instant::now();
-    eprintln!("xtask: creating Python venv in {}", layout.venv().display());
-    let venv = || {
+    eprintln!("xtask: creating Python venv in {}", venv.display());
+    let create = || {
         let mut cmd = Command::new("python3");
-        cmd.arg("-m").arg("venv").arg("--clear").arg(layout.venv());
+        cmd.arg("-m").arg("venv").arg("--clear").arg(venv);
         cmd
     };
-    run_logged(venv, &layout.log("install-venv"), "python3 -m venv", None)?;
-    timings.since("install: python venv", start);
+    run_logged(create, &layout.log("install-venv"), "python3 -m venv", None)?;
+    timings.since(format!("install: python venv {}", venv.display()), start);
     Ok(())
 }
 
-fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
+/// `pip install` into the venv in `venv` whichever of `pins` is not there at its version.
+fn ensure_pip(layout: &Layout, venv: &Path, pins: &[&PipPin], timings: &mut Timings) -> Result<()> {
+    let python = python_of(venv);
     let mut missing = Vec::new();
-    for pin in [&MOTO, &FAKE_GCS, &MCP, &LANGGRAPH_SDK, &OTEL_PROTO] {
-        let have = pip_version(layout, pin.dist)?;
+    for &pin in pins {
+        let have = pip_version(&python, pin.dist)?;
         if have.as_deref() == Some(pin.version) {
             timings.note(format!("install: {}", pin.spec), "already there");
         } else {
@@ -149,7 +200,7 @@ fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
     eprintln!("xtask: pip install {}", specs.join(" "));
     let start = Instant::now();
     let pip = || {
-        let mut cmd = Command::new(layout.venv_python());
+        let mut cmd = Command::new(&python);
         cmd.args(["-m", "pip", "install", "--no-input", "--progress-bar", "off"])
             .args(&specs)
             .env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
@@ -158,7 +209,7 @@ fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
     run_logged(pip, &layout.log("install-pip"), "pip install", None)?;
     timings.since(format!("install: {}", specs.join(" + ")), start);
     for pin in missing {
-        let have = pip_version(layout, pin.dist)?;
+        let have = pip_version(&python, pin.dist)?;
         if have.as_deref() != Some(pin.version) {
             bail!(
                 "after pip install, {} is {:?}, expected {}",
@@ -171,9 +222,9 @@ fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
     Ok(())
 }
 
-/// Installed version of a distribution in the venv, or None.
-fn pip_version(layout: &Layout, dist: &str) -> Result<Option<String>> {
-    let out = Command::new(layout.venv_python())
+/// Installed version of a distribution in the venv of `python`, or None.
+fn pip_version(python: &Path, dist: &str) -> Result<Option<String>> {
+    let out = Command::new(python)
         .args([
             "-c",
             "import sys, importlib.metadata as m\n\
@@ -182,13 +233,7 @@ fn pip_version(layout: &Layout, dist: &str) -> Result<Option<String>> {
             dist,
         ])
         .output()
-        .with_context(|| {
-            format!(
-                "running {} (delete {} to rebuild the venv)",
-                layout.venv_python().display(),
-                layout.venv().display()
-            )
-        })?;
+        .with_context(|| format!("running {} (delete its venv to rebuild it)", python.display()))?;
     if !out.status.success() {
         bail!(
             "querying {dist} in the venv failed: {}",
