@@ -117,7 +117,40 @@ pub fn ensure_all(layout: &Layout, timings: &mut Timings) -> Result<()> {
     ensure_acp_client(layout, timings)?;
     ensure_langgraph_js_client(layout, timings)?;
     ensure_bubblewrap(layout, timings)?;
+    crate::postgres::ensure_installed(layout, timings)?;
     Ok(())
+}
+
+/// Whether this process runs as root.
+pub(crate) fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// `apt-get install -y --no-install-recommends PACKAGE` (after `apt-get update` if the first try
+/// fails: a fresh machine's package lists may be missing or stale), logged to
+/// `install-PACKAGE.log`. Only as root.
+pub(crate) fn apt_install(layout: &Layout, package: &str) -> Result<()> {
+    eprintln!("xtask: installing {package} with apt-get");
+    let install = || {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(
+                "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \"$1\" \
+                 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \"$1\")",
+            )
+            .arg("sh")
+            .arg(package);
+        cmd
+    };
+    run_logged(
+        install,
+        &layout.log(&format!("install-{package}")),
+        &format!("apt-get install {package}"),
+        None,
+    )
 }
 
 /// The sandbox tests run commands under `bwrap` (Debian package `bubblewrap`). Installed with
@@ -131,31 +164,13 @@ fn ensure_bubblewrap(layout: &Layout, timings: &mut Timings) -> Result<()> {
     if on_path("bwrap") {
         return Ok(());
     }
-    let is_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !is_root || !on_path("apt-get") {
+    if !is_root() || !on_path("apt-get") {
         bail!(
             "the sandbox tests need bubblewrap: install it (`sudo apt-get install bubblewrap`, `dnf install bubblewrap`) and run again"
         );
     }
     let start = Instant::now();
-    eprintln!("xtask: installing bubblewrap with apt-get");
-    let install = || {
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c").arg(
-            "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap \
-             || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap)",
-        );
-        cmd
-    };
-    run_logged(
-        install,
-        &layout.log("install-bubblewrap"),
-        "apt-get install bubblewrap",
-        None,
-    )?;
+    apt_install(layout, "bubblewrap")?;
     timings.since("install: bubblewrap", start);
     Ok(())
 }
@@ -390,7 +405,12 @@ const INSTALL_ATTEMPTS: u32 = 3;
 /// newest file in `extra_logs` (a tool's own debug log) and the free disk
 /// space, because an install that fails on a full disk often cannot even
 /// write its error message.
-fn run_logged(make: impl Fn() -> Command, log: &Path, what: &str, extra_logs: Option<&Path>) -> Result<()> {
+pub(crate) fn run_logged(
+    make: impl Fn() -> Command,
+    log: &Path,
+    what: &str,
+    extra_logs: Option<&Path>,
+) -> Result<()> {
     let mut last = None;
     for attempt in 1..=INSTALL_ATTEMPTS {
         let mut cmd = make();

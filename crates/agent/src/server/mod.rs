@@ -48,6 +48,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod messages;
+pub mod queue;
 pub mod run_registry;
 pub mod runs;
 pub mod stream;
