@@ -17,8 +17,11 @@
 //! | [`auth`] | API keys (`x-api-key` or `Authorization: Bearer`) → user |
 //! | [`assistants`] | `/ok`, `/info`, one assistant per graph |
 //! | [`threads`] | thread records, `/threads…` |
-//! | [`runs`] | runs on a thread: stream (SSE), wait, background, get, list, join, join stream |
-//! | [`run_registry`] | the runs in memory: status, stream parts, result, which thread runs which |
+//! | [`runs`] | runs on a thread and stateless: stream (SSE), wait, background, get, list, join, join stream |
+//! | [`execute`] | a run from its checked body to its end: `multitask_strategy`, cancel, rollback, thread status |
+//! | [`resume`] | `command.resume` (human-in-the-loop decisions) → Trellis decisions |
+//! | [`cancel`] | cancel (`interrupt`, `rollback`), delete, `on_disconnect` |
+//! | [`run_registry`] | the runs in memory: status, stream parts, result, each thread's queue of runs |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
 //! | [`messages`] | Trellis messages ↔ LangChain message dicts |
 //!
@@ -45,9 +48,12 @@
 
 pub mod assistants;
 pub mod auth;
+pub mod cancel;
 pub mod error;
+pub mod execute;
 pub mod extract;
 pub mod messages;
+pub mod resume;
 pub mod run_registry;
 pub mod runs;
 pub mod stream;
@@ -171,7 +177,14 @@ pub fn router(server: Server) -> Router {
         .route("/threads/{thread_id}/runs", post(runs::create).get(runs::list))
         .route("/threads/{thread_id}/runs/stream", post(runs::stream))
         .route("/threads/{thread_id}/runs/wait", post(runs::wait))
-        .route("/threads/{thread_id}/runs/{run_id}", get(runs::get_one))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}",
+            get(runs::get_one).delete(cancel::delete),
+        )
+        .route("/threads/{thread_id}/runs/{run_id}/cancel", post(cancel::cancel))
+        .route("/runs", post(runs::stateless_create))
+        .route("/runs/stream", post(runs::stateless_stream))
+        .route("/runs/wait", post(runs::stateless_wait))
         .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))
         .route(
             "/threads/{thread_id}/runs/{run_id}/stream",

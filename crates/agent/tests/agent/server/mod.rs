@@ -8,4 +8,5 @@ mod harness;
 mod http;
 mod js_client;
 mod mount;
+mod resume;
 mod sdk;

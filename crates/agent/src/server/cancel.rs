@@ -1,0 +1,101 @@
+//! Stopping and forgetting runs: `POST /threads/{id}/runs/{run_id}/cancel` (`action=interrupt`
+//! or `rollback`, `wait`), `DELETE /threads/{id}/runs/{run_id}`, and [`CancelOnDrop`], which
+//! cancels a run whose client hung up when it asked for that (`on_disconnect: "cancel"`,
+//! `cancel_on_disconnect=true`).
+//!
+//! What a cancelled run leaves is in [`crate::server::execute`]: `interrupt` keeps what the run
+//! checkpointed and ends it `interrupted`; `rollback` puts the thread back as it was before the run
+//! and forgets the run. The run's future is dropped at its current await point, so a command it
+//! was running in the sandbox is killed with its whole process group.
+
+use std::sync::Arc;
+
+use axum::extract::{Extension, Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::server::Shared;
+use crate::server::error::{ApiError, ApiResult};
+use crate::server::extract::User;
+use crate::server::run_registry::{CancelAction, RunHandle};
+use crate::server::runs::{find, result_body};
+
+/// Cancels its run (action `interrupt`) when dropped before the run has ended: held by a
+/// response whose client asked for it, so a hung-up client stops the run.
+#[derive(Debug)]
+pub(crate) struct CancelOnDrop(pub(crate) Option<Arc<RunHandle>>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(run) = &self.0
+            && run.cancel(CancelAction::Interrupt)
+        {
+            tracing::info!("run {}: its client hung up, cancelling it", run.run_id);
+        }
+    }
+}
+
+/// A boolean query parameter as both clients send it: `true`/`false` (Python), `1`/`0` (JS),
+/// also `yes`/`no`; a 422 otherwise.
+pub(crate) fn flag(name: &str, value: &str) -> ApiResult<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" | "" => Ok(false),
+        other => Err(ApiError::unprocessable(format!(
+            "{name} must be true or false, not {:?}",
+            other.chars().take(32).collect::<String>()
+        ))),
+    }
+}
+
+/// `POST /threads/{thread_id}/runs/{run_id}/cancel?wait=0|1&action=interrupt|rollback`: ask the
+/// run to stop. Without `wait`, 202 with no body at once; with `wait=1`, the run's result once it
+/// has stopped (keep-alive newlines first, as `/join`). A `pending` run is cancelled before it
+/// starts. Cancelling a run that has already ended changes nothing (`interrupt`) or is a 409
+/// (`rollback`: it can no longer be undone).
+pub async fn cancel(
+    State(server): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((thread, run)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Response> {
+    let run = find(&server, &user, &thread, &run)?;
+    let mut wait = false;
+    let mut action = CancelAction::Interrupt;
+    for (key, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match key.as_ref() {
+            "wait" => wait = flag("wait", &value)?,
+            "action" => action = CancelAction::parse(&value)?,
+            _ => {}
+        }
+    }
+    if !run.cancel(action) && action == CancelAction::Rollback {
+        return Err(ApiError::conflict(format!(
+            "run {} has already ended: it can no longer be rolled back",
+            run.run_id
+        )));
+    }
+    if wait {
+        return Ok(result_body(run, false));
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+/// `DELETE /threads/{thread_id}/runs/{run_id}`: forget a run that has ended (204); one still
+/// pending or running is a 409 (cancel it first). The thread's state is not touched.
+pub async fn delete(
+    State(server): State<Shared>,
+    Extension(user): Extension<User>,
+    Path((thread, run)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let run = find(&server, &user, &thread, &run)?;
+    if !run.is_done() {
+        return Err(ApiError::conflict(format!(
+            "run {} is still {}: cancel it first",
+            run.run_id,
+            run.status().as_str()
+        )));
+    }
+    server.runs.remove(&run);
+    Ok(StatusCode::NO_CONTENT)
+}

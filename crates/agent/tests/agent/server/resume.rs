@@ -1,0 +1,149 @@
+//! `command.resume` through the official Python client: a run that stopped for an approval is
+//! continued with approve, edit, reject (the model sees the message) and respond, as a single
+//! value or a map keyed by the interrupt's id, over stream, wait and background + join; a resume
+//! that cannot apply (a wrong id, a wrong count, a malformed or disallowed decision, nothing
+//! pending) and new input on a waiting thread are 4xx and leave the thread as it was.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::json;
+use wiremock::MockServer;
+use wiremock::matchers::body_string_contains;
+
+use super::harness::{AGENT_FILE, Served, python};
+use super::sdk::PRELUDE;
+use crate::cli::harness::{messages, reply};
+use crate::support::skip_unless_langgraph;
+
+/// A mock model that calls `ls` on `/` (call id `toolu_ls`) in a conversation that has no such
+/// call yet, and answers `done` once it has one (then it has its result too).
+pub(crate) async fn ls_until_answered() -> MockServer {
+    let server = MockServer::start().await;
+    messages()
+        .and(body_string_contains("toolu_ls"))
+        .respond_with(reply(json!([{"type": "text", "text": "done"}]), "end_turn"))
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    let ls = json!([{"type": "tool_use", "id": "toolu_ls", "name": "ls", "input": {"path": "/"}}]);
+    messages()
+        .respond_with(reply(ls, "tool_use"))
+        .mount(&server)
+        .await;
+    server
+}
+
+/// The agent file of [`AGENT_FILE`] with approvals asked before `ls`.
+pub(crate) fn asks_before_ls() -> String {
+    let file = AGENT_FILE.replace("ask = [\"none\"]", "ask = [\"ls\"]");
+    assert_ne!(file, AGENT_FILE);
+    file
+}
+
+/// Stop a new thread at the `ls` approval; its id and the interrupt (a helper every script of
+/// this file starts with).
+const STOP: &str = r#"
+async def stop(c):
+    t = await c.threads.create()
+    out = await c.runs.wait(t["thread_id"], "agent", input={"messages": [{"role": "user", "content": "list"}]})
+    intr = out["__interrupt__"]
+    assert len(intr) == 1, out
+    assert intr[0]["value"]["action_requests"][0]["name"] == "ls", intr
+    return t["thread_id"], intr[0]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_edit_reject_and_respond_through_command_resume() {
+    let py = skip_unless_langgraph!();
+    let model = ls_until_answered().await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::with_agent_file(dir.path(), &model, None, &asks_before_ls());
+    let out = python(&py, &served, &format!("{PRELUDE}{STOP}{}", r#"
+async def main():
+    c = get_client(url=URL, api_key=None)
+
+    # approve, as a single value, streamed: ls runs and the model answers.
+    approved, intr = await stop(c)
+    assert (await c.threads.get(approved))["status"] == "interrupted"
+    events, last = [], None
+    async for part in c.runs.stream(approved, "agent", command={"resume": {"decisions": [{"type": "approve"}]}},
+                                    stream_mode=["values", "updates"]):
+        assert part.event != "error", part.data
+        events.append(part.event)
+        if part.event == "values":
+            last = part.data
+    assert events[0] == "metadata" and events[-1] == "values", events
+    msgs = last["messages"]
+    assert [m["type"] for m in msgs] == ["human", "ai", "tool", "ai"], msgs
+    assert msgs[2]["status"] == "success" and msgs[3]["content"] == "done", msgs
+    assert "__interrupt__" not in last, last
+    thread = await c.threads.get(approved)
+    assert thread["status"] == "idle" and thread["interrupts"] == {}, thread
+    state = await c.threads.get_state(approved)
+    assert state["interrupts"] == [] and state["next"] == [], state
+
+    # edit, keyed by the interrupt's id, with wait: the edited arguments are what runs.
+    edited, intr = await stop(c)
+    out = await c.runs.wait(edited, "agent", command={"resume": {intr["id"]: {"decisions": [
+        {"type": "edit", "edited_action": {"name": "ls", "args": {"path": "/nowhere"}}}]}}})
+    assert "__error__" not in out, out
+    msgs = out["messages"]
+    assert msgs[1]["tool_calls"][0]["args"] == {"path": "/nowhere"}, msgs[1]
+    assert "/nowhere" in json.dumps(msgs[2]["content"]), msgs[2]
+
+    # reject with a message, in the background: the model gets the message as the call's result.
+    rejected, intr = await stop(c)
+    run = await c.runs.create(rejected, "agent", command={"resume": {"decisions": [
+        {"type": "reject", "message": "not now, please"}]}})
+    out = await c.runs.join(rejected, run["run_id"])
+    tool = out["messages"][2]
+    assert tool["status"] == "error" and "not now, please" in json.dumps(tool["content"]), tool
+    assert (await c.runs.get(rejected, run["run_id"]))["status"] == "success"
+
+    # respond: the answer is the call's result.
+    responded, intr = await stop(c)
+    out = await c.runs.wait(responded, "agent", command={"resume": {"decisions": [
+        {"type": "respond", "message": "a.txt b.txt"}]}})
+    tool = out["messages"][2]
+    assert tool["content"] == "a.txt b.txt" and tool["status"] == "success", tool
+
+    # Answers that cannot apply are refused and leave the thread as it was.
+    waiting, intr = await stop(c)
+    before = await c.threads.get_state(waiting)
+    runs_before = await c.runs.list(waiting)
+    for command in [
+        {"resume": {"0" * 32: {"decisions": [{"type": "approve"}]}}},
+        {"resume": {"decisions": [{"type": "approve"}, {"type": "approve"}]}},
+        {"resume": {"decisions": []}},
+        {"resume": {"decisions": [{"type": "maybe"}]}},
+        {"resume": {"decisions": [{"type": "respond"}]}},
+        {"resume": {"decisions": [{"type": "edit", "edited_action": {"name": "ls", "args": "/"}}]}},
+        {"resume": {"decisions": [{"type": "edit", "edited_action": {"name": "rm", "args": {}}}]}},
+        {"resume": [{"type": "approve"}]},
+        {"resume": {"decisions": [{"type": "approve"}]}, "goto": "__end__"},
+    ]:
+        await expect_status(422, c.runs.wait(waiting, "agent", command=command))
+    # New input while it waits for decisions.
+    await expect_status(409, c.runs.wait(waiting, "agent", input={"messages": [{"role": "user", "content": "x"}]}))
+    assert await c.threads.get_state(waiting) == before
+    assert await c.runs.list(waiting) == runs_before
+    assert (await c.threads.get(waiting))["status"] == "interrupted"
+    # Nothing to resume on a thread that finished.
+    await expect_status(409, c.runs.wait(approved, "agent", command={"resume": {"decisions": [{"type": "approve"}]}}))
+    # The waiting thread still takes the right answer afterwards.
+    out = await c.runs.wait(waiting, "agent", command={"resume": {"decisions": [{"type": "approve"}]}})
+    assert out["messages"][-1]["content"] == "done", out
+    print("ok")
+
+asyncio.run(main())
+"#)).await;
+    assert!(out.starts_with("ok"), "{out}");
+    let requests = model.received_requests().await.unwrap();
+    // Five stops and five resumes; none of the refused answers reached the model.
+    assert_eq!(requests.len(), 10, "model calls");
+    assert!(
+        requests
+            .iter()
+            .any(|r| String::from_utf8_lossy(&r.body).contains("not now, please")),
+        "the model saw the rejection's message"
+    );
+}
