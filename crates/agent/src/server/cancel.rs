@@ -1,5 +1,6 @@
 //! Stopping and forgetting runs: `POST /threads/{id}/runs/{run_id}/cancel` (`action=interrupt`
-//! or `rollback`, `wait`), `DELETE /threads/{id}/runs/{run_id}`, and [`CancelOnDrop`], which
+//! or `rollback`: [`CancelAction`], `wait`), `DELETE /threads/{id}/runs/{run_id}`, what a new run
+//! does to the runs in flight ([`Strategy`]), and `CancelOnDrop`, which
 //! cancels a run whose client hung up when it asked for that (`on_disconnect: "cancel"`,
 //! `cancel_on_disconnect=true`).
 //!
@@ -17,8 +18,67 @@ use axum::response::{IntoResponse, Response};
 use crate::server::Shared;
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::User;
-use crate::server::run_registry::{CancelAction, RunHandle};
+use crate::server::run_registry::RunHandle;
 use crate::server::runs::{find, result_body};
+
+/// How a run is cancelled (`action` of `POST …/cancel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelAction {
+    /// Stop it; the thread keeps what it checkpointed.
+    Interrupt,
+    /// Stop it, put the thread back as it was before the run and forget the run.
+    Rollback,
+}
+
+impl CancelAction {
+    /// `interrupt` or `rollback`; a 422 for anything else.
+    pub fn parse(name: &str) -> ApiResult<Self> {
+        match name {
+            "interrupt" => Ok(Self::Interrupt),
+            "rollback" => Ok(Self::Rollback),
+            other => Err(ApiError::unprocessable(format!(
+                "action must be interrupt or rollback, not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// What a new run does when its thread is already running (`multitask_strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// Refuse the new run: 409.
+    Reject,
+    /// Cancel the runs in flight ([`CancelAction::Interrupt`]), then run.
+    Interrupt,
+    /// Cancel the runs in flight ([`CancelAction::Rollback`]), then run.
+    Rollback,
+    /// Wait `pending` until the runs before it have ended.
+    Enqueue,
+}
+
+impl Strategy {
+    /// A `multitask_strategy` value (default `reject`); a 422 for anything else.
+    pub fn parse(name: Option<&str>) -> ApiResult<Self> {
+        match name {
+            None | Some("reject") => Ok(Self::Reject),
+            Some("interrupt") => Ok(Self::Interrupt),
+            Some("rollback") => Ok(Self::Rollback),
+            Some("enqueue") => Ok(Self::Enqueue),
+            Some(other) => Err(ApiError::unprocessable(format!(
+                "multitask_strategy must be reject, interrupt, rollback or enqueue, not {other:?}"
+            ))),
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Reject => "reject",
+            Self::Interrupt => "interrupt",
+            Self::Rollback => "rollback",
+            Self::Enqueue => "enqueue",
+        }
+    }
+}
 
 /// Cancels its run (action `interrupt`) when dropped before the run has ended: held by a
 /// response whose client asked for it, so a hung-up client stops the run.

@@ -1,7 +1,6 @@
-//! A run from a checked run-create to its end: [`start`] checks the body against the thread
+//! A run from a checked run-create to its end: `start` checks the body against the thread
 //! (its pending interrupt, `if_not_exists`), registers the run in its thread's queue
-//! ([`RunRegistry::begin`](crate::server::run_registry::RunRegistry::begin), which applies the
-//! `multitask_strategy`) and spawns its task; the task waits for the runs ahead of it, runs the
+//! (`RunRegistry::begin`, which applies the `multitask_strategy`) and spawns its task; the task waits for the runs ahead of it, runs the
 //! agent until it ends or is cancelled, and leaves the run's status and its thread's true.
 //!
 //! | how the run ends | run status | thread status | thread state |
@@ -11,7 +10,7 @@
 //! | the agent failed | `error` | `error` | what the run saved before the failure |
 //! | decisions refused when the run started (a race with another resume) | `error` | as before the run | as before the run |
 //! | cancelled, `action=interrupt` (also: a newer run with `multitask_strategy` `interrupt`, a client gone with `on_disconnect` `cancel`) | `interrupted` | `interrupted` if it still waits for decisions, else `idle` | every checkpoint saved before the cancel (a step is saved whole or not at all); a command running in the sandbox is killed |
-//! | cancelled, `action=rollback` | `interrupted`, then the run is forgotten (404) | as before the run | as before the run (see [`roll_back`]) |
+//! | cancelled, `action=rollback` | `interrupted`, then the run is forgotten (404) | as before the run | as before the run (see `roll_back`) |
 //! | cancelled while still `pending` | as above | unchanged | unchanged |
 
 use std::sync::Arc;

@@ -37,14 +37,17 @@
 //! Another user's thread is a 404, exactly like a thread that does not exist, on every route.
 //!
 //! # Concurrency and crashes
-//! A thread runs one run at a time: a second run while one is pending or running is a 409
-//! (`multitask_strategy` `reject`; the other strategies are a 422, not built yet). A run goes on
-//! when its client disconnects (`on_disconnect` is accepted and not honoured: always `continue`).
+//! A thread runs one run at a time; a new run while one is pending or running follows its
+//! `multitask_strategy` (`reject`, the default: 409; `interrupt` / `rollback`: the runs in flight
+//! are cancelled first; `enqueue`: it waits `pending`), see [`execute`]. A run goes on when its
+//! client disconnects unless it asked for `on_disconnect: "cancel"`.
 //!
 //! A `kill -9` mid-run leaves the thread's checkpoints up to its last finished step (a step is
 //! saved whole or not at all) and its record as it was before the run (`busy` is never stored), so
 //! the thread is `idle` after the restart and its next run continues from that checkpoint; the run
-//! record and its stream are gone (`GET …/runs/{id}` is 404).
+//! record and its stream are gone (`GET …/runs/{id}` is 404), and so are runs that were queued
+//! behind it (`pending`) and never started. A stateless run's temporary thread outlives a `kill
+//! -9` (it is deleted only when its run ends).
 
 pub mod assistants;
 pub mod auth;

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::server::assistants;
+pub use crate::server::cancel::{CancelAction, Strategy};
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::stream::{Mode, Part};
 use crate::server::threads::time;
@@ -51,65 +52,6 @@ pub enum Status {
     Error,
     /// Cancelled ([`CancelAction`]), or by a newer run's `multitask_strategy`.
     Interrupted,
-}
-
-/// How a run is cancelled (`action` of `POST …/cancel`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelAction {
-    /// Stop it; the thread keeps what it checkpointed.
-    Interrupt,
-    /// Stop it, put the thread back as it was before the run and forget the run.
-    Rollback,
-}
-
-impl CancelAction {
-    /// `interrupt` or `rollback`; a 422 for anything else.
-    pub fn parse(name: &str) -> ApiResult<Self> {
-        match name {
-            "interrupt" => Ok(Self::Interrupt),
-            "rollback" => Ok(Self::Rollback),
-            other => Err(ApiError::unprocessable(format!(
-                "action must be interrupt or rollback, not {other:?}"
-            ))),
-        }
-    }
-}
-
-/// What a new run does when its thread is already running (`multitask_strategy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Strategy {
-    /// Refuse the new run: 409.
-    Reject,
-    /// Cancel the runs in flight ([`CancelAction::Interrupt`]), then run.
-    Interrupt,
-    /// Cancel the runs in flight ([`CancelAction::Rollback`]), then run.
-    Rollback,
-    /// Wait `pending` until the runs before it have ended.
-    Enqueue,
-}
-
-impl Strategy {
-    /// A `multitask_strategy` value (default `reject`); a 422 for anything else.
-    pub fn parse(name: Option<&str>) -> ApiResult<Self> {
-        match name {
-            None | Some("reject") => Ok(Self::Reject),
-            Some("interrupt") => Ok(Self::Interrupt),
-            Some("rollback") => Ok(Self::Rollback),
-            Some("enqueue") => Ok(Self::Enqueue),
-            Some(other) => Err(ApiError::unprocessable(format!(
-                "multitask_strategy must be reject, interrupt, rollback or enqueue, not {other:?}"
-            ))),
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Reject => "reject",
-            Self::Interrupt => "interrupt",
-            Self::Rollback => "rollback",
-            Self::Enqueue => "enqueue",
-        }
-    }
 }
 
 impl Status {
