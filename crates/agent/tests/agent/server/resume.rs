@@ -147,3 +147,83 @@ asyncio.run(main())
         "the model saw the rejection's message"
     );
 }
+
+/// A mock model for a parent that hands `SUBTASK-7` to the general-purpose subagent, which calls
+/// `ls` (asked about: the approval stops both) and then answers `sub done`; the parent then
+/// answers `done`.
+async fn delegates_ls() -> MockServer {
+    let server = MockServer::start().await;
+    let text = |t: &str| reply(json!([{"type": "text", "text": t}]), "end_turn");
+    let ls = json!([{"type": "tool_use", "id": "toolu_sub", "name": "ls", "input": {"path": "/"}}]);
+    let task = json!([{"type": "tool_use", "id": "toolu_task", "name": "task",
+        "input": {"description": "SUBTASK-7", "subagent_type": "general-purpose"}}]);
+    // The parent, once the task has a result.
+    messages()
+        .and(body_string_contains("toolu_task"))
+        .respond_with(text("done"))
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    // The subagent, once ls has a result.
+    messages()
+        .and(body_string_contains("toolu_sub"))
+        .respond_with(text("sub done"))
+        .with_priority(2)
+        .mount(&server)
+        .await;
+    // The subagent's first call.
+    messages()
+        .and(body_string_contains("SUBTASK-7"))
+        .respond_with(reply(ls, "tool_use"))
+        .with_priority(3)
+        .mount(&server)
+        .await;
+    messages()
+        .respond_with(reply(task, "tool_use"))
+        .with_priority(4)
+        .mount(&server)
+        .await;
+    server
+}
+
+/// An approval asked inside a subagent stops the parent's run with the subagent's call in the
+/// interrupt's `action_requests`; resuming the parent with `command.resume` (keyed by the
+/// interrupt's id) runs the subagent's call and both agents finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_inside_a_subagent_is_resumed_from_the_parent() {
+    let py = skip_unless_langgraph!();
+    let model = delegates_ls().await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::with_agent_file(dir.path(), &model, None, &asks_before_ls());
+    let out = python(&py, &served, &format!("{PRELUDE}{}", r#"
+async def main():
+    c = get_client(url=URL, api_key=None)
+    tid = (await c.threads.create())["thread_id"]
+    out = await c.runs.wait(tid, "agent", input={"messages": [{"role": "user", "content": "delegate"}]})
+    intr = out["__interrupt__"]
+    assert len(intr) == 1, out
+    actions = intr[0]["value"]["action_requests"]
+    assert [a["name"] for a in actions] == ["ls"] and actions[0]["args"] == {"path": "/"}, actions
+    assert out["messages"][-1]["tool_calls"][0]["name"] == "task", out["messages"]
+    thread = await c.threads.get(tid)
+    assert thread["status"] == "interrupted", thread
+    await expect_status(422, c.runs.wait(tid, "agent", command={"resume": {"decisions": [
+        {"type": "approve"}, {"type": "approve"}]}}))
+    out = await c.runs.wait(tid, "agent", command={"resume": {intr[0]["id"]: {"decisions": [{"type": "approve"}]}}})
+    assert "__error__" not in out and "__interrupt__" not in out, out
+    msgs = out["messages"]
+    assert [m["type"] for m in msgs] == ["human", "ai", "tool", "ai"], msgs
+    assert "sub done" in json.dumps(msgs[2]["content"]) and msgs[3]["content"] == "done", msgs
+    assert (await c.threads.get(tid))["status"] == "idle"
+    print("ok")
+
+asyncio.run(main())
+"#)).await;
+    assert!(out.starts_with("ok"), "{out}");
+    let requests = model.received_requests().await.unwrap();
+    let ls_ran = requests.iter().any(|r| {
+        let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        body.to_string().contains("tool_result") && body.to_string().contains("toolu_sub")
+    });
+    assert!(ls_ran, "the subagent got its ls result");
+}
