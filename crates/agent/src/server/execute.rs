@@ -361,6 +361,10 @@ async fn finish_thread(server: &Shared, run: &RunHandle, delete: bool) {
         return;
     }
     let id = run.thread_id;
+    if server.runs.active_run(&id).is_some() {
+        // Somebody queued a run on the temporary thread: it is deleted only with its last run.
+        return;
+    }
     if let Err(e) = delete_thread(server, &id).await {
         tracing::warn!("stateless run {}: cannot delete its thread {id}: {e}", run.run_id);
     }

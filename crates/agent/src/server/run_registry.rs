@@ -1,6 +1,7 @@
 //! The runs of the server, in memory: each run's [`RunHandle`] (what it was asked, its status,
 //! the stream parts it produced so far and its result, with a watch channel its followers wait
-//! on) and the [`RunRegistry`] (every run by id, and which run each thread is running).
+//! on) and the [`RunRegistry`] (every run by id, and each thread's queue of runs not ended: the
+//! first runs, the others wait `pending`, at most [`MAX_QUEUED_RUNS`]).
 //!
 //! A run belongs to its thread: it is found only through that thread, and forgotten when the
 //! thread is deleted, when [`MAX_FINISHED_RUNS`] newer runs have finished or the finished runs'
@@ -31,6 +32,9 @@ pub const MAX_PART_BYTES: usize = 64 * 1024 * 1024;
 /// Finished runs kept in memory (with their parts, for get, join and replay); when one more
 /// finishes, the oldest is forgotten (404 afterwards).
 pub const MAX_FINISHED_RUNS: usize = 1000;
+
+/// Runs a thread may have not ended (one running, the others `pending`); one more is a 409.
+pub const MAX_QUEUED_RUNS: usize = 32;
 
 /// Bytes of parts all finished runs keep together; past it the oldest finished runs are forgotten
 /// (the newest one is always kept, at most [`MAX_PART_BYTES`]).
@@ -352,6 +356,11 @@ impl RunRegistry {
                     "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.",
                 ));
             }
+            _ if ahead.len() >= MAX_QUEUED_RUNS => {
+                return Err(ApiError::conflict(format!(
+                    "the thread has {MAX_QUEUED_RUNS} runs waiting: wait for them to finish"
+                )));
+            }
             Strategy::Interrupt => ahead.iter().for_each(|r| {
                 r.cancel(CancelAction::Interrupt);
             }),
@@ -527,6 +536,13 @@ mod tests {
             "an ended run is not cancelled"
         );
         assert_eq!(registry.active_run(&first.thread_id), None);
+        // A queue is bounded, whatever the strategy.
+        for _ in 0..MAX_QUEUED_RUNS {
+            registry.begin(next(Strategy::Enqueue)).unwrap();
+        }
+        for strategy in [Strategy::Enqueue, Strategy::Interrupt, Strategy::Rollback] {
+            assert_eq!(registry.begin(next(strategy)).unwrap_err().status, 409);
+        }
     }
 
     #[test]
