@@ -361,3 +361,85 @@ async fn cancel_kills_the_sandboxed_command() {
     let thread = json_of(client.get(format!("{u}/threads/{tid}")).send().await.unwrap()).await;
     assert_eq!(thread["status"], "idle", "{thread}");
 }
+
+/// What a `kill -9` leaves of the run lifecycle: a thread whose run was running (and another
+/// queued behind it) comes back `idle` with the input the run had checkpointed, no run record
+/// (both 404, an empty list), and takes a new run that continues from that checkpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_mid_run_leaves_the_thread_idle_with_its_checkpoints() {
+    let model = slow_or_quick().await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path(), &model, None);
+    let u = served.url.clone();
+    let c = http();
+    let send = |r: reqwest::RequestBuilder| async move {
+        let r = r.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().await.unwrap_or(Value::Null))
+    };
+    let say = |text: &str, strategy: &str| {
+        json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": text}]},
+               "multitask_strategy": strategy})
+    };
+    let (_, thread) = send(c.post(format!("{u}/threads")).json(&json!({}))).await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let (_, first) = send(
+        c.post(format!("{u}/threads/{tid}/runs"))
+            .json(&say("slow please", "reject")),
+    )
+    .await;
+    let (status, queued) = send(
+        c.post(format!("{u}/threads/{tid}/runs"))
+            .json(&say("after", "enqueue")),
+    )
+    .await;
+    assert_eq!(status, 200, "{queued}");
+    let texts = |state: &Value| -> Vec<String> {
+        state["values"]["messages"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .map(|m| m["content"].as_str().unwrap_or("").to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let (_, state) = send(c.get(format!("{u}/threads/{tid}/state"))).await;
+        if texts(&state) == ["slow please"] {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never checkpointed: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, busy) = send(c.get(format!("{u}/threads/{tid}"))).await;
+    assert_eq!(busy["status"], "busy");
+    served.kill();
+
+    let served = Served::start(dir.path(), &model, None);
+    let u = served.url.clone();
+    let (_, thread) = send(c.get(format!("{u}/threads/{tid}"))).await;
+    assert_eq!(thread["status"], "idle", "{thread}");
+    for run in [&first, &queued] {
+        let rid = run["run_id"].as_str().unwrap();
+        let (status, _) = send(c.get(format!("{u}/threads/{tid}/runs/{rid}"))).await;
+        assert_eq!(status, 404);
+    }
+    let (_, runs) = send(c.get(format!("{u}/threads/{tid}/runs"))).await;
+    assert_eq!(runs, json!([]));
+    let (status, result) = send(
+        c.post(format!("{u}/threads/{tid}/runs/wait"))
+            .json(&say("again", "reject")),
+    )
+    .await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(
+        texts(&json!({"values": result})),
+        ["slow please", "again", "quick"],
+        "continued from the checkpoint"
+    );
+}

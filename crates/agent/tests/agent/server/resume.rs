@@ -227,3 +227,42 @@ asyncio.run(main())
     });
     assert!(ls_ran, "the subagent got its ls result");
 }
+
+/// An approval stop outlives a `kill -9` of the server: after the restart the thread is still
+/// `interrupted` with the same interrupt, and `command.resume` with that interrupt's id
+/// continues it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_stop_is_resumed_after_a_restart() {
+    let model = ls_until_answered().await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::with_agent_file(dir.path(), &model, None, &asks_before_ls());
+    let c = super::harness::http();
+    let send = |r: reqwest::RequestBuilder| async move {
+        let r = r.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<serde_json::Value>().await.unwrap())
+    };
+    let u = served.url.clone();
+    let (_, thread) = send(c.post(format!("{u}/threads")).json(&json!({}))).await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let list = json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "list"}]}});
+    let (_, stopped) = send(c.post(format!("{u}/threads/{tid}/runs/wait")).json(&list)).await;
+    let interrupt = stopped["__interrupt__"][0].clone();
+    assert!(interrupt["id"].is_string(), "{stopped}");
+    served.kill();
+
+    let served = Served::with_agent_file(dir.path(), &model, None, &asks_before_ls());
+    let u = served.url.clone();
+    let (_, thread) = send(c.get(format!("{u}/threads/{tid}"))).await;
+    assert_eq!(thread["status"], "interrupted", "{thread}");
+    let (_, state) = send(c.get(format!("{u}/threads/{tid}/state"))).await;
+    assert_eq!(state["interrupts"], json!([interrupt]), "{state}");
+    let id = interrupt["id"].as_str().unwrap();
+    let resume = json!({"assistant_id": "agent",
+        "command": {"resume": {id: {"decisions": [{"type": "approve"}]}}}});
+    let (status, out) = send(c.post(format!("{u}/threads/{tid}/runs/wait")).json(&resume)).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["messages"][3]["content"], "done", "{out}");
+    let (_, thread) = send(c.get(format!("{u}/threads/{tid}"))).await;
+    assert_eq!(thread["status"], "idle", "{thread}");
+}
