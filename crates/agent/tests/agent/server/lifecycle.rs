@@ -196,8 +196,8 @@ asyncio.run(main())
     .await;
 }
 
-/// `on_disconnect: "cancel"`: a streaming client that goes away cancels its run; with the default
-/// (`continue`) the run finishes. Stateless runs: `/runs/wait` and `/runs/stream` run on a
+/// `on_disconnect: "cancel"`: a streaming client that goes away cancels its run, and so does a
+/// waiting one; with the default (`continue`) the run finishes. Stateless runs: `/runs/wait` and `/runs/stream` run on a
 /// temporary thread deleted afterwards, kept with `on_completion: "keep"`; a stateless resume is
 /// a 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,6 +230,14 @@ async def main():
     got = await settled(c, tid, run_id)
     assert got["status"] == "success", got
     assert (await texts(c, tid))[-1] == "slow", await texts(c, tid)
+    # The same for /wait: a client that gives up waiting cancels the run it asked to.
+    try:
+        await asyncio.wait_for(c.runs.wait(tid, "agent", input=say("slow please"), on_disconnect="cancel"), 1)
+        raise AssertionError("the slow run answered within 1 s")
+    except asyncio.TimeoutError:
+        pass
+    got = await settled(c, tid, (await c.runs.list(tid))[0]["run_id"])
+    assert got["status"] == "interrupted", got
 
     assert await c.threads.search() != []
     mine = {t["thread_id"] for t in await c.threads.search(limit=100)}
