@@ -1,5 +1,6 @@
 //! Stopping and forgetting runs: `POST /threads/{id}/runs/{run_id}/cancel` (`action=interrupt`
-//! or `rollback`: [`CancelAction`], `wait`), `DELETE /threads/{id}/runs/{run_id}`, what a new run
+//! or `rollback`: [`CancelAction`], `wait`), `POST /runs/cancel` (many runs at once),
+//! `DELETE /threads/{id}/runs/{run_id}`, what a new run
 //! does to the runs in flight ([`Strategy`]), and `CancelOnDrop`, which
 //! cancels a run whose client hung up when it asked for that (`on_disconnect: "cancel"`,
 //! `cancel_on_disconnect=true`).
@@ -14,11 +15,12 @@ use std::sync::Arc;
 use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 
 use crate::server::Shared;
 use crate::server::error::{ApiError, ApiResult};
-use crate::server::extract::User;
-use crate::server::run_registry::RunHandle;
+use crate::server::extract::{JsonBody, User, parse_uuid};
+use crate::server::run_registry::{RunHandle, Status};
 use crate::server::runs::{find, result_body};
 
 /// How a run is cancelled (`action` of `POST …/cancel`).
@@ -157,5 +159,73 @@ pub async fn delete(
         )));
     }
     server.runs.remove(&run);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /runs/cancel` body: the runs of one thread by id, or every run of the caller's threads in
+/// a status.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelMany {
+    #[serde(default)]
+    thread_id: Option<String>,
+    #[serde(default)]
+    run_ids: Option<Vec<String>>,
+    #[serde(default)]
+    status: Option<String>,
+}
+
+/// `POST /runs/cancel?action=interrupt|rollback`: cancel `run_ids` of `thread_id` (every id must
+/// be a run of that thread: 404 otherwise, and nothing is cancelled), or every run of the
+/// caller's threads that is `pending`, `running` or either (`all`). 204. Both forms, or neither:
+/// 422. Runs that have already ended are skipped.
+pub async fn cancel_many(
+    State(server): State<Shared>,
+    Extension(user): Extension<User>,
+    RawQuery(query): RawQuery,
+    JsonBody(body): JsonBody<CancelMany>,
+) -> ApiResult<StatusCode> {
+    let mut action = CancelAction::Interrupt;
+    for (key, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        if key == "action" {
+            action = CancelAction::parse(&value)?;
+        }
+    }
+    let runs = match (body.thread_id, body.run_ids, body.status) {
+        (Some(thread), Some(ids), None) => {
+            let thread = parse_uuid("thread_id", &thread)?;
+            server.threads.get(&user, &thread)?;
+            ids.iter()
+                .map(|id| server.runs.get(&thread, &parse_uuid("run_id", id)?))
+                .collect::<ApiResult<Vec<_>>>()?
+        }
+        (None, None, Some(status)) => {
+            let wanted: &[Status] = match status.as_str() {
+                "pending" => &[Status::Pending],
+                "running" => &[Status::Running],
+                "all" => &[Status::Pending, Status::Running],
+                other => {
+                    return Err(ApiError::unprocessable(format!(
+                        "status must be pending, running or all, not {:?}",
+                        other.chars().take(32).collect::<String>()
+                    )));
+                }
+            };
+            server
+                .runs
+                .in_flight()
+                .into_iter()
+                .filter(|r| wanted.contains(&r.status()) && server.threads.get(&user, &r.thread_id).is_ok())
+                .collect()
+        }
+        _ => {
+            return Err(ApiError::unprocessable(
+                "give thread_id and run_ids, or status, not both",
+            ));
+        }
+    };
+    for run in runs {
+        run.cancel(action);
+    }
     Ok(StatusCode::NO_CONTENT)
 }

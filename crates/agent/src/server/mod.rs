@@ -186,6 +186,7 @@ pub fn router(server: Server) -> Router {
         )
         .route("/threads/{thread_id}/runs/{run_id}/cancel", post(cancel::cancel))
         .route("/runs", post(runs::stateless_create))
+        .route("/runs/cancel", post(cancel::cancel_many))
         .route("/runs/stream", post(runs::stateless_stream))
         .route("/runs/wait", post(runs::stateless_wait))
         .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))

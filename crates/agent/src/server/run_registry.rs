@@ -421,6 +421,11 @@ impl RunRegistry {
             .ok_or_else(|| ApiError::not_found(format!("run {run}")))
     }
 
+    /// Every run not ended yet (running or pending), of every thread.
+    pub(crate) fn in_flight(&self) -> Vec<Arc<RunHandle>> {
+        self.lock().queues.values().flatten().cloned().collect()
+    }
+
     /// The runs of `thread`, newest first.
     pub(crate) fn of_thread(&self, thread: &Uuid) -> Vec<Arc<RunHandle>> {
         let mut runs: Vec<_> = self

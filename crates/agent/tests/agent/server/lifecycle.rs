@@ -51,7 +51,8 @@ async fn slow_or_quick() -> MockServer {
 }
 
 /// Helpers for the scripts: a user message, a slow run started in the background and seen
-/// running with its input checkpointed, and the texts of a thread's messages.
+/// running with its input checkpointed, a run's status once it has ended, and the texts of a
+/// thread's messages.
 const HELPERS: &str = r#"
 def say(text):
     return {"messages": [{"role": "user", "content": text}]}
@@ -65,6 +66,14 @@ async def running(c, tid, **kwargs):
             return run
         await asyncio.sleep(0.05)
     raise AssertionError(f"never running: {got}")
+
+async def settled(c, tid, run_id):
+    for _ in range(300):
+        got = await c.runs.get(tid, run_id)
+        if got["status"] not in ("pending", "running"):
+            return got
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"still going: {got}")
 
 async def texts(c, tid):
     state = await c.threads.get_state(tid)
@@ -83,7 +92,8 @@ async fn lifecycle_script(model: MockServer, body: &str) {
 /// and keeps what the run checkpointed (its input), the next run goes through; with `rollback` the
 /// thread is back as it was before the run (state and runs), the run is a 404. A finished run can
 /// be deleted (then 404), a running one cannot (409); cancelling a finished run with `interrupt`
-/// changes nothing, with `rollback` is a 409.
+/// changes nothing, with `rollback` is a 409. `runs.cancel_many` cancels by ids (all or none)
+/// and by status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_with_interrupt_or_rollback_and_delete() {
     lifecycle_script(
@@ -133,6 +143,21 @@ async def main():
     await c.runs.cancel(fresh, doomed["run_id"], wait=True, action="rollback")
     assert await texts(c, fresh) == [], await texts(c, fresh)
     await expect_status(404, c.runs.cancel(fresh, doomed["run_id"]))
+
+    # Many at once: by ids (a pending one too), then by status.
+    tid = (await c.threads.create())["thread_id"]
+    first = await running(c, tid)
+    queued = await c.runs.create(tid, "agent", input=say("never"), multitask_strategy="enqueue")
+    await expect_status(422, c.runs.cancel_many(thread_id=tid, run_ids=[first["run_id"]], status="all"))
+    await expect_status(404, c.runs.cancel_many(thread_id=tid, run_ids=[first["run_id"], "00000000-0000-4000-8000-000000000000"]))
+    assert (await c.runs.get(tid, first["run_id"]))["status"] == "running", "a 404 cancels nothing"
+    await c.runs.cancel_many(thread_id=tid, run_ids=[first["run_id"], queued["run_id"]])
+    for run in (first, queued):
+        assert (await settled(c, tid, run["run_id"]))["status"] == "interrupted"
+    other = (await c.threads.create())["thread_id"]
+    run = await running(c, other)
+    await c.runs.cancel_many(status="running", action="interrupt")
+    assert (await settled(c, other, run["run_id"]))["status"] == "interrupted"
     print("ok")
 
 asyncio.run(main())
@@ -212,13 +237,6 @@ async def leave_after_metadata(c, tid, **kwargs):
     await stream.aclose()
     return run_id
 
-async def settled(c, tid, run_id):
-    for _ in range(300):
-        got = await c.runs.get(tid, run_id)
-        if got["status"] not in ("pending", "running"):
-            return got
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"still going: {got}")
 
 async def main():
     c = get_client(url=URL, api_key=None)
