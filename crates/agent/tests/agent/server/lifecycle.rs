@@ -81,9 +81,14 @@ async def texts(c, tid):
 "#;
 
 async fn lifecycle_script(model: MockServer, body: &str) {
+    keyed_script(model, None, body).await;
+}
+
+/// [`lifecycle_script`] with these API keys (`USER KEY` a line).
+async fn keyed_script(model: MockServer, keys: Option<&str>, body: &str) {
     let py = skip_unless_langgraph!();
     let dir = tempfile::tempdir().unwrap();
-    let served = Served::start(dir.path(), &model, None);
+    let served = Served::start(dir.path(), &model, keys);
     let out = python(&py, &served, &format!("{PRELUDE}{HELPERS}{body}")).await;
     assert!(out.starts_with("ok"), "{out}");
 }
@@ -273,6 +278,38 @@ async def main():
 
 asyncio.run(main())
 "#).await;
+}
+
+/// A user can neither see nor stop another user's runs: with Bob's run going, Alice's cancel,
+/// join, get, delete and wait on Bob's thread are 404, her `cancel_many(status="all")` leaves
+/// Bob's run alone, and Bob's run finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_cannot_stop_each_others_runs() {
+    keyed_script(
+        slow_or_quick().await,
+        Some("alice ka\nbob kb\n"),
+        r#"
+async def main():
+    alice = get_client(url=URL, api_key="ka")
+    bob = get_client(url=URL, api_key="kb")
+    tid = (await bob.threads.create())["thread_id"]
+    run = await running(bob, tid)
+    rid = run["run_id"]
+    await expect_status(404, alice.runs.cancel(tid, rid))
+    await expect_status(404, alice.runs.cancel(tid, rid, action="rollback"))
+    await expect_status(404, alice.runs.cancel_many(thread_id=tid, run_ids=[rid]))
+    await expect_status(404, alice.runs.get(tid, rid))
+    await expect_status(404, alice.runs.delete(tid, rid))
+    await expect_status(404, alice.runs.wait(tid, "agent", input=say("x"), multitask_strategy="interrupt"))
+    await alice.runs.cancel_many(status="all")
+    assert (await bob.runs.get(tid, rid))["status"] == "running"
+    assert (await settled(bob, tid, rid))["status"] == "success"
+    print("ok")
+
+asyncio.run(main())
+"#,
+    )
+    .await;
 }
 
 /// True while a process of this machine runs `sleep 4242` (the command the model starts).
