@@ -17,8 +17,11 @@
 //! | [`auth`] | API keys (`x-api-key` or `Authorization: Bearer`) → user |
 //! | [`assistants`] | `/ok`, `/info`, one assistant per graph |
 //! | [`threads`] | thread records, `/threads…` |
-//! | [`runs`] | runs on a thread: stream (SSE), wait, background, get, list, join, join stream |
-//! | [`run_registry`] | the runs in memory: status, stream parts, result, which thread runs which |
+//! | [`runs`] | runs on a thread and stateless: stream (SSE), wait, background, get, list, join, join stream |
+//! | [`execute`] | a run from its checked body to its end: `multitask_strategy`, cancel, rollback, thread status |
+//! | [`resume`] | `command.resume` (human-in-the-loop decisions) → Trellis decisions |
+//! | [`cancel`] | cancel (`interrupt`, `rollback`), delete, `on_disconnect` |
+//! | [`run_registry`] | the runs in memory: status, stream parts, result, each thread's queue of runs |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
 //! | [`messages`] | Trellis messages ↔ LangChain message dicts |
 //!
@@ -34,21 +37,27 @@
 //! Another user's thread is a 404, exactly like a thread that does not exist, on every route.
 //!
 //! # Concurrency and crashes
-//! A thread runs one run at a time: a second run while one is pending or running is a 409
-//! (`multitask_strategy` `reject`; the other strategies are a 422, not built yet). A run goes on
-//! when its client disconnects (`on_disconnect` is accepted and not honoured: always `continue`).
+//! A thread runs one run at a time; a new run while one is pending or running follows its
+//! `multitask_strategy` (`reject`, the default: 409; `interrupt` / `rollback`: the runs in flight
+//! are cancelled first; `enqueue`: it waits `pending`), see [`execute`]. A run goes on when its
+//! client disconnects unless it asked for `on_disconnect: "cancel"`.
 //!
 //! A `kill -9` mid-run leaves the thread's checkpoints up to its last finished step (a step is
 //! saved whole or not at all) and its record as it was before the run (`busy` is never stored), so
 //! the thread is `idle` after the restart and its next run continues from that checkpoint; the run
-//! record and its stream are gone (`GET …/runs/{id}` is 404).
+//! record and its stream are gone (`GET …/runs/{id}` is 404), and so are runs that were queued
+//! behind it (`pending`) and never started. A stateless run's temporary thread outlives a `kill
+//! -9` (it is deleted only when its run ends).
 
 pub mod assistants;
 pub mod auth;
+pub mod cancel;
 pub mod error;
+pub mod execute;
 pub mod extract;
 pub mod messages;
 pub mod queue;
+pub mod resume;
 pub mod run_registry;
 pub mod runs;
 pub mod stream;
@@ -172,7 +181,15 @@ pub fn router(server: Server) -> Router {
         .route("/threads/{thread_id}/runs", post(runs::create).get(runs::list))
         .route("/threads/{thread_id}/runs/stream", post(runs::stream))
         .route("/threads/{thread_id}/runs/wait", post(runs::wait))
-        .route("/threads/{thread_id}/runs/{run_id}", get(runs::get_one))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}",
+            get(runs::get_one).delete(cancel::delete),
+        )
+        .route("/threads/{thread_id}/runs/{run_id}/cancel", post(cancel::cancel))
+        .route("/runs", post(runs::stateless_create))
+        .route("/runs/cancel", post(cancel::cancel_many))
+        .route("/runs/stream", post(runs::stateless_stream))
+        .route("/runs/wait", post(runs::stateless_wait))
         .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))
         .route(
             "/threads/{thread_id}/runs/{run_id}/stream",

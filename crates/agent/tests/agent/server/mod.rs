@@ -2,10 +2,14 @@
 //! Python `langgraph-sdk` ([`sdk`]; the interpreter is `TRELLIS_LANGGRAPH_PYTHON`, set by `cargo
 //! xtask test`), by the official JS client's React hook `useStream` under Node ([`js_client`];
 //! `TRELLIS_LANGGRAPH_NODE_MODULES`), by plain HTTP ([`http`]), and the router mounted in a larger
-//! axum app ([`mount`]). [`harness`] starts the server.
+//! axum app ([`mount`]); `command.resume` ([`resume`]) and the run lifecycle — cancel, delete,
+//! multitask strategies, `on_disconnect`, stateless runs ([`lifecycle`]). [`harness`] starts the
+//! server.
 
 mod harness;
 mod http;
 mod js_client;
+mod lifecycle;
 mod mount;
+mod resume;
 mod sdk;

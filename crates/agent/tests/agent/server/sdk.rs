@@ -10,7 +10,7 @@ use super::harness::{Served, always_done, ls_then_streamed_answer, python};
 use crate::support::skip_unless_langgraph;
 
 /// Helpers every script starts with: the HTTP status of an SDK error.
-const PRELUDE: &str = r#"
+pub(crate) const PRELUDE: &str = r#"
 import asyncio, json, os, sys
 from langgraph_sdk import get_client
 
