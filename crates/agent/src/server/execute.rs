@@ -488,8 +488,10 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
     Ok((parts, values, interrupts))
 }
 
-/// One event of the top-level agent as parts (a subagent's events are not streamed).
+/// One event of the run: counted in its usage (a subagent's too), and, for the top-level agent's,
+/// turned into parts (a subagent's events are not streamed).
 async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator, event: &RunEvent) {
+    run.count(event, &server.prices);
     match event {
         RunEvent::ModelStarted { step, messages, .. } => translator.reply_started(*step, *messages),
         RunEvent::ModelDelta { delta, .. } => {

@@ -59,6 +59,7 @@ pub mod messages;
 pub mod queue;
 pub mod resume;
 pub mod run_registry;
+pub mod run_usage;
 pub mod runs;
 pub mod stream;
 pub mod threads;
@@ -113,6 +114,7 @@ pub struct Server {
     runs: run_registry::RunRegistry,
     keys: Option<Arc<ApiKeys>>,
     body_limit: usize,
+    prices: crate::usage::Prices,
     started: chrono::DateTime<chrono::Utc>,
 }
 
@@ -127,6 +129,7 @@ impl Server {
             runs: run_registry::RunRegistry::default(),
             keys: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            prices: crate::usage::Prices::default(),
             started: chrono::Utc::now(),
         })
     }
@@ -146,6 +149,12 @@ impl Server {
     /// The largest request body, in bytes (default [`DEFAULT_BODY_LIMIT`]).
     pub fn body_limit(mut self, bytes: usize) -> Self {
         self.body_limit = bytes;
+        self
+    }
+
+    /// The prices run records' costs are computed at (default: the built-in list prices).
+    pub fn prices(mut self, prices: crate::usage::Prices) -> Self {
+        self.prices = prices;
         self
     }
 

@@ -22,8 +22,11 @@ use uuid::Uuid;
 use crate::server::assistants;
 pub use crate::server::cancel::{CancelAction, Strategy};
 use crate::server::error::{ApiError, ApiResult};
+use crate::server::run_usage::RunUsage;
 use crate::server::stream::{Mode, Part};
 use crate::server::threads::time;
+use crate::usage::Prices;
+use trellis_middleware::runtime::events::RunEvent;
 
 /// Bytes of stream parts a run keeps; past it, further `messages` and `updates` parts are
 /// dropped (with a warning) and only `values` and the final parts are kept.
@@ -104,6 +107,8 @@ pub struct RunHandle {
     /// Set once when the run is cancelled.
     cancel: watch::Sender<Option<CancelAction>>,
     progress: Mutex<Progress>,
+    /// What it used so far ([`RunUsage`]).
+    usage: Mutex<RunUsage>,
     /// The number of parts so far, bumped on every change.
     changed: watch::Sender<usize>,
 }
@@ -140,7 +145,19 @@ impl RunHandle {
                 done: false,
             }),
             changed: watch::channel(0).0,
+            usage: Mutex::new(RunUsage::default()),
         }
+    }
+
+    fn usage(&self) -> std::sync::MutexGuard<'_, RunUsage> {
+        self.usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Count `event` of the run in its usage.
+    pub(crate) fn count(&self, event: &RunEvent, prices: &Prices) {
+        self.usage().add(event, prices);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
@@ -154,6 +171,9 @@ impl RunHandle {
     }
 
     pub(crate) fn set_status(&self, status: Status) {
+        if status == Status::Running {
+            self.usage().started();
+        }
         let mut p = self.lock();
         p.status = status;
         p.updated_at = Utc::now();
@@ -180,6 +200,7 @@ impl RunHandle {
     }
 
     pub(crate) fn finish(&self, status: Status, result: Value) {
+        self.usage().ended();
         {
             let mut p = self.lock();
             p.status = status;
@@ -190,10 +211,12 @@ impl RunHandle {
         self.notify();
     }
 
-    /// The `Run` JSON.
+    /// The `Run` JSON, with Trellis's `started_at`, `ended_at`, `usage` and `subagent_runs`
+    /// ([`RunUsage`]).
     pub fn to_json(&self) -> Value {
+        let extension = self.usage().fields();
         let p = self.lock();
-        json!({
+        let mut run = json!({
             "run_id": self.run_id,
             "thread_id": self.thread_id,
             "assistant_id": assistants::assistant_id(&self.graph),
@@ -203,7 +226,11 @@ impl RunHandle {
             "metadata": self.metadata,
             "multitask_strategy": self.strategy.as_str(),
             "kwargs": self.kwargs,
-        })
+        });
+        for (key, value) in extension {
+            run[key] = value;
+        }
+        run
     }
 
     /// Ask the run to stop with `action` (the first request wins); a run that has ended is left

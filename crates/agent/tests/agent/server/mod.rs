@@ -3,8 +3,8 @@
 //! xtask test`), by the official JS client's React hook `useStream` under Node ([`js_client`];
 //! `TRELLIS_LANGGRAPH_NODE_MODULES`), by plain HTTP ([`http`]), and the router mounted in a larger
 //! axum app ([`mount`]); `command.resume` ([`resume`]) and the run lifecycle — cancel, delete,
-//! multitask strategies, `on_disconnect`, stateless runs ([`lifecycle`]). [`harness`] starts the
-//! server.
+//! multitask strategies, `on_disconnect`, stateless runs ([`lifecycle`]); run records with usage
+//! and cost ([`run_records`]). [`harness`] starts the server.
 
 mod harness;
 mod http;
@@ -12,4 +12,5 @@ mod js_client;
 mod lifecycle;
 mod mount;
 mod resume;
+mod run_records;
 mod sdk;
