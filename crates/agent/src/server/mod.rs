@@ -16,7 +16,10 @@
 //! | [`extract`] | JSON bodies (4xx on every malformed one), UUID ids, the [`User`] |
 //! | [`auth`] | API keys (`x-api-key` or `Authorization: Bearer`) → user |
 //! | [`assistants`] | `/ok`, `/info`, one assistant per graph |
-//! | [`threads`] | thread records, `/threads…` |
+//! | [`threads`] | thread records, `/threads…`, copy |
+//! | [`checkpoints`] | checkpoint ids, thread state, state at a checkpoint, history |
+//! | [`update`] | `update_state`: messages, todos and files, version-checked |
+//! | [`files`] | the thread's files in state, upload and download (a Trellis extension) |
 //! | [`runs`] | runs on a thread: stream (SSE), wait, background, get, list, join, join stream |
 //! | [`run_registry`] | the runs in memory: status, stream parts, result, which thread runs which |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
@@ -45,13 +48,16 @@
 
 pub mod assistants;
 pub mod auth;
+pub mod checkpoints;
 pub mod error;
 pub mod extract;
+pub mod files;
 pub mod messages;
 pub mod run_registry;
 pub mod runs;
 pub mod stream;
 pub mod threads;
+pub mod update;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -167,7 +173,26 @@ pub fn router(server: Server) -> Router {
                 .patch(threads::patch)
                 .delete(threads::delete),
         )
-        .route("/threads/{thread_id}/state", get(threads::state))
+        .route(
+            "/threads/{thread_id}/state",
+            get(checkpoints::state).post(update::update_state),
+        )
+        .route(
+            "/threads/{thread_id}/state/checkpoint",
+            post(checkpoints::state_at_body),
+        )
+        .route(
+            "/threads/{thread_id}/state/{checkpoint_id}",
+            get(checkpoints::state_at),
+        )
+        .route("/threads/{thread_id}/history", post(checkpoints::history))
+        .route("/threads/{thread_id}/copy", post(threads::copy))
+        .route(
+            "/threads/{thread_id}/files",
+            get(files::download)
+                .post(files::upload)
+                .layer(DefaultBodyLimit::max(files::MAX_UPLOAD_BYTES)),
+        )
         .route("/threads/{thread_id}/runs", post(runs::create).get(runs::list))
         .route("/threads/{thread_id}/runs/stream", post(runs::stream))
         .route("/threads/{thread_id}/runs/wait", post(runs::wait))

@@ -3,7 +3,9 @@
 //! xtask test`), by plain HTTP ([`http`]), and the router mounted in a larger axum app
 //! ([`mount`]). [`harness`] starts the server.
 
+mod files;
 mod harness;
 mod http;
 mod mount;
 mod sdk;
+mod state;

@@ -1,0 +1,266 @@
+//! A thread's files over the API: `values.files` in Deep Agents' file-data shape (text inline,
+//! large and binary files with a download link), `update_state` with `files` (version-checked,
+//! through the Python client), and Trellis's upload / download routes: an upload the agent reads
+//! on the next run, the download of a file the agent wrote, and hostile paths refused.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::{Value, json};
+
+use super::harness::{Served, http};
+use super::sdk::script;
+use crate::cli::harness::calls_then_done;
+use crate::support::skip_unless_langgraph;
+
+/// The status and JSON body (or text) of a response.
+async fn answer(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// `url?path=PATH`, the path percent-encoded.
+fn q(url: &str, path: &str) -> String {
+    let encoded: String = url::form_urlencoded::byte_serialize(path.as_bytes()).collect();
+    format!("{url}?path={encoded}")
+}
+
+/// A server on `model` (in a new temporary folder) and a new thread's id.
+async fn with_thread(model: &wiremock::MockServer) -> (tempfile::TempDir, Served, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path(), model, None);
+    let response = http()
+        .post(format!("{}/threads", served.url))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    let (_, thread) = answer(response).await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    (dir, served, tid)
+}
+
+/// `POST /threads/{tid}/runs/wait` with one user message: the status and the result.
+async fn wait(url: &str, tid: &str, text: &str) -> (u16, Value) {
+    let run = json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": text}]}});
+    let response = http()
+        .post(format!("{url}/threads/{tid}/runs/wait"))
+        .json(&run)
+        .send()
+        .await
+        .unwrap();
+    answer(response).await
+}
+
+/// A model whose first reply writes `/report.md`, then answers `done`.
+async fn writes_report() -> wiremock::MockServer {
+    calls_then_done(vec![
+        json!({"type": "tool_use", "id": "toolu_w", "name": "write_file",
+        "input": {"file_path": "/report.md", "content": "# Report\nall good\n"}}),
+    ])
+    .await
+}
+
+/// A file the agent wrote is in the state as Deep Agents file data; large and binary files are
+/// listed without content but with a link that downloads their exact bytes; an update with the
+/// version the client read writes, one with a stale version is a 409 and changes nothing; the
+/// whole listing sent back (as deep-agents-ui's file panel does) leaves the omitted files as they
+/// were; `null` deletes; bad paths, encodings and shapes are 422.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_in_state_and_version_checked_updates() {
+    let py = skip_unless_langgraph!();
+    script(&py, writes_report().await, None, r##"
+import base64, httpx
+
+async def main():
+    c = get_client(url=URL, api_key=None)
+    tid = (await c.threads.create())["thread_id"]
+    await c.runs.wait(tid, "agent", input={"messages": [{"role": "user", "content": "write the report"}]})
+    files = (await c.threads.get_state(tid))["values"]["files"]
+    rep = files["/report.md"]
+    assert rep["content"] == "# Report\nall good\n" and rep["encoding"] == "utf-8", rep
+    assert rep["modified_at"] and rep["created_at"] and rep["version"] and rep["size"] == 18, rep
+    assert "download_url" not in rep, rep
+    big = "x" * (300 * 1024)
+    blob = bytes(range(256))
+    await c.threads.update_state(tid, {"files": {
+        "/big.txt": {"content": big},
+        "/bin/blob.bin": {"content": base64.b64encode(blob).decode(), "encoding": "base64"},
+        "/lines.md": {"content": ["a", "b"]},
+    }})
+    files = (await c.threads.get_state(tid))["values"]["files"]
+    assert files["/big.txt"]["omitted"] == "too_large" and files["/big.txt"]["content"] == "", files["/big.txt"]
+    assert files["/big.txt"]["size"] == len(big)
+    assert files["/bin/blob.bin"]["omitted"] == "binary", files["/bin/blob.bin"]
+    assert files["/lines.md"]["content"] == "a\nb", files["/lines.md"]
+    async with httpx.AsyncClient(base_url=URL) as raw:
+        for path, want in [("/big.txt", big.encode()), ("/bin/blob.bin", blob)]:
+            r = await raw.get(files[path]["download_url"])
+            assert r.status_code == 200 and r.content == want, (path, r.status_code)
+    v = files["/report.md"]["version"]
+    await c.threads.update_state(tid, {"files": {"/report.md": {"content": "v2", "version": v}}})
+    await expect_status(409, c.threads.update_state(tid, {"files": {"/report.md": {"content": "stale", "version": v}}}))
+    files = (await c.threads.get_state(tid))["values"]["files"]
+    assert files["/report.md"]["content"] == "v2", files["/report.md"]
+    await c.threads.update_state(tid, {"files": files})
+    async with httpx.AsyncClient(base_url=URL) as raw:
+        r = await raw.get(f"/threads/{tid}/files", params={"path": "/big.txt"})
+        assert r.content == big.encode(), "an omitted file sent back is left alone"
+    await c.threads.update_state(tid, {"files": {"/report.md": None}})
+    files = (await c.threads.get_state(tid))["values"]["files"]
+    assert "/report.md" not in files and "/big.txt" in files, list(files)
+    for bad in [{"rel.md": {"content": "x"}}, {"/../x": {"content": "x"}}, {"/a\u0000b": {"content": "x"}},
+                {"/a": {"content": "x", "encoding": "rot13"}}, {"/a": {"content": "!!", "encoding": "base64"}},
+                {"/a": {"encoding": "utf-8"}}, {"/a": "text"}, {"/": {"content": "x"}}]:
+        await expect_status(422, c.threads.update_state(tid, {"files": bad}))
+    await expect_status(422, c.threads.update_state(tid, {"files": ["x"]}))
+    assert "/a" not in (await c.threads.get_state(tid))["values"]["files"]
+    print("ok")
+
+asyncio.run(main())
+"##).await;
+}
+
+/// A file uploaded into the thread's `/uploads` is listed to the model on the next run (the
+/// attachments middleware puts its path in the request) and the agent reads it with `read_file`;
+/// a second upload of the same name gets a new name; the agent's own files download.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_is_read_by_the_agent_on_the_next_run() {
+    let model = calls_then_done(vec![
+        json!({"type": "tool_use", "id": "toolu_r", "name": "read_file",
+        "input": {"file_path": "/uploads/notes.txt"}}),
+    ])
+    .await;
+    let (_dir, served, tid) = with_thread(&model).await;
+    let (u, c) = (&served.url, http());
+    let upload = |name: &str, body: &'static [u8]| {
+        c.post(q(&format!("{u}/threads/{tid}/files"), name))
+            .header("content-type", "text/plain")
+            .body(body)
+            .send()
+    };
+    let (status, up) = answer(upload("notes.txt", b"secret plan: 42\n").await.unwrap()).await;
+    assert_eq!(status, 200, "{up}");
+    assert_eq!(up["path"], "/uploads/notes.txt", "{up}");
+    assert_eq!(
+        (up["size"].as_u64(), up["media_type"].as_str()),
+        (Some(16), Some("text/plain"))
+    );
+    let (status, second) = answer(upload("notes.txt", b"another\n").await.unwrap()).await;
+    assert_eq!(
+        (status, second["path"].as_str()),
+        (200, Some("/uploads/notes-2.txt")),
+        "{second}"
+    );
+
+    let (status, out) = wait(u, &tid, "what is in my notes?").await;
+    assert_eq!(status, 200, "{out}");
+    let messages = out["messages"].as_array().unwrap();
+    let kinds: Vec<&str> = messages.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["human", "ai", "tool", "ai"], "{out}");
+    assert_eq!(messages[2]["status"], "success", "{}", messages[2]);
+    assert!(
+        messages[2]["content"].to_string().contains("secret plan: 42"),
+        "the agent read the upload: {}",
+        messages[2]
+    );
+    let first = &model.received_requests().await.unwrap()[0];
+    let request = String::from_utf8_lossy(&first.body);
+    assert!(
+        request.contains("/uploads/notes.txt") && request.contains("/uploads/notes-2.txt"),
+        "the model was told about both uploads: {request}"
+    );
+
+    let download = c.get(q(&format!("{u}/threads/{tid}/files"), "/uploads/notes.txt"));
+    let response = download.send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let disposition = response.headers()["content-disposition"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(disposition, "attachment; filename=\"notes.txt\"");
+    assert_eq!(response.bytes().await.unwrap().as_ref(), b"secret plan: 42\n");
+}
+
+/// Hostile names and paths are 4xx with a `detail` (never a 5xx), an oversized upload is 413, and
+/// nothing lands outside the thread's own files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_paths_and_oversized_uploads_are_refused() {
+    let model = writes_report().await;
+    let (dir, served, tid) = with_thread(&model).await;
+    let (u, c) = (&served.url, http());
+    let (status, _) = wait(u, &tid, "report").await;
+    assert_eq!(status, 200);
+    let files = format!("{u}/threads/{tid}/files");
+    for name in [
+        "../escape.txt",
+        "/etc/passwd",
+        "a\0b.txt",
+        "a/b.txt",
+        "..",
+        "",
+        "a\\b.txt",
+        "..\\x",
+    ] {
+        let (status, body) = answer(c.post(q(&files, name)).body("x").send().await.unwrap()).await;
+        assert_eq!(status, 422, "upload {name:?}: {body}");
+        assert!(body["detail"].is_string(), "{body}");
+    }
+    let (status, body) = answer(c.post(&files).body("x").send().await.unwrap()).await;
+    assert_eq!(status, 422, "no path: {body}");
+    for path in [
+        "/../etc/passwd",
+        "report.md",
+        "/a\0b",
+        "/",
+        "/uploads/%2e%2e/x",
+        "C:\\x",
+    ] {
+        let (status, body) = answer(c.get(q(&files, path)).send().await.unwrap()).await;
+        assert_eq!(status, 422, "download {path:?}: {body}");
+        assert!(body["detail"].is_string(), "{body}");
+    }
+    let (status, _) = answer(c.get(q(&files, "/nope.md")).send().await.unwrap()).await;
+    assert_eq!(status, 404);
+    let (status, body) = answer(
+        c.post(q(&files, "big.bin"))
+            .body(vec![0u8; 26 * 1024 * 1024])
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 413, "{body}");
+    // The server closed that connection without reading the rest of the body: a new client.
+    let c = http();
+    let (status, body) = answer(c.get(q(&files, "/report.md")).send().await.unwrap()).await;
+    assert_eq!(
+        (status, body),
+        (200, Value::String("# Report\nall good\n".into()))
+    );
+    let (status, _) = answer(
+        c.get(q(
+            &format!("{u}/threads/00000000-0000-4000-8000-000000000000/files"),
+            "/report.md",
+        ))
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404);
+    // Everything the server wrote is under the state dir, and no hostile name made a file.
+    let mut names = Vec::new();
+    let mut stack = vec![dir.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            names.push(path.file_name().unwrap().to_string_lossy().into_owned());
+            if path.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    for bad in ["escape.txt", "passwd", "big.bin", "a_b.txt"] {
+        assert!(!names.iter().any(|n| n == bad), "{bad} was written: {names:?}");
+    }
+}
