@@ -1,7 +1,6 @@
 //! A thread's own files over the API: what a `ThreadState`'s `values.files` shows
-//! ([`state_files`]), what `update_state` writes ([`plan`], [`apply`]), and Trellis's extension
-//! routes `POST /threads/{id}/files` (upload into `/uploads`) and `GET /threads/{id}/files`
-//! (download).
+//! ([`state_files`]), what `update_state` writes ([`plan`], [`apply`]), and the copy of a
+//! thread's files ([`copy_all`]). Uploads and downloads: [`crate::server::transfer`].
 //!
 //! "The thread's own files" are the thread space the agent sees at `/` (the
 //! [`Checkpointer`](trellis_middleware::Checkpointer)'s thread files: `STATE_DIR/threads/<id>/files`
@@ -25,20 +24,12 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Extension, FromRequest, Path, RawQuery, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
-use trellis_middleware::State as AgentState;
-use trellis_middleware::attachments::{ATTACHMENTS, AttachmentStore, Upload, guess_media_type};
 use trellis_middleware::backend::{Backend, BackendError, ConflictKind, Version, VirtualPath, WriteMode};
-use trellis_middleware::runtime::checkpoint::{Checkpoint, CheckpointError};
 
 use crate::server::Shared;
-use crate::server::checkpoints::{UPDATE_SLOT, checkpoint_config};
 use crate::server::error::{ApiError, ApiResult};
-use crate::server::extract::{User, parse_uuid};
 use crate::server::threads::ThreadRecord;
 
 /// Largest text file shown inline in `values.files`.
@@ -49,22 +40,16 @@ pub const MAX_STATE_TEXT_BYTES: u64 = 4 * 1024 * 1024;
 pub const MAX_STATE_FILES: usize = 1000;
 /// Files one `update_state` may write.
 const MAX_WRITES: usize = 1000;
-/// Largest upload (`POST /threads/{id}/files`), the attachments' default.
-pub const MAX_UPLOAD_BYTES: usize = 25 * 1024 * 1024;
-/// Largest download (the file is read whole).
-pub const MAX_DOWNLOAD_BYTES: u64 = 64 * 1024 * 1024;
-/// Where uploads go.
-pub const UPLOADS_DIR: &str = "/uploads";
 
 /// The thread's own file space; 422 when the checkpointer keeps none.
-fn space(server: &Shared, record: &ThreadRecord) -> ApiResult<Arc<dyn Backend>> {
+pub(crate) fn space(server: &Shared, record: &ThreadRecord) -> ApiResult<Arc<dyn Backend>> {
     server
         .checkpointer
         .thread_files(&record.runtime_id())
         .ok_or_else(|| ApiError::unprocessable("this server keeps no thread files"))
 }
 
-fn storage(e: impl std::fmt::Display) -> ApiError {
+pub(crate) fn storage(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal("a thread's files", e)
 }
 
@@ -247,7 +232,7 @@ fn file_bytes(path: &str, data: &Map<String, Value>) -> ApiResult<Bytes> {
 }
 
 /// A path of the thread's view: absolute, no `..`, no control characters (422 otherwise).
-fn view_path(path: &str) -> ApiResult<VirtualPath> {
+pub(crate) fn view_path(path: &str) -> ApiResult<VirtualPath> {
     if !path.starts_with('/') {
         return Err(ApiError::unprocessable(format!(
             "{path:?} is not an absolute path"
@@ -261,7 +246,7 @@ fn view_path(path: &str) -> ApiResult<VirtualPath> {
     Ok(parsed)
 }
 
-fn shown(path: &str) -> String {
+pub(crate) fn shown(path: &str) -> String {
     path.chars().take(200).collect()
 }
 
@@ -314,187 +299,6 @@ pub async fn apply(server: &Shared, record: &ThreadRecord, writes: Vec<FileWrite
         done.push(write.path.to_string());
     }
     Ok(())
-}
-
-/// The `path` query parameter of a file route (decoded), 422 when missing.
-fn path_param(query: Option<&str>) -> ApiResult<String> {
-    url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .find(|(k, _)| k == "path")
-        .map(|(_, v)| v.into_owned())
-        .ok_or_else(|| ApiError::unprocessable("the path query parameter is required"))
-}
-
-/// `GET /threads/{thread_id}/files?path=/a.md` (Trellis extension): the bytes of a file of the
-/// thread's own files, as an attachment. 404 when it does not exist, 422 for a bad path or a
-/// directory, 413 over [`MAX_DOWNLOAD_BYTES`].
-pub async fn download(
-    State(server): State<Shared>,
-    Extension(user): Extension<User>,
-    Path(id): Path<String>,
-    RawQuery(query): RawQuery,
-) -> ApiResult<Response> {
-    let record = server.threads.get(&user, &parse_uuid("thread_id", &id)?)?;
-    let path = view_path(&path_param(query.as_deref())?)?;
-    let space = space(&server, &record)?;
-    let entry = match space.stat(&path).await {
-        Ok(entry) => entry,
-        Err(e) if e.is_not_found() => return Err(ApiError::not_found(format!("file {path}"))),
-        Err(e) => return Err(storage(e)),
-    };
-    if entry.is_dir() {
-        return Err(ApiError::unprocessable(format!("{path} is a directory")));
-    }
-    if entry.size > MAX_DOWNLOAD_BYTES {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "{path} is {} bytes; downloads stop at {MAX_DOWNLOAD_BYTES}",
-                entry.size
-            ),
-        ));
-    }
-    let read = match space.read(&path, None).await {
-        Ok(read) => read,
-        Err(e) if e.is_not_found() => return Err(ApiError::not_found(format!("file {path}"))),
-        Err(e) => return Err(storage(e)),
-    };
-    let name = path.file_name().unwrap_or("file");
-    // Shown as text at most, never rendered: no HTML or SVG from the API's origin.
-    let media = match guess_media_type(name) {
-        "text/html" | "image/svg+xml" | "application/xml" => "text/plain",
-        other => other,
-    };
-    let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
-    headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-    let ascii: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{ascii}\"")) {
-        headers.insert(header::CONTENT_DISPOSITION, value);
-    }
-    if let Some(version) = &read.version
-        && let Ok(value) = HeaderValue::from_str(&format!("\"{}\"", version.as_str()))
-    {
-        headers.insert(header::ETAG, value);
-    }
-    Ok((headers, read.bytes).into_response())
-}
-
-/// `POST /threads/{thread_id}/files?path=NAME` (Trellis extension): the raw body becomes
-/// `/uploads/NAME` in the thread's own files (a taken name gets `-2`, `-3`, …; never replaced),
-/// and the thread's `attachments` list gains it, so the attachments middleware names it to the
-/// model on the next run. `NAME` is one file name: a path (`/`, `\`, `..`), an empty name or a
-/// control character is 422. The body is at most [`MAX_UPLOAD_BYTES`] (413). 409 while a run is
-/// in flight, or when the thread changed during the upload (the file is then written but not
-/// listed: upload it again). Answers `{"path", "name", "size", "media_type", "checkpoint"}`.
-pub async fn upload(
-    State(server): State<Shared>,
-    Extension(user): Extension<User>,
-    Path(id): Path<String>,
-    RawQuery(query): RawQuery,
-    request: Request,
-) -> ApiResult<Response> {
-    let record = server.threads.get(&user, &parse_uuid("thread_id", &id)?)?;
-    let name = path_param(query.as_deref())?;
-    if name.is_empty()
-        || name.len() > 255
-        || name == "."
-        || name.contains(['/', '\\'])
-        || name.contains("..")
-        || name.chars().any(char::is_control)
-    {
-        return Err(ApiError::unprocessable(format!(
-            "invalid upload name {:?}: one file name, no '/', '\\', '..' or control characters",
-            shown(&name)
-        )));
-    }
-    let media_type = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .filter(|t| !t.is_empty() && *t != "application/octet-stream" && t.len() <= 200)
-        .map(str::to_owned);
-    let bytes = Bytes::from_request(request, &()).await.map_err(|rejection| {
-        let status = rejection.status();
-        ApiError::new(
-            if status.is_client_error() {
-                status
-            } else {
-                StatusCode::BAD_REQUEST
-            },
-            rejection.body_text(),
-        )
-    })?;
-    if server.runs.active_run(&record.thread_id).is_some() {
-        return Err(ApiError::conflict(
-            "the thread is running a task: wait for it to finish",
-        ));
-    }
-    let uploads = VirtualPath::parse(UPLOADS_DIR).map_err(storage)?;
-    let mut upload = Upload::new(name, bytes);
-    if let Some(media_type) = media_type {
-        upload = upload.with_media_type(media_type);
-    }
-    let store = AttachmentStore::new(space(&server, &record)?)
-        .with_root(uploads)
-        .with_max_bytes(MAX_UPLOAD_BYTES as u64);
-    let attachment = store.store(upload).await.map_err(|e| match e {
-        trellis_middleware::attachments::AttachmentError::TooLarge { .. } => {
-            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string())
-        }
-        trellis_middleware::attachments::AttachmentError::NoFreeName(_) => ApiError::conflict(e.to_string()),
-        e => storage(e),
-    })?;
-    // List it in the thread's state: a checkpoint after the latest, version-checked.
-    let tid = record.runtime_id();
-    let stored = server
-        .checkpointer
-        .peek(&tid)
-        .await
-        .map_err(|e| ApiError::internal("reading a thread", e))?;
-    let (mut state, version, seq) = match stored {
-        Some(s) => (s.checkpoint.state, Some(s.version), s.checkpoint.seq + 1),
-        None => (AgentState::default(), None, 0),
-    };
-    state
-        .update(&ATTACHMENTS, |list| {
-            list.retain(|a| a.path != attachment.path);
-            list.push(attachment.clone());
-        })
-        .map_err(|e| ApiError::internal("the thread's attachments", e))?;
-    state.set_json(
-        UPDATE_SLOT,
-        true,
-        json!({"seq": seq, "as_node": "__start__", "keys": ["attachments"]}),
-    );
-    match server
-        .checkpointer
-        .save(Checkpoint::new(tid, seq, state), version.as_ref())
-        .await
-    {
-        Ok(_) => {}
-        Err(CheckpointError::Conflict { .. }) => {
-            return Err(ApiError::conflict(format!(
-                "the thread changed during the upload: {} is stored but not listed; upload it again",
-                attachment.path
-            )));
-        }
-        Err(e) => return Err(ApiError::internal("saving a thread's upload", e)),
-    }
-    server.threads.update(&record.thread_id, |_| {}).await?;
-    Ok(axum::Json(json!({
-        "path": attachment.path, "name": attachment.name, "size": attachment.size,
-        "media_type": attachment.media_type, "checkpoint": checkpoint_config(&record.thread_id, seq),
-    }))
-    .into_response())
 }
 
 /// Most files a thread copy carries.

@@ -19,7 +19,8 @@
 //! | [`threads`] | thread records, `/threads…`, copy |
 //! | [`checkpoints`] | checkpoint ids, thread state, state at a checkpoint, history |
 //! | [`update`] | `update_state`: messages, todos and files, version-checked |
-//! | [`files`] | the thread's files in state, upload and download (a Trellis extension) |
+//! | [`files`] | the thread's files in state values and in `update_state` |
+//! | [`transfer`] | upload and download of a thread's files (a Trellis extension) |
 //! | [`runs`] | runs on a thread: stream (SSE), wait, background, get, list, join, join stream |
 //! | [`run_registry`] | the runs in memory: status, stream parts, result, which thread runs which |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
@@ -57,6 +58,7 @@ pub mod run_registry;
 pub mod runs;
 pub mod stream;
 pub mod threads;
+pub mod transfer;
 pub mod update;
 
 use std::collections::BTreeMap;
@@ -189,9 +191,9 @@ pub fn router(server: Server) -> Router {
         .route("/threads/{thread_id}/copy", post(threads::copy))
         .route(
             "/threads/{thread_id}/files",
-            get(files::download)
-                .post(files::upload)
-                .layer(DefaultBodyLimit::max(files::MAX_UPLOAD_BYTES)),
+            get(transfer::download)
+                .post(transfer::upload)
+                .layer(DefaultBodyLimit::max(transfer::MAX_UPLOAD_BYTES)),
         )
         .route("/threads/{thread_id}/runs", post(runs::create).get(runs::list))
         .route("/threads/{thread_id}/runs/stream", post(runs::stream))

@@ -122,7 +122,8 @@ asyncio.run(main())
 
 /// A file uploaded into the thread's `/uploads` is listed to the model on the next run (the
 /// attachments middleware puts its path in the request) and the agent reads it with `read_file`;
-/// a second upload of the same name gets a new name; the agent's own files download.
+/// a multipart form uploads several files at once, and a taken name gets a new one; the upload
+/// downloads as it was sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_is_read_by_the_agent_on_the_next_run() {
     let model = calls_then_done(vec![
@@ -140,17 +141,40 @@ async fn an_upload_is_read_by_the_agent_on_the_next_run() {
     };
     let (status, up) = answer(upload("notes.txt", b"secret plan: 42\n").await.unwrap()).await;
     assert_eq!(status, 200, "{up}");
+    let up = &up["uploads"][0];
     assert_eq!(up["path"], "/uploads/notes.txt", "{up}");
     assert_eq!(
         (up["size"].as_u64(), up["media_type"].as_str()),
         (Some(16), Some("text/plain"))
     );
-    let (status, second) = answer(upload("notes.txt", b"another\n").await.unwrap()).await;
-    assert_eq!(
-        (status, second["path"].as_str()),
-        (200, Some("/uploads/notes-2.txt")),
-        "{second}"
+    // A form with two files, one of them named as the first upload.
+    let boundary = "trellis-test-boundary";
+    let form = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"notes.txt\"\r\n\
+         Content-Type: text/plain\r\n\r\nanother\n\r\n\
+         --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"data.csv\"\r\n\r\na,b\n1,2\n\r\n\
+         --{boundary}--\r\n"
     );
+    let response = c
+        .post(format!("{u}/threads/{tid}/files"))
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    let (status, form) = answer(response).await;
+    assert_eq!(status, 200, "{form}");
+    let paths: Vec<&str> = form["uploads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["/uploads/notes-2.txt", "/uploads/data.csv"], "{form}");
+    assert_eq!(form["uploads"][1]["media_type"], "text/csv", "{form}");
 
     let (status, out) = wait(u, &tid, "what is in my notes?").await;
     assert_eq!(status, 200, "{out}");
@@ -166,8 +190,10 @@ async fn an_upload_is_read_by_the_agent_on_the_next_run() {
     let first = &model.received_requests().await.unwrap()[0];
     let request = String::from_utf8_lossy(&first.body);
     assert!(
-        request.contains("/uploads/notes.txt") && request.contains("/uploads/notes-2.txt"),
-        "the model was told about both uploads: {request}"
+        ["/uploads/notes.txt", "/uploads/notes-2.txt", "/uploads/data.csv"]
+            .iter()
+            .all(|p| request.contains(p)),
+        "the model was told about every upload: {request}"
     );
 
     let download = c.get(q(&format!("{u}/threads/{tid}/files"), "/uploads/notes.txt"));
@@ -207,6 +233,23 @@ async fn hostile_paths_and_oversized_uploads_are_refused() {
     }
     let (status, body) = answer(c.post(&files).body("x").send().await.unwrap()).await;
     assert_eq!(status, 422, "no path: {body}");
+    let multipart = "multipart/form-data; boundary=b";
+    for part in [
+        "Content-Disposition: form-data; name=\"f\"; filename=\"../escape.txt\"",
+        "Content-Disposition: form-data; name=\"f\"; filename=\"/etc/passwd\"",
+        "Content-Disposition: form-data; name=\"f\"",
+    ] {
+        let form = format!("--b\r\n{part}\r\n\r\nx\r\n--b--\r\n");
+        let response = c.post(&files).header("content-type", multipart).body(form).send();
+        let (status, body) = answer(response.await.unwrap()).await;
+        assert_eq!(status, 422, "form part {part:?}: {body}");
+    }
+    let response = c
+        .post(&files)
+        .header("content-type", multipart)
+        .body("--b\r\nbroken");
+    let (status, body) = answer(response.send().await.unwrap()).await;
+    assert!(status == 400 || status == 422, "a broken form: {status} {body}");
     for path in [
         "/../etc/passwd",
         "report.md",

@@ -92,6 +92,42 @@ asyncio.run(main())
 "##).await;
 }
 
+/// Two clients update the same thread at once from the same checkpoint, and two more write the
+/// same file from the same version: of each pair exactly one succeeds and the other gets a 409;
+/// the winner's change is what the thread holds, and nothing of the loser's was applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_updates_one_wins_the_other_is_a_409() {
+    let py = skip_unless_langgraph!();
+    script(&py, always_done().await, None, r##"
+async def race(*calls):
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    won = [i for i, r in enumerate(results) if not isinstance(r, Exception)]
+    lost = [r for r in results if isinstance(r, Exception)]
+    assert len(won) == 1 and [status_of(e) for e in lost] == [409], results
+    return won[0]
+
+async def main():
+    c = get_client(url=URL, api_key=None)
+    tid = (await c.threads.create())["thread_id"]
+    await c.runs.wait(tid, "agent", input={"messages": [{"role": "user", "content": "hi"}]})
+    for _ in range(5):
+        head = (await c.threads.get_state(tid))["checkpoint"]["checkpoint_id"]
+        todos = [[{"content": who, "status": "pending"}] for who in ("a", "b")]
+        w = await race(*[c.threads.update_state(tid, {"todos": t}, checkpoint_id=head) for t in todos])
+        state = await c.threads.get_state(tid)
+        assert state["values"]["todos"] == todos[w], (w, state["values"])
+        assert state["parent_checkpoint"]["checkpoint_id"] == head, "one checkpoint after the head"
+    await c.threads.update_state(tid, {"files": {"/shared.md": {"content": "v1"}}})
+    version = (await c.threads.get_state(tid))["values"]["files"]["/shared.md"]["version"]
+    texts = ["from a", "from b"]
+    w = await race(*[c.threads.update_state(tid, {"files": {"/shared.md": {"content": t, "version": version}}}) for t in texts])
+    assert (await c.threads.get_state(tid))["values"]["files"]["/shared.md"]["content"] == texts[w]
+    print("ok")
+
+asyncio.run(main())
+"##).await;
+}
+
 /// `threads.copy`: a new thread of the same user with the same history (states, order, steps) and
 /// files, independent of the source (a run on the copy leaves the source as it was).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
