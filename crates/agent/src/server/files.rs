@@ -53,6 +53,23 @@ pub(crate) fn storage(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal("a thread's files", e)
 }
 
+/// A storage error on a path the client named, as the client's error where it is one: a missing
+/// file 404; a path through a file, onto a directory or invalid 422; a conflict 409; too large 413;
+/// a refusal 403. Anything else is the server's (500).
+pub(crate) fn on_path(e: BackendError) -> ApiError {
+    use axum::http::StatusCode;
+    match e {
+        BackendError::NotFound { .. } => ApiError::not_found(e.to_string()),
+        BackendError::IsADirectory { .. }
+        | BackendError::NotADirectory { .. }
+        | BackendError::InvalidPath { .. } => ApiError::unprocessable(e.to_string()),
+        BackendError::Conflict { .. } => ApiError::conflict(e.to_string()),
+        BackendError::TooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
+        BackendError::PermissionDenied { .. } => ApiError::new(StatusCode::FORBIDDEN, e.to_string()),
+        e => storage(e),
+    }
+}
+
 /// `path` percent-encoded for a query string.
 fn encode(path: &str) -> String {
     url::form_urlencoded::byte_serialize(path.as_bytes()).collect()
@@ -177,7 +194,7 @@ pub async fn plan(server: &Shared, record: &ThreadRecord, update: &Value) -> Api
             }
             Ok(entry) => entry.version,
             Err(e) if e.is_not_found() => None,
-            Err(e) => return Err(storage(e)),
+            Err(e) => return Err(on_path(e)),
         };
         let given = data.get("version").and_then(Value::as_str).map(Version::new);
         if let Some(given) = &given
@@ -276,7 +293,7 @@ pub async fn apply(server: &Shared, record: &ThreadRecord, writes: Vec<FileWrite
                         kind: ConflictKind::AlreadyExists | ConflictKind::VersionMismatch,
                         ..
                     }) => return Err(conflict(&done)),
-                    Err(e) => return Err(storage(e)),
+                    Err(e) => return Err(on_path(e)),
                 }
             }
             None => {

@@ -20,7 +20,7 @@ use crate::server::Shared;
 use crate::server::checkpoints::{UPDATE_SLOT, checkpoint_config};
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::{User, parse_uuid};
-use crate::server::files::{shown, space, storage, view_path};
+use crate::server::files::{on_path, shown, space, storage, view_path};
 
 /// Where uploads go.
 pub const UPLOADS_DIR: &str = "/uploads";
@@ -54,7 +54,7 @@ pub async fn download(
     let entry = match space.stat(&path).await {
         Ok(entry) => entry,
         Err(e) if e.is_not_found() => return Err(ApiError::not_found(format!("file {path}"))),
-        Err(e) => return Err(storage(e)),
+        Err(e) => return Err(on_path(e)),
     };
     if entry.is_dir() {
         return Err(ApiError::unprocessable(format!("{path} is a directory")));
@@ -71,7 +71,7 @@ pub async fn download(
     let read = match space.read(&path, None).await {
         Ok(read) => read,
         Err(e) if e.is_not_found() => return Err(ApiError::not_found(format!("file {path}"))),
-        Err(e) => return Err(storage(e)),
+        Err(e) => return Err(on_path(e)),
     };
     let name = path.file_name().unwrap_or("file");
     // Shown as text at most, never rendered: no HTML or SVG from the API's origin.
@@ -229,6 +229,7 @@ pub async fn upload(
         stored.push(store.store(upload).await.map_err(|e| match e {
             AttachmentError::TooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, e.to_string()),
             AttachmentError::NoFreeName(_) => ApiError::conflict(e.to_string()),
+            AttachmentError::Backend(e) => on_path(e),
             e => storage(e),
         })?);
     }

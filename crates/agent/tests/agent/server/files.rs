@@ -264,6 +264,21 @@ async fn hostile_paths_and_oversized_uploads_are_refused() {
     }
     let (status, _) = answer(c.get(q(&files, "/nope.md")).send().await.unwrap()).await;
     assert_eq!(status, 404);
+    // Paths that pass as paths but not against the files there: under a file, onto a directory.
+    for path in ["/report.md/inner", "/report.md/inner/deeper.md"] {
+        let (status, body) = answer(c.get(q(&files, path)).send().await.unwrap()).await;
+        assert!(matches!(status, 404 | 422), "download {path:?}: {status} {body}");
+    }
+    let state = format!("{u}/threads/{tid}/state");
+    for path in ["/report.md/inner", "/report.md/a/b"] {
+        let update = json!({"values": {"files": {path: {"content": "x"}}}});
+        let (status, body) = answer(c.post(&state).json(&update).send().await.unwrap()).await;
+        assert!(matches!(status, 409 | 422), "update {path:?}: {status} {body}");
+    }
+    let onto_dir = json!({"values": {"files": {"/uploads": {"content": "x"}}}});
+    let (_, _) = answer(c.post(q(&files, "first.txt")).body("x").send().await.unwrap()).await;
+    let (status, body) = answer(c.post(&state).json(&onto_dir).send().await.unwrap()).await;
+    assert_eq!(status, 422, "a directory: {body}");
     let (status, body) = answer(
         c.post(q(&files, "big.bin"))
             .body(vec![0u8; 26 * 1024 * 1024])
