@@ -20,7 +20,7 @@
 //!   checkpoints: only the latest checkpoint's `values` carry them.
 
 use axum::Json;
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, Path, RawQuery, State};
 use chrono::DateTime;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -356,7 +356,40 @@ pub async fn history(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<HistoryBody>,
 ) -> ApiResult<Json<Value>> {
-    let record = server.threads.get(&user, &parse_uuid("thread_id", &id)?)?;
+    history_of(&server, &user, &id, body).await
+}
+
+/// `GET /threads/{thread_id}/history?limit=N&before=CHECKPOINT_ID`: the same as the POST form
+/// with those two fields (any other parameter is a 422).
+pub async fn history_get(
+    State(server): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Json<Value>> {
+    let mut body = HistoryBody::default();
+    for (key, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match key.as_ref() {
+            "limit" => {
+                let limit = value
+                    .parse()
+                    .map_err(|_| ApiError::unprocessable(format!("limit must be a number, not {value:?}")))?;
+                body.limit = Some(limit);
+            }
+            "before" => body.before = Some(Before::Id(value.into_owned())),
+            other => {
+                return Err(ApiError::unprocessable(format!(
+                    "unknown query parameter {other:?}: use limit and before"
+                )));
+            }
+        }
+    }
+    history_of(&server, &user, &id, body).await
+}
+
+async fn history_of(server: &Shared, user: &User, id: &str, body: HistoryBody) -> ApiResult<Json<Value>> {
+    let server = server.clone();
+    let record = server.threads.get(user, &parse_uuid("thread_id", id)?)?;
     let thread = record.thread_id;
     let limit = body.limit.unwrap_or(10).min(MAX_HISTORY);
     let before = match &body.before {

@@ -187,7 +187,10 @@ pub fn router(server: Server) -> Router {
             "/threads/{thread_id}/state/{checkpoint_id}",
             get(checkpoints::state_at),
         )
-        .route("/threads/{thread_id}/history", post(checkpoints::history))
+        .route(
+            "/threads/{thread_id}/history",
+            post(checkpoints::history).get(checkpoints::history_get),
+        )
         .route("/threads/{thread_id}/copy", post(threads::copy))
         .route(
             "/threads/{thread_id}/files",

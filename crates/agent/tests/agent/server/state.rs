@@ -18,7 +18,7 @@ use crate::support::skip_unless_langgraph;
 async fn history_state_at_checkpoints_and_update_state() {
     let py = skip_unless_langgraph!();
     script(&py, ls_then_streamed_answer().await, None, r##"
-import uuid
+import httpx, uuid
 
 def ids(states):
     return [s["checkpoint"]["checkpoint_id"] for s in states]
@@ -51,6 +51,14 @@ async def main():
     posted = await c.threads.get_state(tid, checkpoint={"checkpoint_id": mid["checkpoint"]["checkpoint_id"], "checkpoint_ns": ""})
     assert posted["values"] == mid["values"], posted
     assert ids(await c.threads.get_history(tid, limit=2)) == ids(hist[:2])
+    async with httpx.AsyncClient(base_url=URL) as raw:
+        r = await raw.get(f"/threads/{tid}/history", params={"limit": 2})
+        assert r.status_code == 200 and ids(r.json()) == ids(hist[:2]), r.text
+        r = await raw.get(f"/threads/{tid}/history", params={"limit": 100, "before": hist[0]["checkpoint_id"]})
+        assert ids(r.json()) == ids(hist[1:]), r.text
+        for bad in [{"limit": "x"}, {"sort": "asc"}, {"before": "nope"}]:
+            r = await raw.get(f"/threads/{tid}/history", params=bad)
+            assert r.status_code == 422 and "detail" in r.json(), (bad, r.text)
     assert ids(await c.threads.get_history(tid, limit=100, before=hist[0]["checkpoint"])) == ids(hist[1:])
     assert ids(await c.threads.get_history(tid, limit=100, before=hist[1]["checkpoint"]["checkpoint_id"])) == ids(hist[2:])
     assert ids(await c.threads.get_history(tid, checkpoint={"checkpoint_id": mid["checkpoint_id"]})) == [mid["checkpoint_id"]]
