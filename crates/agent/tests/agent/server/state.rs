@@ -207,6 +207,12 @@ async def main():
     again = await alice.threads.get_state(tid)
     assert again["checkpoint"] == cp and again["values"] == state["values"], "untouched"
     assert [t["thread_id"] for t in await alice.threads.search()] == [tid], "no copy was made"
+    mine = (await alice.threads.copy(tid))["thread_id"]
+    assert {t["thread_id"] for t in await alice.threads.search()} == {tid, mine}, "the copy is alice's"
+    assert (await alice.threads.get_state(mine))["values"]["files"]["/a.md"]["content"] == "mine"
+    await expect_status(404, bob.threads.get_state(mine))
+    await expect_status(404, bob.threads.get_history(mine))
+    assert await bob.threads.search() == []
     print("ok")
 
 asyncio.run(main())
