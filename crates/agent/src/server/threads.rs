@@ -298,14 +298,19 @@ pub async fn create(
     Ok(Json(thread_json(&server, &record).await?))
 }
 
-/// `GET /threads/{thread_id}`.
+/// `GET /threads/{thread_id}`: the thread, whose `values` (once it has a checkpoint) carry its
+/// files as the state does (searches leave them out: reading every thread's files is too dear).
 pub async fn get_one(
     State(server): State<Shared>,
     Extension(user): Extension<User>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let record = server.threads.get(&user, &parse_uuid("thread_id", &id)?)?;
-    Ok(Json(thread_json(&server, &record).await?))
+    let mut thread = thread_json(&server, &record).await?;
+    if let Some(values) = thread.get_mut("values").and_then(Value::as_object_mut) {
+        values.insert("files".into(), files::state_files(&server, &record).await?);
+    }
+    Ok(Json(thread))
 }
 
 /// `PATCH /threads/{thread_id}` body.

@@ -158,6 +158,7 @@ async def main():
     assert hist[-1]["parent_checkpoint"] is None and all(h["checkpoint"]["thread_id"] == cid for h in hist), hist
     files = (await c.threads.get_state(cid))["values"]["files"]
     assert files["/notes.md"]["content"] == "# Notes\n", files
+    assert (await c.threads.get(cid))["values"]["files"] == files, "the thread's values carry them too"
     assert {t["thread_id"] for t in await c.threads.search()} == {tid, cid}
     await c.runs.wait(cid, "agent", input={"messages": [{"role": "user", "content": "more"}]})
     assert len(await c.threads.get_history(tid, limit=100)) == len(before), "the source is untouched"
