@@ -196,7 +196,15 @@ pub async fn plan(server: &Shared, record: &ThreadRecord, update: &Value) -> Api
             Err(e) if e.is_not_found() => None,
             Err(e) => return Err(on_path(e)),
         };
-        let given = data.get("version").and_then(Value::as_str).map(Version::new);
+        let given = match data.get("version") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(v)) => Some(Version::new(v.as_str())),
+            Some(_) => {
+                return Err(ApiError::unprocessable(format!(
+                    "values.files[{path:?}].version must be a string"
+                )));
+            }
+        };
         if let Some(given) = &given
             && current.as_ref() != Some(given)
         {

@@ -478,11 +478,16 @@ pub fn task_id(id: &Uuid) -> String {
     Uuid::new_v5(id, b"task:tools").to_string()
 }
 
+/// A body that must be empty (or `{}`): anything else is a 400 or 422.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoBody {}
+
 /// Most checkpoints a copy carries: the newest ones (the copy's first is then the source's
 /// checkpoint that many steps back, with no parent).
 pub const MAX_COPY_CHECKPOINTS: usize = 1000;
 
-/// `POST /threads/{thread_id}/copy` (no body): a new thread owned by the caller with the source's
+/// `POST /threads/{thread_id}/copy` (no body, or `{}`): a new thread owned by the caller with the source's
 /// metadata and status, its checkpoints (the same numbers, states and save times, at most
 /// [`MAX_COPY_CHECKPOINTS`] of the newest) and a copy of its files as they are now. The two share
 /// nothing afterwards. 409 while the source runs. A copy that fails part-way is removed (a
@@ -491,6 +496,7 @@ pub async fn copy(
     State(server): State<Shared>,
     Extension(user): Extension<User>,
     Path(id): Path<String>,
+    JsonBody(_): JsonBody<NoBody>,
 ) -> ApiResult<Json<Value>> {
     let id = parse_uuid("thread_id", &id)?;
     let source = server.threads.get(&user, &id)?;

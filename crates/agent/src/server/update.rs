@@ -293,12 +293,12 @@ fn from_dict(dict: &Value, kind: Option<&str>) -> ApiResult<Message> {
         }),
         Some("ai" | "assistant" | "AIMessageChunk") => {
             let mut content = content;
-            for call in dict
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+            let calls = match dict.get("tool_calls") {
+                None | Some(Value::Null) => &[][..],
+                Some(Value::Array(calls)) => calls.as_slice(),
+                Some(_) => return Err(ApiError::unprocessable("tool_calls must be a list")),
+            };
+            for call in calls {
                 let (Some(id), Some(name)) = (str_field(call, "id"), str_field(call, "name")) else {
                     return Err(ApiError::unprocessable("a tool call needs an id and a name"));
                 };

@@ -322,3 +322,67 @@ async fn hostile_paths_and_oversized_uploads_are_refused() {
         assert!(!names.iter().any(|n| n == bad), "{bad} was written: {names:?}");
     }
 }
+
+/// Malformed bodies and parameters on every state, history, update, file and copy route: each a
+/// 4xx with a `detail`, never a 5xx, and the thread is as it was afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_on_state_routes_is_4xx_and_changes_nothing() {
+    let model = writes_report().await;
+    let (_dir, served, tid) = with_thread(&model).await;
+    let (u, c) = (&served.url, http());
+    assert_eq!(wait(u, &tid, "report").await.0, 200);
+    let t = format!("{u}/threads/{tid}");
+    let (_, before) = answer(c.get(format!("{t}/state")).send().await.unwrap()).await;
+    let nested = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let posts: Vec<(&str, String)> = vec![
+        ("history", r#"{"limit": -1}"#.into()),
+        ("history", r#"{"limit": "ten"}"#.into()),
+        ("history", r#"{"before": 5}"#.into()),
+        ("history", r#"{"before": {"checkpoint_id": "x"}}"#.into()),
+        ("history", r#"{"checkpoint": {"checkpoint_ns": "tools:1"}}"#.into()),
+        ("history", r#"{"metadata": []}"#.into()),
+        ("history", r#"{"unknown": 1}"#.into()),
+        ("history", nested.clone()),
+        ("state", r#"{"values": 5}"#.into()),
+        ("state", r#"{"values": [["messages", []]]}"#.into()),
+        ("state", r#"{"values": {"messages": 5}}"#.into()),
+        ("state", r#"{"values": {"messages": [{"type": "ai", "tool_calls": 5}]}}"#.into()),
+        ("state", r#"{"values": {"messages": [{"type": "tool", "tool_call_id": 5}]}}"#.into()),
+        ("state", r#"{"values": {"messages": [{"type": "human", "content": 5}]}}"#.into()),
+        ("state", r#"{"values": {"files": {"/a": {"content": 5}}}}"#.into()),
+        ("state", r#"{"values": {"files": {"/a": {"content": "x", "version": 5}}}}"#.into()),
+        ("state", r#"{"values": {"todos": [{"content": "x", "status": "done"}]}}"#.into()),
+        ("state", r#"{"as_node": 5}"#.into()),
+        ("state", r#"{"checkpoint": "x"}"#.into()),
+        ("state", r#"{"checkpoint_id": "00000000-0000-4000-8000-000000000000"}"#.into()),
+        ("state", r#"{"checkpoint": {"checkpoint_id": "00000000-0000-4000-8000-000000000000", "thread_id": "00000000-0000-4000-8000-000000000001"}}"#.into()),
+        ("state", "{\"values\": ".into()),
+        ("state", nested),
+        ("state/checkpoint", r#"{}"#.into()),
+        ("state/checkpoint", r#"{"checkpoint": {"checkpoint_id": 1}}"#.into()),
+        ("copy", r#"{"x": "#.into()),
+    ];
+    for (route, body) in posts {
+        let response = c
+            .post(format!("{t}/{route}"))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        let (status, answer) = answer(response).await;
+        let shown: String = body.chars().take(80).collect();
+        assert!((400..500).contains(&status), "{route} {shown}: {status} {answer}");
+        assert!(answer["detail"].is_string(), "{route} {shown}: {answer}");
+    }
+    for path in [
+        "state/not-a-uuid",
+        "state/00000000-0000-4000-8000-000000000000",
+        "history?limit=-1",
+    ] {
+        let (status, answer) = answer(c.get(format!("{t}/{path}")).send().await.unwrap()).await;
+        assert!((400..500).contains(&status), "{path}: {status} {answer}");
+    }
+    let (_, after) = answer(c.get(format!("{t}/state")).send().await.unwrap()).await;
+    assert_eq!(after, before, "no bad request changed the thread");
+}
