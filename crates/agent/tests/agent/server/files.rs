@@ -386,3 +386,79 @@ async fn bad_input_on_state_routes_is_4xx_and_changes_nothing() {
     let (_, after) = answer(c.get(format!("{t}/state")).send().await.unwrap()).await;
     assert_eq!(after, before, "no bad request changed the thread");
 }
+
+/// An update, an upload and a copy outlive a `kill -9` of the server: after a restart on the same
+/// state dir the history (ids and values), the files, the copy and the upload's listing are as
+/// they were, and the next run names the upload to the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_uploads_and_copies_survive_a_kill() {
+    let model = writes_report().await;
+    let (dir, served, tid) = with_thread(&model).await;
+    let c = http();
+    let u = served.url.clone();
+    assert_eq!(wait(&u, &tid, "report").await.0, 200);
+    let t = format!("{u}/threads/{tid}");
+    let update = json!({"values": {"todos": [{"content": "ship", "status": "pending"}],
+        "files": {"/notes.md": {"content": "kept"}}}});
+    assert_eq!(
+        answer(c.post(format!("{t}/state")).json(&update).send().await.unwrap())
+            .await
+            .0,
+        200
+    );
+    let (status, _) = answer(
+        c.post(q(&format!("{t}/files"), "plan.txt"))
+            .body("the plan")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (_, copy) = answer(c.post(format!("{t}/copy")).send().await.unwrap()).await;
+    let copy_id = copy["thread_id"].as_str().unwrap().to_owned();
+    let history = |base: String| {
+        let c = http();
+        async move {
+            let body = json!({"limit": 100});
+            answer(
+                c.post(format!("{base}/history"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await
+            .1
+        }
+    };
+    let before = (
+        history(t.clone()).await,
+        history(format!("{u}/threads/{copy_id}")).await,
+    );
+    served.kill();
+
+    let served = Served::start(dir.path(), &model, None);
+    let u = served.url.clone();
+    let t = format!("{u}/threads/{tid}");
+    let after = (
+        history(t.clone()).await,
+        history(format!("{u}/threads/{copy_id}")).await,
+    );
+    assert_eq!(
+        after, before,
+        "the histories of the thread and its copy are as they were"
+    );
+    let files = &after.0[0]["values"]["files"];
+    assert_eq!(files["/notes.md"]["content"], "kept", "{files}");
+    assert_eq!(files["/uploads/plan.txt"]["content"], "the plan", "{files}");
+    assert_eq!(after.0[0]["values"]["todos"][0]["content"], "ship");
+    let (status, _) = wait(&u, &tid, "go on").await;
+    assert_eq!(status, 200);
+    let requests = model.received_requests().await.unwrap();
+    let last = String::from_utf8_lossy(&requests.last().unwrap().body).into_owned();
+    assert!(
+        last.contains("/uploads/plan.txt"),
+        "the upload is still listed to the model: {last}"
+    );
+}
