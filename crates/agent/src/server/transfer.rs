@@ -13,7 +13,7 @@ use trellis_middleware::State as AgentState;
 use trellis_middleware::attachments::{
     ATTACHMENTS, AttachmentError, AttachmentStore, Upload, guess_media_type,
 };
-use trellis_middleware::backend::VirtualPath;
+use trellis_middleware::backend::{ByteRange, VirtualPath};
 use trellis_middleware::runtime::checkpoint::{Checkpoint, CheckpointError};
 
 use crate::server::Shared;
@@ -68,7 +68,17 @@ pub async fn download(
             ),
         ));
     }
-    let read = match space.read(&path, None).await {
+    // At most the bound is read, even if the file grew since the stat.
+    let read = match space
+        .read(&path, Some(ByteRange::prefix(MAX_DOWNLOAD_BYTES)))
+        .await
+    {
+        Ok(read) if !read.is_complete() => {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("{path} grew past {MAX_DOWNLOAD_BYTES} bytes"),
+            ));
+        }
         Ok(read) => read,
         Err(e) if e.is_not_found() => return Err(ApiError::not_found(format!("file {path}"))),
         Err(e) => return Err(on_path(e)),
