@@ -4,8 +4,8 @@
 //! a stale checkpoint is a 409) and `threads.copy`; and another user's key gets 404 for each.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use super::harness::{always_done, ls_then_streamed_answer};
-use super::sdk::script;
+use super::harness::{AGENT_FILE, Served, always_done, ls_then_streamed_answer, python};
+use super::sdk::{PRELUDE, script};
 use crate::support::skip_unless_langgraph;
 
 /// A run with a tool call leaves several checkpoints: the history lists them newest first, each
@@ -220,4 +220,45 @@ asyncio.run(main())
 "##,
     )
     .await;
+}
+
+/// A thread stopped for an approval: its state and the newest history entry carry the interrupt
+/// (`next`, the `tools` task, `interrupts`), older entries none; its messages cannot be changed
+/// while it waits (409), its todos can, and the interrupt stays; a copy waits for the same
+/// approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_thread_in_state_history_update_and_copy() {
+    let py = skip_unless_langgraph!();
+    let model = ls_then_streamed_answer().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent_file = AGENT_FILE.replace("ask = [\"none\"]", "ask = [\"ls\"]");
+    let served = Served::with_agent_file(dir.path(), &model, None, &agent_file);
+    let body = r##"
+async def main():
+    c = get_client(url=URL, api_key=None)
+    tid = (await c.threads.create())["thread_id"]
+    await c.runs.wait(tid, "agent", input={"messages": [{"role": "user", "content": "list files"}]})
+    state = await c.threads.get_state(tid)
+    intr = state["interrupts"]
+    assert intr and intr[0]["value"]["action_requests"][0]["name"] == "ls", state
+    assert state["next"] == ["tools"] and state["tasks"][0]["interrupts"] == intr, state
+    hist = await c.threads.get_history(tid, limit=100)
+    assert hist[0]["interrupts"] == intr and hist[0]["checkpoint"] == state["checkpoint"], hist[0]
+    assert all(h["interrupts"] == [] and h["next"] == [] and h["tasks"] == [] for h in hist[1:]), hist
+    await expect_status(409, c.threads.update_state(tid, {"messages": [{"type": "human", "content": "x"}]}))
+    await c.threads.update_state(tid, {"todos": [{"content": "approve ls", "status": "pending"}]})
+    after = await c.threads.get_state(tid)
+    assert after["interrupts"] == intr and after["next"] == ["tools"], after
+    assert after["values"]["messages"] == state["values"]["messages"], "messages untouched"
+    assert (await c.threads.get(tid))["status"] == "interrupted"
+    copy = (await c.threads.copy(tid))["thread_id"]
+    assert (await c.threads.get(copy))["status"] == "interrupted"
+    copied = await c.threads.get_state(copy)
+    assert [i["value"] for i in copied["interrupts"]] == [i["value"] for i in intr], copied
+    print("ok")
+
+asyncio.run(main())
+"##;
+    let out = python(&py, &served, &format!("{PRELUDE}{body}")).await;
+    assert!(out.starts_with("ok"), "{out}");
 }
