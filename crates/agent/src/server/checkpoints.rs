@@ -1,7 +1,7 @@
 //! A thread's checkpoints over the API: their ids ([`checkpoint_id`], [`checkpoint_seq`]), one as a
 //! `ThreadState` ([`thread_state`]), and the handlers `GET /threads/{id}/state`,
 //! `GET /threads/{id}/state/{checkpoint_id}`, `POST /threads/{id}/state/checkpoint` and
-//! `POST /threads/{id}/history`.
+//! `POST` / `GET /threads/{id}/history`.
 //!
 //! How Trellis checkpoints map onto LangGraph's:
 //! * A Trellis thread is one line of checkpoints numbered `seq` 0, 1, 2, … (the
