@@ -116,6 +116,23 @@ pub fn input_messages(input: &Value) -> Result<Vec<Message>, ApiError> {
     list.iter().map(input_message).collect()
 }
 
+/// The text of LangChain `text` content blocks, joined; a 422 naming `what` for any other block.
+pub fn text_blocks<'a>(blocks: impl Iterator<Item = &'a Value>, what: &str) -> Result<String, ApiError> {
+    blocks
+        .map(|b| {
+            match (
+                b.get("type").and_then(Value::as_str),
+                b.get("text").and_then(Value::as_str),
+            ) {
+                (Some("text"), Some(text)) => Ok(text),
+                _ => Err(ApiError::unprocessable(format!(
+                    "only text content blocks are supported in {what}"
+                ))),
+            }
+        })
+        .collect()
+}
+
 fn input_message(value: &Value) -> Result<Message, ApiError> {
     let kind = value
         .get("type")
@@ -129,20 +146,7 @@ fn input_message(value: &Value) -> Result<Message, ApiError> {
     }
     let text = match value.get("content") {
         Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(blocks)) => blocks
-            .iter()
-            .map(|b| {
-                match (
-                    b.get("type").and_then(Value::as_str),
-                    b.get("text").and_then(Value::as_str),
-                ) {
-                    (Some("text"), Some(text)) => Ok(text),
-                    _ => Err(ApiError::unprocessable(
-                        "only text content blocks are supported in input messages",
-                    )),
-                }
-            })
-            .collect::<Result<String, _>>()?,
+        Some(Value::Array(blocks)) => text_blocks(blocks.iter(), "input messages")?,
         _ => {
             return Err(ApiError::unprocessable(
                 "an input message needs content: a string or text blocks",

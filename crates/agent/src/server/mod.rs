@@ -16,12 +16,18 @@
 //! | [`extract`] | JSON bodies (4xx on every malformed one), UUID ids, the [`User`] |
 //! | [`auth`] | API keys (`x-api-key` or `Authorization: Bearer`) → user |
 //! | [`assistants`] | `/ok`, `/info`, one assistant per graph |
-//! | [`threads`] | thread records, `/threads…` |
+//! | [`threads`] | thread records, `/threads…`, copy |
+//! | [`checkpoints`] | checkpoint ids, thread state, state at a checkpoint, history |
+//! | [`update`] | `update_state`: messages, todos and files, version-checked |
+//! | [`files`] | the thread's files in state values and in `update_state` |
+//! | [`transfer`] | upload and download of a thread's files (a Trellis extension) |
 //! | [`runs`] | runs on a thread and stateless: stream (SSE), wait, background, get, list, join, join stream |
 //! | [`execute`] | a run from its checked body to its end: `multitask_strategy`, cancel, rollback, thread status |
 //! | [`resume`] | `command.resume` (human-in-the-loop decisions) → Trellis decisions |
 //! | [`cancel`] | cancel (`interrupt`, `rollback`), delete, `on_disconnect` |
 //! | [`run_registry`] | the runs in memory: status, stream parts, result, each thread's queue of runs |
+//! | [`run_usage`] | what a run used and cost, in its record (a Trellis extension) |
+//! | [`queue`] | the run queue: one trait, in memory and on PostgreSQL (not used by the routes yet) |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
 //! | [`messages`] | Trellis messages ↔ LangChain message dicts |
 //!
@@ -52,9 +58,11 @@
 pub mod assistants;
 pub mod auth;
 pub mod cancel;
+pub mod checkpoints;
 pub mod error;
 pub mod execute;
 pub mod extract;
+pub mod files;
 pub mod messages;
 pub mod queue;
 pub mod resume;
@@ -63,6 +71,8 @@ pub mod run_usage;
 pub mod runs;
 pub mod stream;
 pub mod threads;
+pub mod transfer;
+pub mod update;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -186,7 +196,29 @@ pub fn router(server: Server) -> Router {
                 .patch(threads::patch)
                 .delete(threads::delete),
         )
-        .route("/threads/{thread_id}/state", get(threads::state))
+        .route(
+            "/threads/{thread_id}/state",
+            get(checkpoints::state).post(update::update_state),
+        )
+        .route(
+            "/threads/{thread_id}/state/checkpoint",
+            post(checkpoints::state_at_body),
+        )
+        .route(
+            "/threads/{thread_id}/state/{checkpoint_id}",
+            get(checkpoints::state_at),
+        )
+        .route(
+            "/threads/{thread_id}/history",
+            post(checkpoints::history).get(checkpoints::history_get),
+        )
+        .route("/threads/{thread_id}/copy", post(threads::copy))
+        .route(
+            "/threads/{thread_id}/files",
+            get(transfer::download)
+                .post(transfer::upload)
+                .layer(DefaultBodyLimit::max(transfer::MAX_UPLOAD_BYTES)),
+        )
         .route("/threads/{thread_id}/runs", post(runs::create).get(runs::list))
         .route("/threads/{thread_id}/runs/stream", post(runs::stream))
         .route("/threads/{thread_id}/runs/wait", post(runs::wait))

@@ -6,6 +6,7 @@
 //! multitask strategies, `on_disconnect`, stateless runs ([`lifecycle`]); run records with usage
 //! and cost ([`run_records`]). [`harness`] starts the server.
 
+mod files;
 mod harness;
 mod http;
 mod js_client;
@@ -14,3 +15,4 @@ mod mount;
 mod resume;
 mod run_records;
 mod sdk;
+mod state;

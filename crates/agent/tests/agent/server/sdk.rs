@@ -31,7 +31,7 @@ async def expect_status(code, coro):
 
 /// Start `trellis serve` on `model` (with these keys), run `PRELUDE` + `body` with `py`; its
 /// stdout, which must start with `ok`.
-async fn script(py: &str, model: MockServer, keys: Option<&str>, body: &str) -> String {
+pub(super) async fn script(py: &str, model: MockServer, keys: Option<&str>, body: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let served = Served::start(dir.path(), &model, keys);
     let out = python(py, &served, &format!("{PRELUDE}{body}")).await;
