@@ -30,7 +30,7 @@ use crate::server::run_registry::{CancelAction, RunHandle, Status, Strategy};
 use crate::server::runs::RunCreate;
 use crate::server::stream::{Mode, Part, Translator, interrupt_json, thread_values};
 use crate::server::threads::{Rest, ThreadRecord, thread_id};
-use crate::server::{Graph, Shared, assistants, resume};
+use crate::server::{Graph, Shared, assistants, files, resume};
 
 /// A run that has been checked and registered, not yet started.
 pub(crate) struct Started {
@@ -483,9 +483,19 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
         Err(AgentError::Decision(e)) => return Err(Failure::Refused(e.to_string())),
         Err(e) => return Err(failed("AgentError", e.to_string())),
     };
+    read_files(server, run, &mut translator).await;
     let (parts, values) = translator.finish(&out.state, out.interrupt.as_ref());
     let interrupts = out.interrupt.as_ref().map(|i| interrupt_json(&run.thread_id, i));
     Ok((parts, values, interrupts))
+}
+
+/// Give `translator` the thread's files as they are now (`values.files`, as Deep Agents' state has
+/// them); a read that fails leaves the last ones, with a warning.
+async fn read_files(server: &Shared, run: &RunHandle, translator: &mut Translator) {
+    match files::files_of(server, &run.thread_id).await {
+        Ok(files) => translator.files(files),
+        Err(e) => tracing::warn!("run {}: cannot list its thread's files: {}", run.run_id, e.detail),
+    }
 }
 
 /// One event of the run: counted in its usage (a subagent's too), and, for the top-level agent's,
@@ -500,6 +510,8 @@ async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator,
             }
         }
         RunEvent::CheckpointSaved { .. } => {
+            // The checkpoint first: the run goes on meanwhile, and a later step's checkpoint read
+            // here instead would merge two steps' updates.
             let state = match server.checkpointer.peek(&thread_id(&run.thread_id)).await {
                 Ok(Some(stored)) => stored.checkpoint.state.public_view(),
                 Ok(None) => return,
@@ -508,6 +520,7 @@ async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator,
                     return;
                 }
             };
+            read_files(server, run, translator).await;
             match state {
                 Ok(state) => translator
                     .checkpoint(&state)

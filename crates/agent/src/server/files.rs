@@ -77,7 +77,15 @@ fn encode(path: &str) -> String {
 
 /// The thread's files as `values.files` (see the module docs).
 pub async fn state_files(server: &Shared, record: &ThreadRecord) -> ApiResult<Value> {
-    let Some(space) = server.checkpointer.thread_files(&record.runtime_id()) else {
+    files_of(server, &record.thread_id).await
+}
+
+/// The files of thread `thread` as `values.files` (see the module docs).
+pub async fn files_of(server: &Shared, thread: &uuid::Uuid) -> ApiResult<Value> {
+    let Some(space) = server
+        .checkpointer
+        .thread_files(&crate::server::threads::thread_id(thread))
+    else {
         return Ok(json!({}));
     };
     let listing = match space.list_files(&VirtualPath::root(), MAX_STATE_FILES).await {
@@ -135,7 +143,7 @@ pub async fn state_files(server: &Shared, record: &ThreadRecord) -> ApiResult<Va
             data["omitted"] = json!(why);
             data["download_url"] = json!(format!(
                 "/threads/{}/files?path={}",
-                record.thread_id,
+                thread,
                 encode(entry.path.as_str())
             ));
         }

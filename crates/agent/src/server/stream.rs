@@ -14,7 +14,7 @@
 
 use serde_json::{Value, json};
 use trellis_middleware::Message;
-use trellis_middleware::runtime::interrupt::Interrupt;
+use trellis_middleware::runtime::interrupt::{ApprovalRequest, Interrupt};
 use trellis_middleware::runtime::state::PublicState;
 use trellis_middleware::runtime::stream::ModelDelta;
 use uuid::Uuid;
@@ -141,6 +141,18 @@ pub async fn thread_values(server: &Shared, id: &Uuid) -> ApiResult<Value> {
         .map_or(Value::Null, |(state, _)| values_of(id, &state)))
 }
 
+/// What a person deciding on `request` is shown: the gate's own words, else the tool and its
+/// arguments. Always text, because the clients render it as such (LangChain's middleware always
+/// sets one; deep-agents-ui shows it above the arguments).
+fn describe(request: &ApprovalRequest) -> String {
+    request.description.clone().unwrap_or_else(|| {
+        format!(
+            "`{}` waits for your approval.\n\nArguments: {}",
+            request.tool, request.args
+        )
+    })
+}
+
 /// The Agent Server form of an approval stop: one interrupt whose value is the human-in-the-loop
 /// payload (`action_requests`, `review_configs`), one entry per call waiting (a subagent's calls
 /// included); resumed with `command.resume` ([`crate::server::resume`]).
@@ -148,7 +160,7 @@ pub fn interrupt_json(thread: &Uuid, interrupt: &Interrupt) -> Value {
     let actions: Vec<Value> = interrupt
         .requests
         .iter()
-        .map(|r| json!({"name": r.tool, "args": r.args, "description": r.description}))
+        .map(|r| json!({"name": r.tool, "args": r.args, "description": describe(r)}))
         .collect();
     let reviews: Vec<Value> = interrupt
         .requests
@@ -185,6 +197,8 @@ pub struct Translator {
     after_values: bool,
     reply_id: String,
     step: u32,
+    /// The thread's files as `values.files`, as last read ([`Translator::files`]).
+    files: Option<Value>,
 }
 
 impl Translator {
@@ -201,7 +215,22 @@ impl Translator {
             after_values: false,
             reply_id: message_id(&thread, messages, None),
             step: 0,
+            files: None,
         }
+    }
+
+    /// The thread's files as last read (`values.files`), for the `values` parts from now on.
+    pub fn files(&mut self, files: Value) {
+        self.files = Some(files);
+    }
+
+    /// The thread's values from `state`, with its files when they were read.
+    fn values_with_files(&self, state: &PublicState) -> Value {
+        let mut values = values_of(&self.thread, state);
+        if let Some(files) = &self.files {
+            values["files"] = files.clone();
+        }
+        values
     }
 
     fn tuple_metadata(&self, node: &str) -> Value {
@@ -290,7 +319,7 @@ impl Translator {
             parts.push(Part::new(Mode::Updates, &json!({ node: update })));
         }
         self.todos = todos;
-        let values = values_of(&self.thread, state);
+        let values = self.values_with_files(state);
         parts.extend(self.values(&values));
         parts
     }
@@ -314,7 +343,7 @@ impl Translator {
     /// result (the body of `/wait` and `/join`).
     pub fn finish(&mut self, state: &PublicState, interrupt: Option<&Interrupt>) -> (Vec<Part>, Value) {
         let mut parts = self.checkpoint(state);
-        let mut values = values_of(&self.thread, state);
+        let mut values = self.values_with_files(state);
         if let Some(interrupt) = interrupt {
             let interrupts = interrupt_json(&self.thread, interrupt);
             parts.push(Part::new(Mode::Updates, &json!({"__interrupt__": interrupts})));

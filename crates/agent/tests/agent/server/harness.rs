@@ -89,12 +89,20 @@ impl Served {
         Self::spawn(command, dir, model)
     }
 
-    /// Start `command` (a `trellis serve`) and wait for its address.
+    /// Start `command` (a `trellis serve`) against the mock Anthropic `model` and wait for its
+    /// address.
     pub(crate) fn spawn(mut command: Command, dir: &Path, model: &MockServer) -> Self {
+        command
+            .env("ANTHROPIC_API_KEY", "test-key")
+            .env("ANTHROPIC_BASE_URL", model.uri());
+        Self::spawn_as_is(command, dir)
+    }
+
+    /// Start `command` (a `trellis serve` whose model the caller set up) in `dir` and wait for its
+    /// address.
+    pub(crate) fn spawn_as_is(mut command: Command, dir: &Path) -> Self {
         let mut child = command
             .current_dir(dir)
-            .env("ANTHROPIC_API_KEY", "test-key")
-            .env("ANTHROPIC_BASE_URL", model.uri())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
