@@ -9,7 +9,9 @@
 //!
 //! [`find`] learns init's pid from the kernel's list of the outer `bwrap`'s children
 //! (`/proc/<pid>/task/<pid>/children`), opens init's `/proc/<pid>` directory and checks through it
-//! that the process is still `bwrap`'s child. A descriptor of a `/proc/<pid>` directory stays
+//! that the process is still `bwrap`'s child, with `bwrap`'s own name: the spawned process may
+//! still be a wrapper that has not yet become `bwrap` (the overlay mounts run `mount` as children
+//! of a shell first), and a child of such a wrapper is not init. A descriptor of a `/proc/<pid>` directory stays
 //! bound to that one process: once it is reaped, reads through it fail, even if the pid is reused.
 //! [`Init::exited`] then reads its `stat` through that descriptor until the process is a zombie
 //! (`Z`/`X`) or gone, which it becomes only after the kernel emptied the namespace. No `unsafe`
@@ -58,15 +60,22 @@ pub(crate) fn find(bwrap: u32, done: &AtomicBool, within: Duration) -> Option<In
         .ok()?;
         // Through the descriptor: still bwrap's child, so the descriptor is that child's and not
         // a process that took a recycled pid.
-        let (_, parent) = status(&proc_dir)?;
+        let (_, parent, name) = status(&proc_dir)?;
+        // A wrapper's child (`mount`, named otherwise than its parent): look again once it is
+        // gone and the wrapper has become `bwrap`.
+        let parent_name = std::fs::read_to_string(format!("/proc/{bwrap}/comm")).ok()?;
+        if name != parent_name.trim_end_matches('\n') {
+            std::thread::sleep(POLL);
+            continue;
+        }
         return (parent == bwrap && !done.load(Ordering::Acquire)).then_some(Init { proc_dir });
     }
     None
 }
 
-/// The state letter and the parent pid of the process whose `/proc` directory `dir` is; `None`
-/// once it has been reaped.
-fn status(dir: &OwnedFd) -> Option<(char, u32)> {
+/// The state letter, the parent pid and the name (`comm`) of the process whose `/proc` directory
+/// `dir` is; `None` once it has been reaped.
+fn status(dir: &OwnedFd) -> Option<(char, u32, String)> {
     let fd = rustix::fs::openat(dir, "stat", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
     let mut stat = String::new();
     std::fs::File::from(fd)
@@ -74,10 +83,12 @@ fn status(dir: &OwnedFd) -> Option<(char, u32)> {
         .read_to_string(&mut stat)
         .ok()?;
     // `pid (comm) state ppid …`, where comm may hold spaces and parentheses.
-    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let close = stat.rfind(')')?;
+    let name = stat.get(stat.find('(')? + 1..close)?.to_owned();
+    let mut fields = stat.get(close + 1..)?.split_whitespace();
     let state = fields.next()?.chars().next()?;
     let parent = fields.next()?.parse().ok()?;
-    Some((state, parent))
+    Some((state, parent, name))
 }
 
 impl Init {
@@ -87,7 +98,7 @@ impl Init {
         let started = Instant::now();
         loop {
             match status(&self.proc_dir) {
-                None | Some(('Z' | 'X', _)) => return true,
+                None | Some(('Z' | 'X', _, _)) => return true,
                 Some(_) if started.elapsed() >= grace => return false,
                 Some(_) => std::thread::sleep(EXIT_POLL),
             }

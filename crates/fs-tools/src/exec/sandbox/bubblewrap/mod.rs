@@ -37,6 +37,7 @@ use trellis_backend::sandbox::{
 };
 
 mod mounts;
+mod overlay;
 mod report;
 
 use super::capture::Capture;
@@ -45,8 +46,10 @@ use super::folder_cache::FolderCache;
 use super::process::{self, Rlimits, Spawn, find_program};
 use super::runner;
 use super::seccomp::{BWRAP_ARGS, Launch, SyscallFilter};
-use super::workdir::{Owner, Workdir};
+use super::workdir::{Overlay, Owner, Workdir};
 use mounts::system_mounts;
+use overlay::OverlayTools;
+use trellis_backend::LocalDir;
 
 /// The sandbox user's id when Trellis runs as root.
 pub const NOBODY: u32 = 65534;
@@ -122,6 +125,8 @@ pub struct BubblewrapSandbox {
     syscalls: Result<SyscallFilter, String>,
     /// Whether commands get `--unshare-user --disable-userns`, or why not.
     no_nested_userns: Result<(), String>,
+    /// How local directories are mounted through overlays, or why they are copied instead.
+    overlays: Result<OverlayTools, String>,
     report: SandboxReport,
 }
 
@@ -202,6 +207,7 @@ impl BubblewrapSandbox {
             cgroups,
             syscalls: SyscallFilter::for_host(),
             no_nested_userns: Err("not probed".into()),
+            overlays: Err("not probed".into()),
             report: SandboxReport {
                 sandbox: "bubblewrap".into(),
                 limits: Vec::new(),
@@ -235,6 +241,10 @@ impl BubblewrapSandbox {
                 .map_err(|detail| SandboxUnavailable::NamespacesDisabled { detail })?;
         }
         me.probe_disable_userns(&String::from_utf8_lossy(&help.stdout));
+        me.overlays = me.probe_overlays();
+        if let Err(why) = &me.overlays {
+            tracing::info!(why, "local directories are copied for each command");
+        }
         me.report = me.compute_report();
         // Without a cache every command copies the folders it reaches; that is slower, not wrong.
         me.cache = FolderCache::new(&me.work_root, me.run_as)
@@ -289,7 +299,7 @@ impl BubblewrapSandbox {
             std::os::unix::fs::chown(root.path(), Some(owner.uid), Some(owner.gid))
                 .map_err(|e| format!("cannot hand {} to uid {}: {e}", root.path().display(), owner.uid))?;
         }
-        let mut args = self.args(root.path(), &[], "/", Network::None);
+        let mut args = self.args(root.path(), &[], "/", Network::None, &[]);
         args.extend(["--".into(), "/bin/true".into()]);
         let launch = self
             .launch(args, Network::None)
@@ -318,6 +328,84 @@ impl BubblewrapSandbox {
         }
     }
 
+    /// The local directories of `files` a command gets through overlays (none where overlays do
+    /// not work here).
+    fn local_dirs(&self, files: &ExecFiles) -> Vec<LocalDir> {
+        match &self.overlays {
+            Ok(_) => overlay::chosen(files, self.runs_as().uid),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Whether local directories can be mounted through overlays here: a command in a sandbox
+    /// with an overlay over a directory of the commands' user reads a file of it and writes one,
+    /// which must land in the upper layer only.
+    fn probe_overlays(&self) -> Result<OverlayTools, String> {
+        if self.runs_as().uid == 0 {
+            return Err("commands run as root, whose files an overlay mounted in a user namespace would not let them change".into());
+        }
+        let tools = OverlayTools::find(&self.work_root)?;
+        let made = |what: &str| {
+            let dir = tempfile::Builder::new()
+                .prefix(&format!("trellis-overlay-probe-{what}-"))
+                .tempdir_in(&self.work_root)
+                .map_err(|e| format!("cannot create a directory in {}: {e}", self.work_root.display()))?;
+            if let Some(owner) = self.run_as {
+                std::os::unix::fs::chown(dir.path(), Some(owner.uid), Some(owner.gid))
+                    .map_err(|e| format!("cannot hand {} to uid {}: {e}", dir.path().display(), owner.uid))?;
+            }
+            Ok::<_, String>(dir)
+        };
+        let (lower, root, state) = (made("lower")?, made("root")?, made("state")?);
+        let io = |e: std::io::Error| format!("cannot prepare the probe: {e}");
+        std::fs::write(lower.path().join("seen"), b"seen\n").map_err(io)?;
+        std::fs::create_dir(root.path().join("probe")).map_err(io)?;
+        if let Some(owner) = self.run_as {
+            for p in [lower.path().join("seen"), root.path().join("probe")] {
+                std::os::unix::fs::chown(&p, Some(owner.uid), Some(owner.gid)).map_err(io)?;
+            }
+        }
+        let dir = LocalDir {
+            at: trellis_backend::VirtualPath::parse("/probe").map_err(|e| e.to_string())?,
+            host: lower.path().to_path_buf(),
+        };
+        let overlay = Overlay::prepare(state.path().join("0"), &dir, self.run_as).map_err(io)?;
+        let overlays = [overlay];
+        let mut args = self.args(root.path(), &[], "/", Network::None, &overlays);
+        args.extend([
+            "--".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            "read -r line < /probe/seen && echo made > /probe/made".into(),
+        ]);
+        let launch = self
+            .launch(args, Network::None)
+            .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
+        let launch = tools.wrap(launch, &overlays);
+        let mut cmd = std::process::Command::new(&launch.program);
+        cmd.args(&launch.args).env_clear().current_dir("/").stdin(
+            launch
+                .stdin
+                .map_or_else(std::process::Stdio::null, std::process::Stdio::from),
+        );
+        if let Some(owner) = self.run_as {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(owner.uid).gid(owner.gid);
+        }
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))?;
+        let upper = std::fs::read(overlays[0].upper().join("made")).unwrap_or_default();
+        if !out.status.success() || upper != b"made\n" || lower.path().join("made").exists() {
+            return Err(format!(
+                "an overlay (`unshare --user --map-root-user --mount`, `mount -t overlay … userxattr`) does not work here ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(tools)
+    }
+
     /// How to start bwrap with `args` (which end with the command): with the seccomp program for
     /// `network` when there is one.
     fn launch(&self, args: Vec<OsString>, network: Network) -> std::io::Result<Launch> {
@@ -327,13 +415,15 @@ impl BubblewrapSandbox {
         }
     }
 
-    /// `bwrap` arguments for a sandbox rooted at `root`, up to (not including) `--`.
+    /// `bwrap` arguments for a sandbox rooted at `root`, with `overlays` bound over it, up to (not
+    /// including) `--`.
     fn args(
         &self,
         root: &Path,
         read_only: &[(PathBuf, String)],
         cwd: &str,
         network: Network,
+        overlays: &[Overlay],
     ) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::with_capacity(64);
         let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
@@ -347,6 +437,14 @@ impl BubblewrapSandbox {
         }
         if self.no_nested_userns.is_ok() {
             push(&["--unshare-user".as_ref(), "--disable-userns".as_ref()]);
+        } else if !overlays.is_empty() {
+            push(&["--unshare-user".as_ref()]);
+        }
+        if !overlays.is_empty() {
+            // bwrap starts as the overlay wrapper's namespace root: the command gets its own ids.
+            let Owner { uid, gid } = self.runs_as();
+            let (uid, gid) = (uid.to_string(), gid.to_string());
+            push(&["--uid".as_ref(), uid.as_ref(), "--gid".as_ref(), gid.as_ref()]);
         }
         if self.runs_as().uid == 0 {
             push(&["--cap-drop".as_ref(), "ALL".as_ref()]);
@@ -354,6 +452,7 @@ impl BubblewrapSandbox {
         push(&["--hostname".as_ref(), "sandbox".as_ref()]);
         push(&["--bind".as_ref(), root.as_os_str(), "/".as_ref()]);
         a.extend(self.system_mounts.iter().cloned());
+        a.extend(overlay::binds(overlays));
         let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
         for (host, inside) in read_only {
             push(&["--ro-bind".as_ref(), host.as_os_str(), inside.as_ref()]);
@@ -380,8 +479,16 @@ impl Sandbox for BubblewrapSandbox {
 
     async fn execute(&self, files: &ExecFiles, request: &ExecRequest) -> Result<ExecOutput, SandboxError> {
         let request = runner::checked(request, &self.limits)?;
-        let workdir =
-            Workdir::materialize(files, &request, &self.work_root, self.run_as, self.cache.as_ref()).await?;
+        let local = self.local_dirs(files);
+        let workdir = Workdir::materialize(
+            files,
+            &request,
+            &self.work_root,
+            self.run_as,
+            self.cache.as_ref(),
+            &local,
+        )
+        .await?;
         let home = workdir.host_path(&runner::home());
         let _ = std::fs::create_dir_all(&home);
         if let Some(owner) = self.run_as {
@@ -400,7 +507,13 @@ impl Sandbox for BubblewrapSandbox {
                     .map(|(host, p)| (host.clone(), p.to_string())),
             )
             .collect();
-        let mut args = self.args(workdir.root(), &read_only, request.cwd.as_str(), request.network);
+        let mut args = self.args(
+            workdir.root(),
+            &read_only,
+            request.cwd.as_str(),
+            request.network,
+            workdir.overlays(),
+        );
         // The command's environment is set by bwrap inside the sandbox; prlimit and bwrap
         // themselves run on the host with none, from `/`.
         args.push("--clearenv".into());
@@ -435,9 +548,15 @@ impl Sandbox for BubblewrapSandbox {
                 },
             )
         });
-        let launch = self
+        let mut launch = self
             .launch(args, request.network)
             .map_err(SandboxError::io("writing the seccomp program"))?;
+        if let (Ok(tools), false) = (&self.overlays, workdir.overlays().is_empty()) {
+            launch = tools.wrap(launch, workdir.overlays());
+            for overlay in workdir.overlays() {
+                overlay.wait_past_start();
+            }
+        }
         let started = Instant::now();
         let finished = process::run(
             Spawn {
