@@ -2,7 +2,9 @@
 //! system directories, nothing else of the host.
 //!
 //! Each command gets fresh user, mount, PID, IPC, UTS, cgroup and (unless the request asks for the
-//! host's) network namespaces. Its root is its private copy of the view ([`Workdir`]); over it go
+//! host's) network namespaces. Its root is its private copy of the view ([`Workdir`]), with the
+//! view's directories on local disk that belong to the commands' user mounted through overlays
+//! (`overlay.rs`) instead of copied; over it go
 //! `/usr` and the host's `/bin`, `/lib*` links read-only, a handful of `/etc` files the C library
 //! and Python need (never `/etc/shadow`; `passwd` and `group` are generated and name only the
 //! sandbox user), a fresh `/proc` of its own PID namespace, a minimal `/dev`, a private `/tmp`, and
@@ -304,19 +306,7 @@ impl BubblewrapSandbox {
         let launch = self
             .launch(args, Network::None)
             .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
-        let mut cmd = std::process::Command::new(&launch.program);
-        cmd.args(&launch.args).env_clear().current_dir("/").stdin(
-            launch
-                .stdin
-                .map_or_else(std::process::Stdio::null, std::process::Stdio::from),
-        );
-        if let Some(owner) = self.run_as {
-            use std::os::unix::process::CommandExt;
-            cmd.uid(owner.uid).gid(owner.gid);
-        }
-        let out = cmd
-            .output()
-            .map_err(|e| format!("cannot start {}: {e}", self.bwrap.display()))?;
+        let out = self.run_probe(launch)?;
         if out.status.success() {
             Ok(())
         } else {
@@ -337,51 +327,8 @@ impl BubblewrapSandbox {
         }
     }
 
-    /// Whether local directories can be mounted through overlays here: a command in a sandbox
-    /// with an overlay over a directory of the commands' user reads a file of it and writes one,
-    /// which must land in the upper layer only.
-    fn probe_overlays(&self) -> Result<OverlayTools, String> {
-        if self.runs_as().uid == 0 {
-            return Err("commands run as root, whose files an overlay mounted in a user namespace would not let them change".into());
-        }
-        let tools = OverlayTools::find(&self.work_root)?;
-        let made = |what: &str| {
-            let dir = tempfile::Builder::new()
-                .prefix(&format!("trellis-overlay-probe-{what}-"))
-                .tempdir_in(&self.work_root)
-                .map_err(|e| format!("cannot create a directory in {}: {e}", self.work_root.display()))?;
-            if let Some(owner) = self.run_as {
-                std::os::unix::fs::chown(dir.path(), Some(owner.uid), Some(owner.gid))
-                    .map_err(|e| format!("cannot hand {} to uid {}: {e}", dir.path().display(), owner.uid))?;
-            }
-            Ok::<_, String>(dir)
-        };
-        let (lower, root, state) = (made("lower")?, made("root")?, made("state")?);
-        let io = |e: std::io::Error| format!("cannot prepare the probe: {e}");
-        std::fs::write(lower.path().join("seen"), b"seen\n").map_err(io)?;
-        std::fs::create_dir(root.path().join("probe")).map_err(io)?;
-        if let Some(owner) = self.run_as {
-            for p in [lower.path().join("seen"), root.path().join("probe")] {
-                std::os::unix::fs::chown(&p, Some(owner.uid), Some(owner.gid)).map_err(io)?;
-            }
-        }
-        let dir = LocalDir {
-            at: trellis_backend::VirtualPath::parse("/probe").map_err(|e| e.to_string())?,
-            host: lower.path().to_path_buf(),
-        };
-        let overlay = Overlay::prepare(state.path().join("0"), &dir, self.run_as).map_err(io)?;
-        let overlays = [overlay];
-        let mut args = self.args(root.path(), &[], "/", Network::None, &overlays);
-        args.extend([
-            "--".into(),
-            "/bin/sh".into(),
-            "-c".into(),
-            "read -r line < /probe/seen && echo made > /probe/made".into(),
-        ]);
-        let launch = self
-            .launch(args, Network::None)
-            .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
-        let launch = tools.wrap(launch, &overlays);
+    /// Run a probe's `launch` to completion as the commands' user, from `/`, with no environment.
+    fn run_probe(&self, launch: Launch) -> Result<std::process::Output, String> {
         let mut cmd = std::process::Command::new(&launch.program);
         cmd.args(&launch.args).env_clear().current_dir("/").stdin(
             launch
@@ -392,18 +339,8 @@ impl BubblewrapSandbox {
             use std::os::unix::process::CommandExt;
             cmd.uid(owner.uid).gid(owner.gid);
         }
-        let out = cmd
-            .output()
-            .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))?;
-        let upper = std::fs::read(overlays[0].upper().join("made")).unwrap_or_default();
-        if !out.status.success() || upper != b"made\n" || lower.path().join("made").exists() {
-            return Err(format!(
-                "an overlay (`unshare --user --map-root-user --mount`, `mount -t overlay … userxattr`) does not work here ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(tools)
+        cmd.output()
+            .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))
     }
 
     /// How to start bwrap with `args` (which end with the command): with the seccomp program for

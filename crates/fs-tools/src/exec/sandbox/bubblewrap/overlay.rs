@@ -19,6 +19,8 @@ use trellis_backend::{LocalDir, VirtualPath};
 use super::super::process::find_program;
 use super::super::seccomp::Launch;
 use super::super::workdir::{Overlay, RESERVED, owned_by, read_only_in_mounts};
+use super::BubblewrapSandbox;
+use trellis_backend::sandbox::Network;
 
 /// The wrapper's script: `$1` is `mount`, `$2` the number of overlays, then five paths for each
 /// (the real directory, the empty directory it is bound on, upper, work, where the overlay goes),
@@ -151,4 +153,63 @@ fn plain(dir: &Path, rel: &str) -> bool {
         }
     }
     true
+}
+
+impl BubblewrapSandbox {
+    /// Whether local directories can be mounted through overlays here: a command in a sandbox
+    /// with an overlay over a directory of the commands' user reads a file of it and writes one,
+    /// which must land in the upper layer only.
+    pub(super) fn probe_overlays(&self) -> Result<OverlayTools, String> {
+        if self.runs_as().uid == 0 {
+            return Err("commands run as root, whose files an overlay mounted in a user namespace would not let them change".into());
+        }
+        let tools = OverlayTools::find(&self.work_root)?;
+        let made = |what: &str| {
+            let dir = tempfile::Builder::new()
+                .prefix(&format!("trellis-overlay-probe-{what}-"))
+                .tempdir_in(&self.work_root)
+                .map_err(|e| format!("cannot create a directory in {}: {e}", self.work_root.display()))?;
+            if let Some(owner) = self.run_as {
+                std::os::unix::fs::chown(dir.path(), Some(owner.uid), Some(owner.gid))
+                    .map_err(|e| format!("cannot hand {} to uid {}: {e}", dir.path().display(), owner.uid))?;
+            }
+            Ok::<_, String>(dir)
+        };
+        let (lower, root, state) = (made("lower")?, made("root")?, made("state")?);
+        let io = |e: std::io::Error| format!("cannot prepare the probe: {e}");
+        std::fs::write(lower.path().join("seen"), b"seen\n").map_err(io)?;
+        std::fs::create_dir(root.path().join("probe")).map_err(io)?;
+        if let Some(owner) = self.run_as {
+            for p in [lower.path().join("seen"), root.path().join("probe")] {
+                std::os::unix::fs::chown(&p, Some(owner.uid), Some(owner.gid)).map_err(io)?;
+            }
+        }
+        let dir = LocalDir {
+            at: trellis_backend::VirtualPath::parse("/probe").map_err(|e| e.to_string())?,
+            host: lower.path().to_path_buf(),
+        };
+        let overlay = Overlay::prepare(state.path().join("0"), &dir, self.run_as).map_err(io)?;
+        let overlays = [overlay];
+        let mut args = self.args(root.path(), &[], "/", Network::None, &overlays);
+        args.extend([
+            "--".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            "read -r line < /probe/seen && echo made > /probe/made".into(),
+        ]);
+        let launch = self
+            .launch(args, Network::None)
+            .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
+        let launch = tools.wrap(launch, &overlays);
+        let out = self.run_probe(launch)?;
+        let upper = std::fs::read(overlays[0].upper().join("made")).unwrap_or_default();
+        if !out.status.success() || upper != b"made\n" || lower.path().join("made").exists() {
+            return Err(format!(
+                "an overlay (`unshare --user --map-root-user --mount`, `mount -t overlay … userxattr`) does not work here ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(tools)
+    }
 }

@@ -23,6 +23,10 @@
 //!   [`NotWrittenReason::TooLarge`](trellis_backend::sandbox::NotWrittenReason::TooLarge), and once
 //!   the walk stopped short, or could not read part of the copy, nothing is deleted.
 //!
+//! Directories the caller chose to mount through overlays (`local` in [`Workdir::materialize`])
+//! are not copied: each gets an [`Overlay`], its mount point in the copy, and its own write-back
+//! from the overlay's upper layer (`overlay.rs`), after the copy's.
+//!
 //! Directories at the top of the copy that the sandbox mounts its system over (`/usr`, `/etc`,
 //! `/proc`, …, see [`RESERVED`]) are neither materialized nor written back; the view's files there
 //! are listed in [`Workdir::shadowed`].

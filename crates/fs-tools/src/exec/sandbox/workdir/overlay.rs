@@ -32,7 +32,7 @@ use trellis_backend::sandbox::{ExecFiles, FileChange, FileChangeKind, NotWritten
 use trellis_backend::{BackendError, LocalDir, VirtualPath};
 
 use super::protected::protected;
-use super::walk::{Plan, Stopped, Walked, walk};
+use super::walk::{Plan, Walked, walk};
 use super::write_back::{Basis, Writer, delete_if_unchanged, denied, failed, late};
 use super::{Owner, nofollow};
 
@@ -264,17 +264,9 @@ impl Overlay {
         let mut doomed = Vec::new();
         for (base, opaque) in hidden {
             if let Some(stopped) = &stopped {
-                let why = match stopped {
-                    Stopped::Unreadable => NotWrittenReason::Failed(
-                        "not deleted: part of the upper layer could not be read back, so a removed file cannot be told from a moved one".into(),
-                    ),
-                    Stopped::Bound(bound) => NotWrittenReason::TooLarge(format!(
-                        "not deleted: {bound}, so the walk did not reach all of the upper layer, and a removed file cannot be told from one it did not reach"
-                    )),
-                };
                 not_written.push(NotWritten {
                     path: base.to_string(),
-                    reason: why,
+                    reason: stopped.not_deleted("the upper layer"),
                 });
                 continue;
             }

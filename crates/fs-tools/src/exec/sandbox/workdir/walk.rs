@@ -58,6 +58,21 @@ pub(super) enum Stopped {
     Bound(String),
 }
 
+impl Stopped {
+    /// Why a file removed from the walked tree (`what`: "the copy", "the upper layer") is not
+    /// deleted.
+    pub(super) fn not_deleted(&self, what: &str) -> NotWrittenReason {
+        match self {
+            Stopped::Unreadable => NotWrittenReason::Failed(format!(
+                "not deleted: part of {what} could not be read back, so a removed file cannot be told from a moved one"
+            )),
+            Stopped::Bound(bound) => NotWrittenReason::TooLarge(format!(
+                "not deleted: {bound}, so the walk did not reach all of {what}, and a removed file cannot be told from one it did not reach"
+            )),
+        }
+    }
+}
+
 /// A new or changed regular file to write back, within every bound.
 #[derive(Debug)]
 pub(super) struct Changed {

@@ -13,7 +13,7 @@ use trellis_backend::{Backend, BackendError, Version, VirtualPath, WriteMode};
 
 use super::overlay::Overlay;
 use super::protected::protected;
-use super::walk::{Changed, Plan, Stopped, Walked, walk};
+use super::walk::{Changed, Plan, Walked, walk};
 use super::{Copied, Workdir, nofollow};
 
 impl Workdir {
@@ -91,12 +91,7 @@ impl Workdir {
                 continue;
             }
             let reason = match &stopped {
-                Some(Stopped::Unreadable) => Some(NotWrittenReason::Failed(
-                    "not deleted: part of the copy could not be read back, so a removed file cannot be told from a moved one".into(),
-                )),
-                Some(Stopped::Bound(bound)) => Some(NotWrittenReason::TooLarge(format!(
-                    "not deleted: {bound}, so the walk did not reach all of the copy, and a removed file cannot be told from one it did not reach"
-                ))),
+                Some(stopped) => Some(stopped.not_deleted("the copy")),
                 None if Instant::now() >= deadline => Some(late(limits.max_time)),
                 None => None,
             };
