@@ -142,6 +142,45 @@ impl Finder {
 mod tests {
     use super::*;
 
+    /// `bwrap` started behind a wrapper that runs a child of its own first (as the overlay
+    /// wrapper runs `mount`), then `exec`s `bwrap`: the process found is `bwrap`'s init, not the
+    /// wrapper's child (before, the first child listed was taken: the wrapper's `sleep`).
+    #[tokio::test]
+    async fn a_wrappers_child_is_not_taken_for_init() {
+        let Some(bwrap) = super::super::process::find_program("bwrap") else {
+            assert_ne!(
+                std::env::var("TRELLIS_SANDBOX").as_deref(),
+                Ok("required"),
+                "bwrap is missing"
+            );
+            return;
+        };
+        let mut child = tokio::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 0.3; exec \"$@\"", "sh"])
+            .arg(bwrap)
+            .args(["--unshare-all", "--die-with-parent", "--ro-bind", "/", "/"])
+            .args(["--dev", "/dev", "--proc", "/proc", "--"])
+            .args(["/bin/sh", "-c", "sleep 1"])
+            .kill_on_drop(true)
+            .spawn()
+            .expect("sh");
+        let pid = child.id().expect("pid");
+        let done = AtomicBool::new(false);
+        let found = tokio::task::spawn_blocking(move || {
+            find(pid, &done, Duration::from_secs(10)).and_then(|init| status(&init.proc_dir))
+        })
+        .await
+        .expect("find");
+        let status = child.wait().await.expect("wait");
+        if !status.success() {
+            // No user namespaces here: nothing to find.
+            assert_ne!(std::env::var("TRELLIS_SANDBOX").as_deref(), Ok("required"));
+            return;
+        }
+        let (_, parent, name) = found.expect("init not found");
+        assert_eq!((parent, name.as_str()), (pid, "bwrap"));
+    }
+
     /// Against a real `bwrap`: init is found while the command runs, and once `bwrap` is reaped
     /// the wait sees init exit (and with it the background job the command left).
     #[tokio::test]

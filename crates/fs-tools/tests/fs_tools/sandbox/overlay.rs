@@ -4,7 +4,8 @@
 //! mount is an overlay (`/proc/self/mountinfo`), so none passes by falling back to the copy.
 //!
 //! As root (CI), commands run as `nobody`: the workspaces here are handed to it, as a user would
-//! own their own `--workdir`.
+//! own their own `--workdir`. A host where overlays do not work skips these tests, saying so,
+//! unless `TRELLIS_SANDBOX=required` (then they fail).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -80,12 +81,18 @@ fn sandbox(test: &str) -> Option<Arc<BubblewrapSandbox>> {
         .into_iter()
         .find(|l| l.kind == trellis_backend::sandbox::LimitKind::Filesystem)
         .unwrap();
-    assert!(
-        filesystem.detail.contains("mounted through an overlay"),
+    if filesystem.detail.contains("mounted through an overlay") {
+        return Some(sandbox);
+    }
+    // `cargo xtask test` sets TRELLIS_SANDBOX=required: there a host without overlays fails.
+    assert_ne!(
+        std::env::var("TRELLIS_SANDBOX").as_deref(),
+        Ok("required"),
         "{test}: no overlays on this host: {}",
         filesystem.detail
     );
-    Some(sandbox)
+    eprintln!("skipped: {test} (no overlays here: {})", filesystem.detail);
+    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
