@@ -411,3 +411,58 @@ async fn a_cancelled_command_over_an_overlay_leaves_no_process_behind() {
     let files = ExecFiles::new(view);
     super::anchors::cancelled_after_3_s_leaves_nothing(run(&sandbox, &files, &command), marker).await;
 }
+
+/// A directory whose overlay cannot be mounted (here: the commands' user owns it, but cannot
+/// reach it through its root-only parent) is copied instead, still sandboxed: the command runs
+/// once, its writes come back, the report names the directory and why, and later commands copy it
+/// without trying again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlay_that_cannot_be_mounted_falls_back_to_the_copy() {
+    let Some(sandbox) = sandbox("overlay mount failure") else {
+        return;
+    };
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!(
+            "skipped: overlay mount failure (needs root to make a parent the commands' user cannot enter)"
+        );
+        return;
+    }
+    let uid = sandbox.runs_as().uid;
+    let parent = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(parent.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let dir = parent.path().join("ws");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("log"), "start\n").unwrap();
+    chown_tree(&dir, uid);
+    let view: Arc<dyn Backend> = Arc::new(
+        CompositeBackend::new(state())
+            .mount("/workspace", Arc::new(FilesystemBackend::new(&dir).unwrap()))
+            .unwrap(),
+    );
+    let files = ExecFiles::new(view);
+    let probe = "grep -q ' /workspace [^ ]*.* - overlay ' /proc/self/mountinfo && echo OVERLAY || echo COPY";
+    for round in ["one", "two"] {
+        let out = run(&sandbox, &files, &format!("{probe}; echo {round} >> log")).await;
+        assert_eq!(out.exit_code, Some(0), "{out:?}");
+        assert_eq!(out.output.trim(), "COPY", "{out:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join("log")).unwrap(),
+        "start\none\ntwo\n"
+    );
+    let filesystem = sandbox
+        .report()
+        .limits
+        .into_iter()
+        .find(|l| l.kind == trellis_backend::sandbox::LimitKind::Filesystem)
+        .unwrap();
+    let canonical = std::fs::canonicalize(&dir).unwrap();
+    assert!(
+        filesystem.detail.contains(&format!(
+            "{} is copied for each command: its overlay could not be mounted",
+            canonical.display()
+        )),
+        "{}",
+        filesystem.detail
+    );
+}

@@ -34,8 +34,8 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use trellis_backend::sandbox::{
-    ExecFiles, ExecOutput, ExecRequest, Network, Sandbox, SandboxError, SandboxLimits, SandboxReport,
-    SandboxUnavailable,
+    ExecFiles, ExecOutput, ExecRequest, LimitKind, Network, Sandbox, SandboxError, SandboxLimits,
+    SandboxReport, SandboxUnavailable,
 };
 
 mod mounts;
@@ -129,6 +129,8 @@ pub struct BubblewrapSandbox {
     no_nested_userns: Result<(), String>,
     /// How local directories are mounted through overlays, or why they are copied instead.
     overlays: Result<OverlayTools, String>,
+    /// Directories whose overlay failed to mount here, and why: copied from then on.
+    overlay_failures: std::sync::Mutex<std::collections::BTreeMap<PathBuf, String>>,
     report: SandboxReport,
 }
 
@@ -210,6 +212,7 @@ impl BubblewrapSandbox {
             syscalls: SyscallFilter::for_host(),
             no_nested_userns: Err("not probed".into()),
             overlays: Err("not probed".into()),
+            overlay_failures: Default::default(),
             report: SandboxReport {
                 sandbox: "bubblewrap".into(),
                 limits: Vec::new(),
@@ -321,10 +324,13 @@ impl BubblewrapSandbox {
     /// The local directories of `files` a command gets through overlays (none where overlays do
     /// not work here).
     fn local_dirs(&self, files: &ExecFiles) -> Vec<LocalDir> {
-        match &self.overlays {
-            Ok(_) => overlay::chosen(files, self.runs_as().uid),
-            Err(_) => Vec::new(),
-        }
+        let Ok(_) = &self.overlays else {
+            return Vec::new();
+        };
+        let mut dirs = overlay::chosen(files, self.runs_as().uid);
+        let failed = self.overlay_failures.lock().unwrap_or_else(|p| p.into_inner());
+        dirs.retain(|d| !failed.contains_key(&d.host));
+        dirs
     }
 
     /// Run a probe's `launch` to completion as the commands' user, from `/`, with no environment.
@@ -411,19 +417,71 @@ impl Sandbox for BubblewrapSandbox {
     }
 
     fn report(&self) -> SandboxReport {
-        self.report.clone()
+        let mut report = self.report.clone();
+        let failed = self.overlay_failures.lock().unwrap_or_else(|p| p.into_inner());
+        if !failed.is_empty()
+            && let Some(filesystem) = report.limits.iter_mut().find(|l| l.kind == LimitKind::Filesystem)
+        {
+            for (dir, why) in failed.iter() {
+                filesystem.detail.push_str(&format!(
+                    "; {} is copied for each command: its overlay could not be mounted ({why})",
+                    dir.display()
+                ));
+            }
+        }
+        report
     }
 
     async fn execute(&self, files: &ExecFiles, request: &ExecRequest) -> Result<ExecOutput, SandboxError> {
         let request = runner::checked(request, &self.limits)?;
         let local = self.local_dirs(files);
+        match self.run(files, &request, &local).await? {
+            Ran::Done(output) => Ok(output),
+            // Nothing ran: the same command again, with those directories copied (still
+            // sandboxed), and never an overlay of them again from this sandbox.
+            Ran::OverlayFailed(why) => {
+                tracing::warn!(why, "an overlay could not be mounted; copying instead");
+                {
+                    let mut failed = self.overlay_failures.lock().unwrap_or_else(|p| p.into_inner());
+                    for dir in &local {
+                        failed.insert(dir.host.clone(), why.clone());
+                    }
+                }
+                match self.run(files, &request, &[]).await? {
+                    Ran::Done(output) => Ok(output),
+                    Ran::OverlayFailed(why) => Err(SandboxError::Io {
+                        context: "running the command".into(),
+                        source: std::io::Error::other(why),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// How one attempt at a command ended.
+enum Ran {
+    Done(ExecOutput),
+    /// An overlay could not be mounted, so the command did not run; the wrapper's words.
+    OverlayFailed(String),
+}
+
+impl BubblewrapSandbox {
+    /// Run the checked `request` once, with the directories of `local` mounted through overlays.
+    async fn run(
+        &self,
+        files: &ExecFiles,
+        request: &ExecRequest,
+        local: &[LocalDir],
+    ) -> Result<Ran, SandboxError> {
+        let request = request.clone();
         let workdir = Workdir::materialize(
             files,
             &request,
             &self.work_root,
             self.run_as,
             self.cache.as_ref(),
-            &local,
+            local,
         )
         .await?;
         let home = workdir.host_path(&runner::home());
@@ -488,8 +546,10 @@ impl Sandbox for BubblewrapSandbox {
         let mut launch = self
             .launch(args, request.network)
             .map_err(SandboxError::io("writing the seccomp program"))?;
-        if let (Ok(tools), false) = (&self.overlays, workdir.overlays().is_empty()) {
-            launch = tools.wrap(launch, workdir.overlays());
+        let token = format!("trellis-overlay-{}{}", runner::tag(), runner::tag());
+        let wrapped = !workdir.overlays().is_empty();
+        if let (Ok(tools), true) = (&self.overlays, wrapped) {
+            launch = tools.wrap(launch, workdir.overlays(), &token);
             for overlay in workdir.overlays() {
                 overlay.wait_past_start();
             }
@@ -521,8 +581,16 @@ impl Sandbox for BubblewrapSandbox {
             }
             None => false,
         };
+        if wrapped {
+            let text = finished.captured.text(None);
+            if overlay::mount_failed(&token, finished.exit_code, &text) {
+                return Ok(Ran::OverlayFailed(
+                    text.replace(&token, "trellis").trim().to_owned(),
+                ));
+            }
+        }
         let mut output = runner::finish(files, &request, workdir, finished).await?;
         output.out_of_memory = out_of_memory;
-        Ok(output)
+        Ok(Ran::Done(output))
     }
 }

@@ -22,17 +22,26 @@ use super::super::workdir::{Overlay, RESERVED, owned_by, read_only_in_mounts};
 use super::BubblewrapSandbox;
 use trellis_backend::sandbox::Network;
 
-/// The wrapper's script: `$1` is `mount`, `$2` the number of overlays, then five paths for each
-/// (the real directory, the empty directory it is bound on, upper, work, where the overlay goes),
-/// then the program to become and its arguments. Exits 125 before running anything when a mount
-/// fails.
-const MOUNT_OVERLAYS: &str = r#"mount=$1; n=$2; shift 2
+/// The wrapper's script: `$1` is `mount`, `$2` a token naming this call, `$3` the number of
+/// overlays, then five paths for each (the real directory, the empty directory it is bound on,
+/// upper, work, where the overlay goes), then the program to become and its arguments. When a
+/// mount fails it says so on a line starting with the token and exits 125 before running
+/// anything (see [`mount_failed`]).
+const MOUNT_OVERLAYS: &str = r#"mount=$1; token=$2; n=$3; shift 3
 while [ "$n" -gt 0 ]; do
-  "$mount" --bind "$1" "$2" || exit 125
-  "$mount" -t overlay overlay -o "lowerdir=$2,upperdir=$3,workdir=$4,userxattr" "$5" || exit 125
+  { "$mount" --bind "$1" "$2" &&
+    "$mount" -t overlay overlay -o "lowerdir=$2,upperdir=$3,workdir=$4,userxattr" "$5"; } ||
+    { echo "$token: cannot mount an overlay of $1" >&2; exit 125; }
   shift 5; n=$((n - 1))
 done
 exec "$@""#;
+
+/// Whether a command wrapped with `token` never ran because an overlay could not be mounted: it
+/// exited 125 and its output holds the wrapper's line. The token is random for each call and never
+/// reaches the command, so the command cannot fake the line.
+pub(super) fn mount_failed(token: &str, exit_code: Option<i32>, output: &str) -> bool {
+    exit_code == Some(125) && output.lines().any(|l| l.starts_with(token))
+}
 
 /// The programs the wrapper needs.
 #[derive(Debug, Clone)]
@@ -57,8 +66,9 @@ impl OverlayTools {
         Ok(Self { unshare, mount })
     }
 
-    /// `launch`, started behind the wrapper that mounts `overlays` first.
-    pub(super) fn wrap(&self, launch: Launch, overlays: &[Overlay]) -> Launch {
+    /// `launch`, started behind the wrapper that mounts `overlays` first; `token` marks its
+    /// report of a failed mount.
+    pub(super) fn wrap(&self, launch: Launch, overlays: &[Overlay], token: &str) -> Launch {
         let mut args: Vec<OsString> = vec![
             "--user".into(),
             "--map-root-user".into(),
@@ -69,6 +79,7 @@ impl OverlayTools {
             MOUNT_OVERLAYS.into(),
             "sh".into(),
             self.mount.clone().into(),
+            token.into(),
             overlays.len().to_string().into(),
         ];
         for o in overlays {
@@ -200,7 +211,7 @@ impl BubblewrapSandbox {
         let launch = self
             .launch(args, Network::None)
             .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
-        let launch = tools.wrap(launch, &overlays);
+        let launch = tools.wrap(launch, &overlays, "trellis-overlay-probe");
         let out = self.run_probe(launch)?;
         let upper = std::fs::read(overlays[0].upper().join("made")).unwrap_or_default();
         if !out.status.success() || upper != b"made\n" || lower.path().join("made").exists() {
