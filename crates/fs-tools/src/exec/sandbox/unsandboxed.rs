@@ -153,7 +153,7 @@ impl Sandbox for UnsandboxedShell {
                 timeout: request.timeout.max(Duration::from_millis(1)),
                 group: None,
                 stdin: None,
-                pid_namespace: false,
+                pid_namespace: None,
             },
             Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
         )

@@ -566,7 +566,7 @@ impl BubblewrapSandbox {
                 timeout: request.timeout,
                 group: group.as_ref(),
                 stdin: launch.stdin,
-                pid_namespace: true,
+                pid_namespace: Some(&self.bwrap),
             },
             Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
         )
