@@ -151,6 +151,16 @@ pub(crate) fn comm(program: &std::path::Path) -> String {
 mod tests {
     use super::*;
 
+    /// `bwrap`, or `None` where it is missing (a failure under `TRELLIS_SANDBOX=required`).
+    fn bwrap() -> Option<std::path::PathBuf> {
+        let found = super::super::process::find_program("bwrap");
+        assert!(
+            found.is_some() || std::env::var("TRELLIS_SANDBOX").as_deref() != Ok("required"),
+            "bwrap is missing"
+        );
+        found
+    }
+
     /// `bwrap` started behind a wrapper that runs a child of its own first (as the overlay
     /// wrapper runs `mount`), then `exec`s `bwrap`: the process found is `bwrap`'s init, not the
     /// wrapper's child. The child here is a subshell, named like the wrapper for all of its 0.3 s
@@ -158,12 +168,7 @@ mod tests {
     /// like its parent, found it.
     #[tokio::test]
     async fn a_wrappers_child_is_not_taken_for_init() {
-        let Some(bwrap) = super::super::process::find_program("bwrap") else {
-            assert_ne!(
-                std::env::var("TRELLIS_SANDBOX").as_deref(),
-                Ok("required"),
-                "bwrap is missing"
-            );
+        let Some(bwrap) = bwrap() else {
             return;
         };
         let mut child = tokio::process::Command::new("/bin/sh")
@@ -196,12 +201,7 @@ mod tests {
     /// the wait sees init exit (and with it the background job the command left).
     #[tokio::test]
     async fn init_is_found_and_seen_to_exit() {
-        let Some(bwrap) = super::super::process::find_program("bwrap") else {
-            assert_ne!(
-                std::env::var("TRELLIS_SANDBOX").as_deref(),
-                Ok("required"),
-                "bwrap is missing"
-            );
+        let Some(bwrap) = bwrap() else {
             return;
         };
         let mut child = tokio::process::Command::new(&bwrap)

@@ -23,6 +23,17 @@ use super::{bwrap, p, state};
 /// Proves `/workspace` is an overlay mount, or says so.
 const IS_OVERLAY: &str = "grep -q ' /workspace [^ ]*.* - overlay ' /proc/self/mountinfo || { echo NOT-AN-OVERLAY; cat /proc/self/mountinfo; exit 99; }";
 
+/// The shared sandbox (when overlays work here) and a workspace holding `files`, handed to the
+/// commands' user, in a thread's view (see [`workspace`]).
+fn given(
+    test: &str,
+    files: &[(&str, &str)],
+) -> Option<(Arc<BubblewrapSandbox>, tempfile::TempDir, Arc<dyn Backend>)> {
+    let sandbox = sandbox(test)?;
+    let (dir, view) = workspace(files, sandbox.runs_as().uid);
+    Some((sandbox, dir, view))
+}
+
 /// A workspace directory holding `files`, handed to `uid`, and the thread's view with it at
 /// `/workspace` (the thread's own files in memory at `/`).
 fn workspace(files: &[(&str, &str)], uid: u32) -> (tempfile::TempDir, Arc<dyn Backend>) {
@@ -97,11 +108,12 @@ fn sandbox(test: &str) -> Option<Arc<BubblewrapSandbox>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workspace_of_the_commands_user_is_mounted_and_its_writes_come_back() {
-    let Some(sandbox) = sandbox("overlay writes") else {
+    let Some((sandbox, dir, view)) = given(
+        "overlay writes",
+        &[("a.txt", "alpha\n"), ("src/lib.rs", "fn x() {}\n")],
+    ) else {
         return;
     };
-    let uid = sandbox.runs_as().uid;
-    let (dir, view) = workspace(&[("a.txt", "alpha\n"), ("src/lib.rs", "fn x() {}\n")], uid);
     let out = run(
         &sandbox,
         &ExecFiles::new(view.clone()),
@@ -134,7 +146,7 @@ async fn a_workspace_of_the_commands_user_is_mounted_and_its_writes_come_back() 
     for made in ["new.txt", "deep", "deep/er", "deep/er/f"] {
         assert_eq!(
             std::fs::metadata(dir.path().join(made)).unwrap().uid(),
-            uid,
+            sandbox.runs_as().uid,
             "{made}"
         );
     }
@@ -152,11 +164,8 @@ async fn a_workspace_of_the_commands_user_is_mounted_and_its_writes_come_back() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletions_come_back_from_whiteouts_and_opaque_directories() {
-    let Some(sandbox) = sandbox("overlay deletions") else {
-        return;
-    };
-    let uid = sandbox.runs_as().uid;
-    let (dir, view) = workspace(
+    let Some((sandbox, dir, view)) = given(
+        "overlay deletions",
         &[
             ("gone.txt", "1"),
             ("tree/a", "a"),
@@ -165,8 +174,9 @@ async fn deletions_come_back_from_whiteouts_and_opaque_directories() {
             ("redo/kept", "k"),
             ("stay.txt", "s"),
         ],
-        uid,
-    );
+    ) else {
+        return;
+    };
     let out = run(
         &sandbox,
         &ExecFiles::new(view),
@@ -205,11 +215,10 @@ async fn deletions_come_back_from_whiteouts_and_opaque_directories() {
 /// recorded still matched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_underneath_is_a_conflict_even_with_the_same_version_tag() {
-    let Some(sandbox) = sandbox("overlay conflict") else {
+    let Some((sandbox, dir, view)) = given("overlay conflict", &[("a.txt", "base\n"), ("b.txt", "base\n")])
+    else {
         return;
     };
-    let uid = sandbox.runs_as().uid;
-    let (dir, view) = workspace(&[("a.txt", "base\n"), ("b.txt", "base\n")], uid);
     let host = dir.path().join("a.txt");
     let before = std::fs::metadata(&host).unwrap().modified().unwrap();
     let files = ExecFiles::new(view);
@@ -248,11 +257,8 @@ async fn a_change_underneath_is_a_conflict_even_with_the_same_version_tag() {
 /// copy let the command change them and refused them only at write-back).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protected_files_are_not_writable_from_inside() {
-    let Some(sandbox) = sandbox("overlay protected files") else {
-        return;
-    };
-    let uid = sandbox.runs_as().uid;
-    let (dir, view) = workspace(
+    let Some((sandbox, dir, view)) = given(
+        "overlay protected files",
         &[
             (".git/config", "[core]\n"),
             (".git/hooks/pre-commit.sample", "#!/bin/sh\n"),
@@ -260,8 +266,9 @@ async fn protected_files_are_not_writable_from_inside() {
             (".bashrc", "# rc\n"),
             (".vscode/tasks.json", "{}\n"),
         ],
-        uid,
-    );
+    ) else {
+        return;
+    };
     let out = run(
         &sandbox,
         &ExecFiles::new(view),
@@ -293,11 +300,12 @@ async fn protected_files_are_not_writable_from_inside() {
 /// into mounts), and a planted link is never followed nor written back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn denied_paths_and_planted_links_are_refused_at_write_back() {
-    let Some(sandbox) = sandbox("overlay denied and links") else {
+    let Some((sandbox, dir, view)) = given(
+        "overlay denied and links",
+        &[("a.txt", "a\n"), ("secret/x", "x\n")],
+    ) else {
         return;
     };
-    let uid = sandbox.runs_as().uid;
-    let (dir, view) = workspace(&[("a.txt", "a\n"), ("secret/x", "x\n")], uid);
     let files = ExecFiles::new(view).writable(PathFilter::new(|p| {
         !p.starts_with(&super::p("/workspace/secret"))
     }));
@@ -331,11 +339,9 @@ async fn denied_paths_and_planted_links_are_refused_at_write_back() {
 /// not reach is not written, and nothing is deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_write_back_caps_hold_for_the_upper_layer() {
-    let Some(sandbox) = sandbox("overlay caps") else {
+    let Some((sandbox, dir, view)) = given("overlay caps", &[("keep.txt", "k\n")]) else {
         return;
     };
-    let uid = sandbox.runs_as().uid;
-    let (dir, view) = workspace(&[("keep.txt", "k\n")], uid);
     let mut files = ExecFiles::new(view);
     files.write_back = WriteBackLimits {
         max_files: 20,
@@ -401,11 +407,9 @@ async fn other_owners_and_read_rules_get_the_copy() {
 /// `bwrap`, which is what is killed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_command_over_an_overlay_leaves_no_process_behind() {
-    let Some(sandbox) = sandbox("overlay cancelled") else {
+    let Some((sandbox, _dir, view)) = given("overlay cancelled", &[("a.txt", "a\n")]) else {
         return;
     };
-    let uid = sandbox.runs_as().uid;
-    let (_dir, view) = workspace(&[("a.txt", "a\n")], uid);
     let marker = "2.7182818";
     let command = format!("{IS_OVERLAY}; (while :; do sleep {marker}; done) & sleep {marker}; sleep 30");
     let files = ExecFiles::new(view);
