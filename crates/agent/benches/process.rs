@@ -19,7 +19,10 @@
 //!   --sandbox bwrap --ask none` with 0 and 5 `execute` calls, once with an empty workdir and
 //!   once with the large one, interleaved; `added_per_execute_ms` = ((large 5 − large 0) −
 //!   (empty 5 − empty 0)) / 5, so process start-up and the model's round trips cancel out. Skipped
-//!   (with the reason) where bubblewrap does not run.
+//!   (with the reason) where bubblewrap does not run. As root, both workdirs are handed to
+//!   `nobody`, the commands' user, as a user owns their own workdir: that is the case the sandbox
+//!   mounts through an overlay instead of copying. `TRELLIS_BENCH_WORKDIR=copy` leaves them
+//!   root's, which the sandbox copies (the cost before overlays).
 //! * `latency_proxy` (when `TRELLIS_S3_ENDPOINT` is set): `trellis skills list --json` of 5,000
 //!   skills on the S3 emulator with a warm persisted catalog, straight and through a loopback
 //!   proxy adding 50 ms to every request (`TRELLIS_BENCH_LATENCY_MS`).
@@ -208,6 +211,23 @@ fn workdir(root: &Path, files: usize) -> PathBuf {
     dir
 }
 
+/// When this runs as root, give `dir` and everything in it to `nobody` (65534), the user the
+/// bubblewrap sandbox runs commands as then, or back to root when not `to_nobody`.
+fn hand_to_commands_user(dir: &Path, to_nobody: bool) {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
+        return;
+    }
+    let owner = if to_nobody { 65534 } else { 0 };
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        std::os::unix::fs::lchown(&path, Some(owner), Some(owner)).unwrap();
+        if path.is_dir() && !path.is_symlink() {
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        }
+    }
+}
+
 /// `trellis run --sandbox bwrap` with `--workdir workdir` and `calls` calls of `execute true`.
 fn execute_command(cwd: &Path, workdir: &Path, model_url: &str, calls: usize) -> Command {
     let mut c = trellis(cwd);
@@ -234,6 +254,13 @@ fn execute_workdir(model_url: &str, root: &Path) {
     let empty = root.join("workdir-empty");
     std::fs::create_dir_all(&empty).unwrap();
     let large = workdir(root, files);
+    // As root, commands run as nobody: a workdir is theirs, as a user's own `--workdir` is the
+    // user's, so it is mounted through an overlay rather than copied (docs/sandbox.md).
+    // TRELLIS_BENCH_WORKDIR=copy leaves them root's, which the sandbox copies: the cost before.
+    let copied = std::env::var("TRELLIS_BENCH_WORKDIR").as_deref() == Ok("copy");
+    for dir in [&empty, &large] {
+        hand_to_commands_user(dir, !copied);
+    }
     // A correct run first, which also tells whether bubblewrap runs here.
     let out = execute_command(cwd.path(), &large, model_url, calls)
         .output()
@@ -272,6 +299,7 @@ fn execute_workdir(model_url: &str, root: &Path) {
         "{}",
         json!({
             "bench": "process", "case": "execute_workdir", "files": files,
+            "workdir": if copied { "copied (root's)" } else { "the commands' user's (overlay)" },
             "bytes": files * 4096, "calls": calls, "runs": runs,
             "t_empty_0_ms": t(0, 0), "t_empty_calls_ms": t(0, 1),
             "t_large_0_ms": t(1, 0), "t_large_calls_ms": t(1, 1),

@@ -1,6 +1,7 @@
 //! The [`Backend`] trait and the values it speaks in.
 
 use std::fmt::{self, Debug};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -282,6 +283,15 @@ pub struct Capabilities {
     pub strict_hierarchy: bool,
 }
 
+/// A part of a backend that is a directory on local disk; see [`Backend::local_dirs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalDir {
+    /// Where it is, in the paths of the backend that answered.
+    pub at: VirtualPath,
+    /// The directory on local disk (absolute).
+    pub host: PathBuf,
+}
+
 /// Storage for everything an agent reads and writes.
 ///
 /// Object-safe (`Arc<dyn Backend>`); conveniences live on [`BackendExt`](crate::BackendExt). Every
@@ -300,6 +310,23 @@ pub trait Backend: Send + Sync + Debug {
     fn sandbox(&self, cwd: &VirtualPath) -> Option<Arc<dyn crate::sandbox::Sandbox>> {
         let _ = cwd;
         None
+    }
+
+    /// The parts of this backend that are directories on local disk, so that a sandbox can mount
+    /// them instead of copying their files (see `docs/sandbox.md`). For each [`LocalDir`]: every
+    /// file of this backend at or below `at` is the file at the same relative path below `host`,
+    /// and every regular file below `host` is such a file (symbolic links below `host` are the
+    /// mounting sandbox's concern; this backend's own rules for them still hold for its own
+    /// calls). Nothing else of the backend is below `at`: no other backend mounted there, no path
+    /// hidden there. Writes still go through the backend, which owns the versions; the directory is
+    /// only what the files look like right now.
+    ///
+    /// Cheap and synchronous: no I/O. `[]` (the default) is always a correct answer, and the
+    /// safe one for a wrapper that cannot keep the promise: a sandbox then copies. A wrapper that
+    /// moves paths moves `at`; one that hides, adds or reroutes paths below a directory leaves that
+    /// directory out.
+    fn local_dirs(&self) -> Vec<LocalDir> {
+        Vec::new()
     }
 
     /// Direct children of `dir`, sorted by path. Errors: `NotFound` when `dir` does not exist (the

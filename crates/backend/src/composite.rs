@@ -161,6 +161,43 @@ impl Backend for CompositeBackend {
         backend.sandbox(&inner)
     }
 
+    /// Each mount's directories, moved below its mount point, and the default backend's that are
+    /// neither at or below a mount point (shadowed) nor above one (the mount would be missing from
+    /// the directory).
+    fn local_dirs(&self) -> Vec<crate::backend::LocalDir> {
+        let mut dirs: Vec<crate::backend::LocalDir> = self
+            .default
+            .local_dirs()
+            .into_iter()
+            .filter(|d| {
+                !self
+                    .mounts
+                    .iter()
+                    .any(|(at, _)| at.starts_with(&d.at) || d.at.starts_with(at))
+            })
+            .collect();
+        for (at, backend) in &self.mounts {
+            for dir in backend.local_dirs() {
+                let Some(moved) = dir.at.rebase(&VirtualPath::root(), at) else {
+                    continue;
+                };
+                // A deeper mount inside this directory would be missing from it.
+                if self
+                    .mounts
+                    .iter()
+                    .any(|(other, _)| other != at && other.starts_with(&moved))
+                {
+                    continue;
+                }
+                dirs.push(crate::backend::LocalDir {
+                    at: moved,
+                    host: dir.host,
+                });
+            }
+        }
+        dirs
+    }
+
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
         let (backend, inner, mount) = self.route(dir);
         if mount.is_some() {

@@ -251,6 +251,27 @@ impl Backend for ScopedBackend {
         self.inward(cwd).ok().and_then(|inner| self.inner.sandbox(&inner))
     }
 
+    /// Inner's directories seen from the prefix: one that holds the prefix becomes the view's root
+    /// (its host directory followed down to the prefix), one below the prefix moves up with it.
+    fn local_dirs(&self) -> Vec<crate::backend::LocalDir> {
+        self.inner
+            .local_dirs()
+            .into_iter()
+            .filter_map(|dir| {
+                if let Some(rel) = self.prefix.relative_to(&dir.at) {
+                    let mut host = dir.host;
+                    host.extend(rel.split('/').filter(|s| !s.is_empty()));
+                    Some(crate::backend::LocalDir {
+                        at: VirtualPath::root(),
+                        host,
+                    })
+                } else {
+                    view_path(&self.prefix, &dir.at).map(|at| crate::backend::LocalDir { at, host: dir.host })
+                }
+            })
+            .collect()
+    }
+
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
         let inner = self.inward(dir)?;
         match self.inner.ls(&inner).await {

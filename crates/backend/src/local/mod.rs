@@ -252,6 +252,14 @@ impl Backend for FilesystemBackend {
         }
     }
 
+    /// The whole backend: its root directory.
+    fn local_dirs(&self) -> Vec<crate::backend::LocalDir> {
+        vec![crate::backend::LocalDir {
+            at: VirtualPath::root(),
+            host: self.root.clone(),
+        }]
+    }
+
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
         if let Some(beneath) = self.beneath.clone()
             && beneath.supported()

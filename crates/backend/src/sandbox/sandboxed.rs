@@ -39,6 +39,10 @@ impl Backend for SandboxedBackend {
         Some(Arc::clone(&self.sandbox))
     }
 
+    fn local_dirs(&self) -> Vec<crate::backend::LocalDir> {
+        self.files.local_dirs()
+    }
+
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
         self.files.ls(dir).await
     }

@@ -18,13 +18,15 @@ use trellis_backend::sandbox::{
 };
 use trellis_backend::{
     Backend, ByteRange, Capabilities, CompositeBackend, Entry, FileListing, GlobOutput, GrepOutput,
-    GrepQuery, ReadOutput, Result, ScopedBackend, StateBackend, VirtualPath, WriteMode, WriteOutcome,
+    GrepQuery, LocalDir, ReadOutput, Result, ScopedBackend, StateBackend, VirtualPath, WriteMode,
+    WriteOutcome,
 };
 
 /// Every method of the `Backend` trait.
-const METHODS: [&str; 14] = [
+const METHODS: [&str; 15] = [
     "capabilities",
     "sandbox",
+    "local_dirs",
     "ls",
     "stat",
     "stat_many",
@@ -69,6 +71,10 @@ impl Backend for Counting {
     fn sandbox(&self, cwd: &VirtualPath) -> Option<Arc<dyn Sandbox>> {
         self.count("sandbox");
         self.inner.sandbox(cwd)
+    }
+    fn local_dirs(&self) -> Vec<LocalDir> {
+        self.count("local_dirs");
+        self.inner.local_dirs()
     }
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
         self.count("ls");
@@ -138,6 +144,7 @@ async fn call(backend: &dyn Backend, method: &str) {
     match method {
         "capabilities" => drop(backend.capabilities()),
         "sandbox" => drop(backend.sandbox(&p("/d"))),
+        "local_dirs" => drop(backend.local_dirs()),
         "ls" => drop(backend.ls(&p("/d")).await),
         "stat" => drop(backend.stat(&a).await),
         "stat_many" => drop(backend.stat_many(&[a, b]).await),

@@ -15,5 +15,6 @@ mod conformance;
 mod forwarding;
 mod grep_path_filter;
 mod local;
+mod local_dirs;
 mod paths;
 mod scoped;

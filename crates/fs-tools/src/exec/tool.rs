@@ -12,7 +12,7 @@ use trellis_backend::{PathFilter, VirtualPath};
 use super::policy::CommandPolicy;
 use super::report::render;
 use crate::files::format::parse_path;
-use crate::files::{Access, FileAccess, LARGE_RESULTS_DIR};
+use crate::files::{Access, Effect, FileAccess, LARGE_RESULTS_DIR};
 use crate::tool::parse_args_described as parse_args;
 use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
 
@@ -250,9 +250,18 @@ impl ExecuteTool {
     fn exec_files(&self, files: &FileAccess) -> ExecFiles {
         let read = Arc::clone(&files.permissions);
         let write = Arc::clone(&files.permissions);
+        // Without a rule that can deny a read, every file is readable: no filter, so a sandbox may
+        // mount a local directory whole instead of copying it file by file.
+        let limits_reads = files
+            .permissions
+            .rules()
+            .iter()
+            .any(|r| r.covers(Access::Read) && r.effect() == Effect::Deny);
         let mut exec = ExecFiles::new(Arc::clone(&files.backend))
-            .readable(PathFilter::new(move |p| read.allows(Access::Read, p)))
             .writable(PathFilter::new(move |p| write.allows(Access::Write, p)));
+        if limits_reads {
+            exec = exec.readable(PathFilter::new(move |p| read.allows(Access::Read, p)));
+        }
         for root in &self.skill_sources {
             exec = exec.read_only_on_reach(root.clone());
         }

@@ -151,6 +151,14 @@ impl Backend for Hiding {
         self.inner.sandbox(cwd)
     }
 
+    /// Inner's directories, less any that is hidden or holds a hidden path (a mount of it would
+    /// show what is hidden).
+    fn local_dirs(&self) -> Vec<trellis_backend::LocalDir> {
+        let mut dirs = self.inner.local_dirs();
+        dirs.retain(|d| !self.hidden.hides(&d.at) && !self.hidden.any_below(&d.at));
+        dirs
+    }
+
     async fn ls(&self, dir: &VirtualPath) -> Result<Vec<Entry>> {
         self.absent(dir)?;
         let mut entries = self.inner.ls(dir).await?;

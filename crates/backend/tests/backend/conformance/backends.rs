@@ -162,6 +162,28 @@ async fn conformance_composite_mount() {
     .await;
 }
 
+/// The same through a directory on local disk mounted in a composite, so its `local_dirs` (moved
+/// below the mount point) are checked against the files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_composite_local_mount() {
+    let dirs = std::sync::Mutex::new(Vec::new());
+    conformance::run("composite/local-disk", || {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted: Arc<dyn Backend> = Arc::new(FilesystemBackend::new(dir.path()).unwrap());
+        dirs.lock().unwrap().push(dir);
+        let composite = CompositeBackend::new(Arc::new(StateBackend::new()))
+            .mount("/workspace", mounted)
+            .unwrap();
+        async move {
+            Target {
+                backend: Arc::new(composite),
+                base: VirtualPath::parse("/workspace").unwrap(),
+            }
+        }
+    })
+    .await;
+}
+
 /// Create-only and version-checked writes tag the object (`trelliswrite` metadata) so that a write
 /// whose reply was lost can be recognised; the tag must survive the round trip on every store
 /// (the fault tests in `tests/tests/integration/object_store_faults/` exercise the recovery on all three).

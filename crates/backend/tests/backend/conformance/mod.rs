@@ -76,6 +76,7 @@ where
     check!(more_than_a_thousand_entries);
     check!(key_ranges_add_up_to_the_whole_listing);
     check!(no_lost_updates);
+    check!(local_dirs_hold_the_backends_files);
     eprintln!("conformance[{name}]: all checks passed");
 }
 
@@ -478,4 +479,26 @@ async fn no_lost_updates(t: &Target) {
         "200",
         "20 tasks × 10 increments"
     );
+}
+
+/// [`Backend::local_dirs`]: every directory reported holds, at the same relative path, exactly
+/// the file the backend wrote, and a file removed through the backend is gone from it. Vacuous
+/// for a backend that reports none (the default).
+async fn local_dirs_hold_the_backends_files(t: &Target) {
+    put(t, "local/a.txt", "through the backend").await;
+    let written = t.path("local/a.txt");
+    for dir in t.backend.local_dirs() {
+        assert!(dir.host.is_absolute(), "{dir:?}");
+        let Some(rel) = written.relative_to(&dir.at) else {
+            continue;
+        };
+        let host = dir.host.join(rel);
+        assert_eq!(
+            std::fs::read(&host).unwrap_or_else(|e| panic!("{}: {e}", host.display())),
+            b"through the backend"
+        );
+        t.backend.delete(&written).await.unwrap();
+        assert!(!host.exists(), "{} outlived its delete", host.display());
+        return;
+    }
 }

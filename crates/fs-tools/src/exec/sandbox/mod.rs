@@ -14,7 +14,10 @@
 //! Both run a command the same way: the files it can reach are materialized into a private
 //! directory on local disk ([`workdir`]; skill folders through a [`FolderCache`], only the ones the
 //! command text names), its output is captured under a cap, and afterwards every file it created,
-//! changed or deleted there is written back through the backend, version-checked.
+//! changed or deleted there is written back through the backend, version-checked. Bubblewrap
+//! mounts a directory that is already on local disk and owned by the commands' user (a
+//! `--workdir`) through an overlay instead of copying it, and writes back from the overlay's upper
+//! layer by the same rules ([`workdir::Overlay`]).
 //!
 //! Every implementation must pass the conformance suite in
 //! `crates/fs-tools/tests/fs_tools/sandbox/conformance.rs`; `docs/sandbox.md` says how to add a

@@ -56,9 +56,10 @@ pub(crate) struct Spawn<'a> {
     /// The process's standard input; `None`: `/dev/null`. With a `group`, its bytes follow the
     /// gate's line on the gate's pipe (so it must be small: a seccomp program).
     pub stdin: Option<std::fs::File>,
-    /// The program is `bwrap` with a PID namespace: after it exits, wait for the namespace's init
-    /// to exit too (see `namespace_init.rs`), so nothing of the command runs on.
-    pub pid_namespace: bool,
+    /// The spawned process becomes `bwrap` (at this path) with a PID namespace: after it exits,
+    /// wait for the namespace's init to exit too (see `namespace_init.rs`), so nothing of the
+    /// command runs on.
+    pub pid_namespace: Option<&'a Path>,
 }
 
 /// The `sh -c` script of a gated start: wait for one line, then become the command (`"$@"`) with
@@ -184,10 +185,9 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
             });
         }
     }
-    let init = if spawn.pid_namespace {
-        pgid.map(Finder::start)
-    } else {
-        None
+    let init = match (spawn.pid_namespace, pgid) {
+        (Some(bwrap), Some(pid)) => Some(Finder::start(pid, bwrap)),
+        _ => None,
     };
 
     let capture = Arc::new(Mutex::new(capture));

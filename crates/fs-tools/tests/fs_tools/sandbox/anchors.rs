@@ -187,8 +187,17 @@ async fn a_cancelled_command_leaves_no_process_behind() {
         "(while :; do sleep {marker}; done) & setsid sh -c 'sleep {marker}' & sleep {marker}; sleep 30"
     );
     let view = view();
+    cancelled_after_3_s_leaves_nothing(run(&sandbox, &view, &command), marker).await;
+}
+
+/// Drop `running` (a command that starts at least two processes whose command lines hold `marker`
+/// and runs for longer) after 3 s, as an interrupted chat step does, and check that no process
+/// with `marker` outlives it.
+pub async fn cancelled_after_3_s_leaves_nothing<T: std::fmt::Debug>(
+    running: impl std::future::Future<Output = T>,
+    marker: &str,
+) {
     let alive = || super::escapes::host_processes(|_, cmdline| cmdline.contains(marker)).len();
-    let running = run(&sandbox, &view, &command);
     let seen = async {
         tokio::time::sleep(Duration::from_secs(2)).await;
         alive()

@@ -2,7 +2,9 @@
 //! system directories, nothing else of the host.
 //!
 //! Each command gets fresh user, mount, PID, IPC, UTS, cgroup and (unless the request asks for the
-//! host's) network namespaces. Its root is its private copy of the view ([`Workdir`]); over it go
+//! host's) network namespaces. Its root is its private copy of the view ([`Workdir`]), with the
+//! view's directories on local disk that belong to the commands' user mounted through overlays
+//! (`overlay.rs`) instead of copied; over it go
 //! `/usr` and the host's `/bin`, `/lib*` links read-only, a handful of `/etc` files the C library
 //! and Python need (never `/etc/shadow`; `passwd` and `group` are generated and name only the
 //! sandbox user), a fresh `/proc` of its own PID namespace, a minimal `/dev`, a private `/tmp`, and
@@ -32,11 +34,12 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use trellis_backend::sandbox::{
-    ExecFiles, ExecOutput, ExecRequest, Network, Sandbox, SandboxError, SandboxLimits, SandboxReport,
-    SandboxUnavailable,
+    ExecFiles, ExecOutput, ExecRequest, LimitKind, Network, Sandbox, SandboxError, SandboxLimits,
+    SandboxReport, SandboxUnavailable,
 };
 
 mod mounts;
+mod overlay;
 mod report;
 
 use super::capture::Capture;
@@ -45,8 +48,10 @@ use super::folder_cache::FolderCache;
 use super::process::{self, Rlimits, Spawn, find_program};
 use super::runner;
 use super::seccomp::{BWRAP_ARGS, Launch, SyscallFilter};
-use super::workdir::{Owner, Workdir};
+use super::workdir::{Overlay, Owner, Workdir};
 use mounts::system_mounts;
+use overlay::OverlayTools;
+use trellis_backend::LocalDir;
 
 /// The sandbox user's id when Trellis runs as root.
 pub const NOBODY: u32 = 65534;
@@ -122,6 +127,10 @@ pub struct BubblewrapSandbox {
     syscalls: Result<SyscallFilter, String>,
     /// Whether commands get `--unshare-user --disable-userns`, or why not.
     no_nested_userns: Result<(), String>,
+    /// How local directories are mounted through overlays, or why they are copied instead.
+    overlays: Result<OverlayTools, String>,
+    /// Directories whose overlay failed to mount here, and why: copied from then on.
+    overlay_failures: std::sync::Mutex<std::collections::BTreeMap<PathBuf, String>>,
     report: SandboxReport,
 }
 
@@ -202,6 +211,8 @@ impl BubblewrapSandbox {
             cgroups,
             syscalls: SyscallFilter::for_host(),
             no_nested_userns: Err("not probed".into()),
+            overlays: Err("not probed".into()),
+            overlay_failures: Default::default(),
             report: SandboxReport {
                 sandbox: "bubblewrap".into(),
                 limits: Vec::new(),
@@ -235,6 +246,10 @@ impl BubblewrapSandbox {
                 .map_err(|detail| SandboxUnavailable::NamespacesDisabled { detail })?;
         }
         me.probe_disable_userns(&String::from_utf8_lossy(&help.stdout));
+        me.overlays = me.probe_overlays();
+        if let Err(why) = &me.overlays {
+            tracing::info!(why, "local directories are copied for each command");
+        }
         me.report = me.compute_report();
         // Without a cache every command copies the folders it reaches; that is slower, not wrong.
         me.cache = FolderCache::new(&me.work_root, me.run_as)
@@ -289,24 +304,12 @@ impl BubblewrapSandbox {
             std::os::unix::fs::chown(root.path(), Some(owner.uid), Some(owner.gid))
                 .map_err(|e| format!("cannot hand {} to uid {}: {e}", root.path().display(), owner.uid))?;
         }
-        let mut args = self.args(root.path(), &[], "/", Network::None);
+        let mut args = self.args(root.path(), &[], "/", Network::None, &[]);
         args.extend(["--".into(), "/bin/true".into()]);
         let launch = self
             .launch(args, Network::None)
             .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
-        let mut cmd = std::process::Command::new(&launch.program);
-        cmd.args(&launch.args).env_clear().current_dir("/").stdin(
-            launch
-                .stdin
-                .map_or_else(std::process::Stdio::null, std::process::Stdio::from),
-        );
-        if let Some(owner) = self.run_as {
-            use std::os::unix::process::CommandExt;
-            cmd.uid(owner.uid).gid(owner.gid);
-        }
-        let out = cmd
-            .output()
-            .map_err(|e| format!("cannot start {}: {e}", self.bwrap.display()))?;
+        let out = self.run_probe(launch)?;
         if out.status.success() {
             Ok(())
         } else {
@@ -318,6 +321,34 @@ impl BubblewrapSandbox {
         }
     }
 
+    /// The local directories of `files` a command gets through overlays (none where overlays do
+    /// not work here).
+    fn local_dirs(&self, files: &ExecFiles) -> Vec<LocalDir> {
+        let Ok(_) = &self.overlays else {
+            return Vec::new();
+        };
+        let mut dirs = overlay::chosen(files, self.runs_as().uid);
+        let failed = self.overlay_failures.lock().unwrap_or_else(|p| p.into_inner());
+        dirs.retain(|d| !failed.contains_key(&d.host));
+        dirs
+    }
+
+    /// Run a probe's `launch` to completion as the commands' user, from `/`, with no environment.
+    fn run_probe(&self, launch: Launch) -> Result<std::process::Output, String> {
+        let mut cmd = std::process::Command::new(&launch.program);
+        cmd.args(&launch.args).env_clear().current_dir("/").stdin(
+            launch
+                .stdin
+                .map_or_else(std::process::Stdio::null, std::process::Stdio::from),
+        );
+        if let Some(owner) = self.run_as {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(owner.uid).gid(owner.gid);
+        }
+        cmd.output()
+            .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))
+    }
+
     /// How to start bwrap with `args` (which end with the command): with the seccomp program for
     /// `network` when there is one.
     fn launch(&self, args: Vec<OsString>, network: Network) -> std::io::Result<Launch> {
@@ -327,13 +358,15 @@ impl BubblewrapSandbox {
         }
     }
 
-    /// `bwrap` arguments for a sandbox rooted at `root`, up to (not including) `--`.
+    /// `bwrap` arguments for a sandbox rooted at `root`, with `overlays` bound over it, up to (not
+    /// including) `--`.
     fn args(
         &self,
         root: &Path,
         read_only: &[(PathBuf, String)],
         cwd: &str,
         network: Network,
+        overlays: &[Overlay],
     ) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::with_capacity(64);
         let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
@@ -347,6 +380,14 @@ impl BubblewrapSandbox {
         }
         if self.no_nested_userns.is_ok() {
             push(&["--unshare-user".as_ref(), "--disable-userns".as_ref()]);
+        } else if !overlays.is_empty() {
+            push(&["--unshare-user".as_ref()]);
+        }
+        if !overlays.is_empty() {
+            // bwrap starts as the overlay wrapper's namespace root: the command gets its own ids.
+            let Owner { uid, gid } = self.runs_as();
+            let (uid, gid) = (uid.to_string(), gid.to_string());
+            push(&["--uid".as_ref(), uid.as_ref(), "--gid".as_ref(), gid.as_ref()]);
         }
         if self.runs_as().uid == 0 {
             push(&["--cap-drop".as_ref(), "ALL".as_ref()]);
@@ -354,6 +395,7 @@ impl BubblewrapSandbox {
         push(&["--hostname".as_ref(), "sandbox".as_ref()]);
         push(&["--bind".as_ref(), root.as_os_str(), "/".as_ref()]);
         a.extend(self.system_mounts.iter().cloned());
+        a.extend(overlay::binds(overlays));
         let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
         for (host, inside) in read_only {
             push(&["--ro-bind".as_ref(), host.as_os_str(), inside.as_ref()]);
@@ -375,13 +417,73 @@ impl Sandbox for BubblewrapSandbox {
     }
 
     fn report(&self) -> SandboxReport {
-        self.report.clone()
+        let mut report = self.report.clone();
+        let failed = self.overlay_failures.lock().unwrap_or_else(|p| p.into_inner());
+        if !failed.is_empty()
+            && let Some(filesystem) = report.limits.iter_mut().find(|l| l.kind == LimitKind::Filesystem)
+        {
+            for (dir, why) in failed.iter() {
+                filesystem.detail.push_str(&format!(
+                    "; {} is copied for each command: its overlay could not be mounted ({why})",
+                    dir.display()
+                ));
+            }
+        }
+        report
     }
 
     async fn execute(&self, files: &ExecFiles, request: &ExecRequest) -> Result<ExecOutput, SandboxError> {
         let request = runner::checked(request, &self.limits)?;
-        let workdir =
-            Workdir::materialize(files, &request, &self.work_root, self.run_as, self.cache.as_ref()).await?;
+        let local = self.local_dirs(files);
+        match self.run(files, &request, &local).await? {
+            Ran::Done(output) => Ok(output),
+            // Nothing ran: the same command again, with those directories copied (still
+            // sandboxed), and never an overlay of them again from this sandbox.
+            Ran::OverlayFailed(why) => {
+                tracing::warn!(why, "an overlay could not be mounted; copying instead");
+                {
+                    let mut failed = self.overlay_failures.lock().unwrap_or_else(|p| p.into_inner());
+                    for dir in &local {
+                        failed.insert(dir.host.clone(), why.clone());
+                    }
+                }
+                match self.run(files, &request, &[]).await? {
+                    Ran::Done(output) => Ok(output),
+                    Ran::OverlayFailed(why) => Err(SandboxError::Io {
+                        context: "running the command".into(),
+                        source: std::io::Error::other(why),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// How one attempt at a command ended.
+enum Ran {
+    Done(ExecOutput),
+    /// An overlay could not be mounted, so the command did not run; the wrapper's words.
+    OverlayFailed(String),
+}
+
+impl BubblewrapSandbox {
+    /// Run the checked `request` once, with the directories of `local` mounted through overlays.
+    async fn run(
+        &self,
+        files: &ExecFiles,
+        request: &ExecRequest,
+        local: &[LocalDir],
+    ) -> Result<Ran, SandboxError> {
+        let request = request.clone();
+        let workdir = Workdir::materialize(
+            files,
+            &request,
+            &self.work_root,
+            self.run_as,
+            self.cache.as_ref(),
+            local,
+        )
+        .await?;
         let home = workdir.host_path(&runner::home());
         let _ = std::fs::create_dir_all(&home);
         if let Some(owner) = self.run_as {
@@ -400,7 +502,13 @@ impl Sandbox for BubblewrapSandbox {
                     .map(|(host, p)| (host.clone(), p.to_string())),
             )
             .collect();
-        let mut args = self.args(workdir.root(), &read_only, request.cwd.as_str(), request.network);
+        let mut args = self.args(
+            workdir.root(),
+            &read_only,
+            request.cwd.as_str(),
+            request.network,
+            workdir.overlays(),
+        );
         // The command's environment is set by bwrap inside the sandbox; prlimit and bwrap
         // themselves run on the host with none, from `/`.
         args.push("--clearenv".into());
@@ -435,9 +543,17 @@ impl Sandbox for BubblewrapSandbox {
                 },
             )
         });
-        let launch = self
+        let mut launch = self
             .launch(args, request.network)
             .map_err(SandboxError::io("writing the seccomp program"))?;
+        let token = format!("trellis-overlay-{}{}", runner::tag(), runner::tag());
+        let wrapped = !workdir.overlays().is_empty();
+        if let (Ok(tools), true) = (&self.overlays, wrapped) {
+            launch = tools.wrap(launch, workdir.overlays(), &token);
+            for overlay in workdir.overlays() {
+                overlay.wait_past_start();
+            }
+        }
         let started = Instant::now();
         let finished = process::run(
             Spawn {
@@ -450,7 +566,7 @@ impl Sandbox for BubblewrapSandbox {
                 timeout: request.timeout,
                 group: group.as_ref(),
                 stdin: launch.stdin,
-                pid_namespace: true,
+                pid_namespace: Some(&self.bwrap),
             },
             Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
         )
@@ -465,8 +581,16 @@ impl Sandbox for BubblewrapSandbox {
             }
             None => false,
         };
+        if wrapped {
+            let text = finished.captured.text(None);
+            if overlay::mount_failed(&token, finished.exit_code, &text) {
+                return Ok(Ran::OverlayFailed(
+                    text.replace(&token, "trellis").trim().to_owned(),
+                ));
+            }
+        }
         let mut output = runner::finish(files, &request, workdir, finished).await?;
         output.out_of_memory = out_of_memory;
-        Ok(output)
+        Ok(Ran::Done(output))
     }
 }

@@ -7,6 +7,20 @@ use super::super::human_bytes;
 use super::BubblewrapSandbox;
 
 impl BubblewrapSandbox {
+    /// How the view reaches the command: which parts are mounted through overlays and which are
+    /// copied, and why.
+    fn exposure(&self) -> String {
+        let uid = self.runs_as().uid;
+        match &self.overlays {
+            Ok(_) => format!(
+                "directories on local disk owned by uid {uid} (the commands' user), such as a --workdir, are mounted through an overlay (the real directory read-only below a private upper layer; git hooks and config and start-up files bound read-only; what the command changed written back from the upper layer, version-checked); the rest of the view, local directories of other owners (uid {uid} could not change their files through an overlay) and every directory while a permission rule limits reads are copied for each command"
+            ),
+            Err(why) => {
+                format!("every part of the view is copied for each command: no overlays here ({why})")
+            }
+        }
+    }
+
     pub(super) fn compute_report(&self) -> SandboxReport {
         let l = &self.limits;
         let status = |kind, enforced, detail: String| LimitStatus {
@@ -24,7 +38,10 @@ impl BubblewrapSandbox {
                 status(
                     LimitKind::Filesystem,
                     true,
-                    "mount namespace: the agent's files at their virtual paths, read-only parts and system directories read-only, nothing else of the host".into(),
+                    format!(
+                        "mount namespace: the agent's files at their virtual paths, read-only parts and system directories read-only, nothing else of the host; {}",
+                        self.exposure()
+                    ),
                 ),
                 status(
                     LimitKind::Network,

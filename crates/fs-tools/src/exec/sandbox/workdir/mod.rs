@@ -23,6 +23,10 @@
 //!   [`NotWrittenReason::TooLarge`](trellis_backend::sandbox::NotWrittenReason::TooLarge), and once
 //!   the walk stopped short, or could not read part of the copy, nothing is deleted.
 //!
+//! Directories the caller chose to mount through overlays (`local` in [`Workdir::materialize`])
+//! are not copied: each gets an [`Overlay`], its mount point in the copy, and its own write-back
+//! from the overlay's upper layer (`overlay.rs`), after the copy's.
+//!
 //! Directories at the top of the copy that the sandbox mounts its system over (`/usr`, `/etc`,
 //! `/proc`, …, see [`RESERVED`]) are neither materialized nor written back; the view's files there
 //! are listed in [`Workdir::shadowed`].
@@ -34,12 +38,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use trellis_backend::sandbox::{ExecFiles, ExecRequest, MountAccess, SandboxError};
-use trellis_backend::{Backend, BackendError, Entry, Version, VirtualPath};
+use trellis_backend::{Backend, BackendError, Entry, LocalDir, Version, VirtualPath};
 
 use super::folder_cache::FolderCache;
 use super::reach::{Reached, reached};
 
 mod nofollow;
+mod overlay;
 mod protected;
 mod walk;
 mod write_back;
@@ -83,10 +88,19 @@ pub struct Owner {
     pub gid: u32,
 }
 
-/// A command's private copy of the view.
+pub use overlay::{Overlay, owned_by};
+pub(crate) use protected::read_only_in_mounts;
+
+/// A command's private copy of the view, and the overlays of its local directories.
 #[derive(Debug)]
 pub struct Workdir {
     dir: tempfile::TempDir,
+    /// Local directories mounted through overlays instead of copied (dropped before
+    /// `overlay_state`).
+    overlays: Vec<Overlay>,
+    /// Holds the overlays' layers and mount points, outside the copy (the command must not
+    /// reach them).
+    overlay_state: Option<tempfile::TempDir>,
     copied: BTreeMap<VirtualPath, Copied>,
     read_only: Vec<VirtualPath>,
     shadowed: Vec<VirtualPath>,
@@ -100,12 +114,16 @@ impl Workdir {
     /// Copy what `request` can reach of `files` into a new private directory under `parent`,
     /// owned by `owner` when given. Reached folders of on-reach mounts come from `cache` when one is
     /// given and the folder can be cached (see [`Workdir::bound`]); otherwise they are copied too.
+    /// The directories of `local` are not copied: each gets an [`Overlay`] (see
+    /// [`Workdir::overlays`]), which the sandbox must mount at its path; the caller chose them
+    /// (read-write, not the root, nothing else of the view below them).
     pub async fn materialize(
         files: &ExecFiles,
         request: &ExecRequest,
         parent: &Path,
         owner: Option<Owner>,
         cache: Option<&FolderCache>,
+        local: &[LocalDir],
     ) -> Result<Self, SandboxError> {
         // 0700 from the start: nobody else may list or enter it, even while it is filled.
         let dir = tempfile::Builder::new()
@@ -118,13 +136,16 @@ impl Workdir {
             )))?;
         let mut me = Self {
             dir,
+            overlays: Vec::new(),
+            overlay_state: None,
             copied: BTreeMap::new(),
             read_only: Vec::new(),
             shadowed: Vec::new(),
             bound: Vec::new(),
             counted: (0, 0),
         };
-        let (mut entries, folders) = me.listing(files, request).await?;
+        let local_at: Vec<&VirtualPath> = local.iter().map(|d| &d.at).collect();
+        let (mut entries, folders) = me.listing(files, request, &local_at).await?;
         for (folder, listed) in folders {
             match cache {
                 Some(cache) => match cache.folder(files.backend.as_ref(), &folder, &listed).await {
@@ -150,6 +171,9 @@ impl Workdir {
         for (_, folder) in &me.bound {
             let at = me.host_path(folder);
             fs::create_dir_all(&at).map_err(SandboxError::io(format!("creating {folder}")))?;
+        }
+        if !local.is_empty() {
+            me.prepare_overlays(parent, owner, local, &request.cwd)?;
         }
         if let Some(owner) = owner {
             chown_tree(me.dir.path(), owner)?;
@@ -184,6 +208,51 @@ impl Workdir {
         &self.bound
     }
 
+    /// Local directories to mount through overlays, outermost first: each one's
+    /// [`Overlay::merged`] at its [`Overlay::at`], after the copy's root.
+    pub fn overlays(&self) -> &[Overlay] {
+        &self.overlays
+    }
+
+    /// Make an overlay's directories for each of `local`, and its mount point in the copy.
+    fn prepare_overlays(
+        &mut self,
+        parent: &Path,
+        owner: Option<Owner>,
+        local: &[LocalDir],
+        cwd: &VirtualPath,
+    ) -> Result<(), SandboxError> {
+        let state = tempfile::Builder::new()
+            .prefix("trellis-overlay-")
+            .permissions(fs::Permissions::from_mode(PRIVATE_DIR))
+            .tempdir_in(parent)
+            .map_err(SandboxError::io(format!(
+                "creating an overlay directory in {}",
+                parent.display()
+            )))?;
+        if let Some(owner) = owner {
+            std::os::unix::fs::chown(state.path(), Some(owner.uid), Some(owner.gid)).map_err(
+                SandboxError::io("handing the overlay directory to the sandbox user"),
+            )?;
+        }
+        let mut local: Vec<&LocalDir> = local.iter().collect();
+        local.sort_by_key(|d| d.at.depth());
+        for (i, dir) in local.into_iter().enumerate() {
+            let overlay = Overlay::prepare(state.path().join(i.to_string()), dir, owner)
+                .map_err(SandboxError::io(format!("preparing the overlay of {}", dir.at)))?;
+            if cwd.starts_with(&dir.at) {
+                overlay
+                    .make_dir(cwd, owner)
+                    .map_err(SandboxError::io(format!("creating the working directory {cwd}")))?;
+            }
+            let at = self.host_path(&dir.at);
+            fs::create_dir_all(&at).map_err(SandboxError::io(format!("creating {}", dir.at)))?;
+            self.overlays.push(overlay);
+        }
+        self.overlay_state = Some(state);
+        Ok(())
+    }
+
     /// Files of the view the sandbox's system directories hide.
     pub fn shadowed(&self) -> &[VirtualPath] {
         &self.shadowed
@@ -199,19 +268,21 @@ impl Workdir {
         &mut self,
         files: &ExecFiles,
         request: &ExecRequest,
+        local: &[&VirtualPath],
     ) -> Result<(Vec<Entry>, Vec<(VirtualPath, Vec<Entry>)>), SandboxError> {
         let limit = files.max_files.saturating_add(1);
-        let on_reach: Vec<&VirtualPath> = files
+        let excluded: Vec<&VirtualPath> = files
             .mounts
             .iter()
             .filter(|m| m.on_reach)
             .map(|m| &m.at)
+            .chain(local.iter().copied())
             .collect();
         let mut entries = Vec::new();
         list_excluding(
             files.backend.as_ref(),
             &VirtualPath::root(),
-            &on_reach,
+            &excluded,
             limit,
             &mut entries,
         )

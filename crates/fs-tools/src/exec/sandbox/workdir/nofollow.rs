@@ -35,6 +35,9 @@ pub(super) struct Entry {
     pub size: u64,
     /// Whether its modification time is still the one every materialized file gets.
     pub materialized: bool,
+    /// Whether it is a character device `0:0`: what an overlay's upper layer marks a deletion
+    /// with (a whiteout).
+    pub whiteout: bool,
 }
 
 /// Open the copy's root (a directory Trellis made; not itself a link).
@@ -99,8 +102,19 @@ fn entry_of(name: OsString, st: &Stat) -> Entry {
         kind: FileType::from_raw_mode(st.st_mode),
         size: u64::try_from(st.st_size).unwrap_or(0),
         materialized: st.st_mtime == MATERIALIZED_AT && st.st_mtime_nsec == 0,
+        whiteout: FileType::from_raw_mode(st.st_mode) == FileType::CharacterDevice && st.st_rdev == 0,
     }
 }
+
+/// True when `dir` is an overlay's opaque directory (`user.overlay.opaque` is `y`, as overlayfs
+/// writes it with `userxattr`): it hides everything of the lower layer at its path.
+pub(super) fn is_opaque(dir: &OwnedFd) -> bool {
+    let mut value = [0u8; 4];
+    matches!(rustix::fs::fgetxattr(dir, OPAQUE_XATTR, &mut value[..]), Ok(n) if value[..n].starts_with(b"y"))
+}
+
+/// The extended attribute overlayfs marks an opaque directory with, when mounted with `userxattr`.
+pub(super) const OPAQUE_XATTR: &str = "user.overlay.opaque";
 
 /// Read exactly `size` bytes of the regular file at `relative` (to the copy's root), or fail:
 /// every component is opened without following a link, and a file that is no longer a regular

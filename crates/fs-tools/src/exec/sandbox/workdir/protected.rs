@@ -47,6 +47,19 @@ const TOOL_DIRS: &[&[&str]] = &[
 /// Names directly in a git directory that git obeys as configuration.
 const GIT_CONFIG_FILES: &[&str] = &["config", "config.worktree", "commondir"];
 
+/// Paths relative to a mounted directory that a sandbox binds read-only over themselves where they
+/// exist, so the command cannot change them at all (the write-back refuses them anyway, at any
+/// depth): git's hooks and configuration of the directory's own repository, the editor and agent
+/// folders, and the start-up files at its top.
+pub(crate) fn read_only_in_mounts() -> impl Iterator<Item = String> {
+    GIT_CONFIG_FILES
+        .iter()
+        .map(|f| format!(".git/{f}"))
+        .chain([".git/hooks".to_owned()])
+        .chain(TOOL_DIRS.iter().map(|d| d.join("/")))
+        .chain(STARTUP_FILES.iter().map(|s| (*s).to_owned()))
+}
+
 /// Why a write-back of `path` is refused, or `None` when it is not protected.
 pub(crate) fn protected(path: &VirtualPath) -> Option<&'static str> {
     let segments: Vec<&str> = path.segments().collect();

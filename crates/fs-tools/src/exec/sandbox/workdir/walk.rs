@@ -28,8 +28,14 @@ use super::{Copied, RESERVED, nofollow};
 /// What the walk is given.
 #[derive(Debug)]
 pub(super) struct Plan {
-    /// The copy's root, opened by [`nofollow::open_root`].
+    /// The copy's root (or an overlay's upper layer), opened by [`nofollow::open_root`].
     pub root: Arc<OwnedFd>,
+    /// Where the root is in the view: `/` for the copy, the mount point for an overlay's upper
+    /// layer.
+    pub at: VirtualPath,
+    /// The root is an overlay's upper layer: whiteouts are deletions and opaque directories are
+    /// noted, instead of refused and walked as any other.
+    pub overlay: bool,
     /// Paths not to walk, relative to the root (read-only mounts).
     pub skip: Vec<PathBuf>,
     /// The view, for its rules and bounds.
@@ -50,6 +56,21 @@ pub(super) enum Stopped {
     Unreadable,
     /// A bound stopped the walk; the message names it.
     Bound(String),
+}
+
+impl Stopped {
+    /// Why a file removed from the walked tree (`what`: "the copy", "the upper layer") is not
+    /// deleted.
+    pub(super) fn not_deleted(&self, what: &str) -> NotWrittenReason {
+        match self {
+            Stopped::Unreadable => NotWrittenReason::Failed(format!(
+                "not deleted: part of {what} could not be read back, so a removed file cannot be told from a moved one"
+            )),
+            Stopped::Bound(bound) => NotWrittenReason::TooLarge(format!(
+                "not deleted: {bound}, so the walk did not reach all of {what}, and a removed file cannot be told from one it did not reach"
+            )),
+        }
+    }
 }
 
 /// A new or changed regular file to write back, within every bound.
@@ -75,6 +96,15 @@ pub(super) struct Walked {
     pub stopped: Option<Stopped>,
     /// New files the view can still take (for conflict copies).
     pub files_left: usize,
+    /// Overlay only: paths the command deleted (whiteouts), each a file or a whole directory of
+    /// the lower layer.
+    pub whiteouts: Vec<VirtualPath>,
+    /// Overlay only: opaque directories, which hide every lower file below them that the upper
+    /// layer does not hold.
+    pub opaque: Vec<VirtualPath>,
+    /// Overlay only: every path of the upper layer that is not a directory or a whiteout (a lower
+    /// file there is replaced, not deleted).
+    pub upper: BTreeSet<VirtualPath>,
 }
 
 /// Running totals against the bounds.
@@ -134,6 +164,8 @@ struct Pending {
 pub(super) fn walk(plan: Plan) -> Walked {
     let Plan {
         root,
+        at,
+        overlay,
         skip,
         files,
         copied,
@@ -156,13 +188,17 @@ pub(super) fn walk(plan: Plan) -> Walked {
         present: BTreeSet::new(),
         stopped: None,
         files_left: 0,
+        whiteouts: Vec::new(),
+        opaque: Vec::new(),
+        upper: BTreeSet::new(),
     };
+    let base = at.as_str().trim_end_matches('/').to_owned();
     let mut stack = vec![Pending {
         parent: None,
         relative: PathBuf::new(),
     }];
     'walk: while let Some(Pending { parent, relative }) = stack.pop() {
-        let dir_name = format!("/{}", relative.to_string_lossy());
+        let dir_name = format!("{base}/{}", relative.to_string_lossy());
         let opened = match &parent {
             None => Ok(Arc::clone(&root)),
             Some((fd, name)) => nofollow::open_dir(fd, name).map(Arc::new),
@@ -174,6 +210,13 @@ pub(super) fn walk(plan: Plan) -> Walked {
                 continue;
             }
         };
+        if overlay
+            && !relative.as_os_str().is_empty()
+            && nofollow::is_opaque(&dir)
+            && let Ok(path) = VirtualPath::parse(&dir_name)
+        {
+            out.opaque.push(path);
+        }
         let entries = match nofollow::entries(&dir) {
             Ok(entries) => entries,
             Err(e) => {
@@ -190,13 +233,16 @@ pub(super) fn walk(plan: Plan) -> Walked {
                 }
             };
             let rel = relative.join(&entry.name);
-            if relative.as_os_str().is_empty() && entry.name.to_str().is_some_and(|n| RESERVED.contains(&n)) {
+            if at.is_root()
+                && relative.as_os_str().is_empty()
+                && entry.name.to_str().is_some_and(|n| RESERVED.contains(&n))
+            {
                 continue;
             }
             if skip.contains(&rel) {
                 continue;
             }
-            let name = format!("/{}", rel.to_string_lossy());
+            let name = format!("{base}/{}", rel.to_string_lossy());
             if Instant::now() >= deadline {
                 out.stop_at(
                     name,
@@ -211,7 +257,7 @@ pub(super) fn walk(plan: Plan) -> Walked {
             let is_file = entry.kind == FileType::RegularFile;
             let path = rel
                 .to_str()
-                .and_then(|rel| VirtualPath::parse(&format!("/{rel}")).ok());
+                .and_then(|rel| VirtualPath::parse(&format!("{base}/{rel}")).ok());
             // What was materialized and is as it was counts toward nothing.
             let free = match &path {
                 Some(path) if is_dir => holds_copied(&copied, path),
@@ -256,6 +302,13 @@ pub(super) fn walk(plan: Plan) -> Walked {
             };
             if copied.contains_key(&path) {
                 out.present.insert(path.clone());
+            }
+            if overlay && entry.whiteout {
+                out.whiteouts.push(path);
+                continue;
+            }
+            if overlay {
+                out.upper.insert(path.clone());
             }
             if free {
                 continue;

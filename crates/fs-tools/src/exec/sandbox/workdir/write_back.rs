@@ -1,6 +1,8 @@
 //! [`Workdir::write_back`]: what the command changed, back through the backend (see the parent
 //! module for the rules).
 
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,8 +11,9 @@ use bytes::Bytes;
 use trellis_backend::sandbox::{ExecFiles, FileChange, FileChangeKind, NotWritten, NotWrittenReason};
 use trellis_backend::{Backend, BackendError, Version, VirtualPath, WriteMode};
 
+use super::overlay::Overlay;
 use super::protected::protected;
-use super::walk::{Changed, Plan, Stopped, Walked, walk};
+use super::walk::{Changed, Plan, Walked, walk};
 use super::{Copied, Workdir, nofollow};
 
 impl Workdir {
@@ -33,9 +36,14 @@ impl Workdir {
         };
         let plan = Plan {
             root: Arc::clone(&root),
+            at: VirtualPath::root(),
+            overlay: false,
+            // Read-only parts are never written back, and overlays' mount points are walked in
+            // their upper layers instead.
             skip: self
                 .read_only
                 .iter()
+                .chain(self.overlays.iter().map(|o| &o.at))
                 .map(|p| PathBuf::from(p.as_str().trim_start_matches('/')))
                 .collect(),
             files: files.clone(),
@@ -54,70 +62,19 @@ impl Workdir {
             present,
             stopped,
             mut files_left,
+            ..
         } = walked;
-        let late = || {
-            NotWrittenReason::TooLarge(format!(
-                "the write-back took longer than its limit of {:?}",
-                limits.max_time
-            ))
-        };
         let mut changes = Vec::new();
-        for Changed { path, size } in changed {
-            if let Some(what) = protected(&path) {
-                not_written.push(NotWritten {
-                    path: path.to_string(),
-                    reason: NotWrittenReason::Protected(what.into()),
-                });
-                continue;
-            }
-            if Instant::now() >= deadline {
-                not_written.push(NotWritten {
-                    path: path.to_string(),
-                    reason: late(),
-                });
-                continue;
-            }
-            let relative = PathBuf::from(path.as_str().trim_start_matches('/'));
-            let root = Arc::clone(&root);
-            let data =
-                match tokio::task::spawn_blocking(move || nofollow::read_exactly(&root, &relative, size))
-                    .await
-                {
-                    Ok(Ok(data)) => Bytes::from(data),
-                    Ok(Err(e)) => {
-                        not_written.push(failed(&path, e.to_string()));
-                        continue;
-                    }
-                    Err(e) => {
-                        not_written.push(failed(&path, e.to_string()));
-                        continue;
-                    }
-                };
-            let (mode, kind) = match copied.get(&path) {
-                Some(Copied { version: Some(v), .. }) => {
-                    (WriteMode::IfVersion(v.clone()), FileChangeKind::Modified)
-                }
-                Some(Copied { version: None, .. }) => (WriteMode::Overwrite, FileChangeKind::Modified),
-                None => (WriteMode::CreateNew, FileChangeKind::Created),
-            };
-            match files.backend.write(&path, data.clone(), mode).await {
-                Ok(_) => changes.push(FileChange { path, kind }),
-                Err(BackendError::Conflict { .. }) => {
-                    // A conflict copy is one more file in the view: only where it still fits.
-                    let kept_at = if files_left > 0 {
-                        keep_beside(files, &path, conflict_tag, data).await
-                    } else {
-                        None
-                    };
-                    files_left -= usize::from(kept_at.is_some());
-                    not_written.push(NotWritten {
-                        path: path.to_string(),
-                        reason: NotWrittenReason::Conflict { kept_at },
-                    });
-                }
-                Err(e) => not_written.push(failed(&path, e.to_string())),
-            }
-        }
+        let mut writer = Writer {
+            files,
+            root: &root,
+            tag: conflict_tag,
+            deadline,
+            files_left: &mut files_left,
+            changes: &mut changes,
+            not_written: &mut not_written,
+        };
+        writer.write_all(changed, &Basis::Copy(&copied)).await;
         for (path, copied) in &copied {
             if present.contains(path) {
                 continue;
@@ -134,13 +91,8 @@ impl Workdir {
                 continue;
             }
             let reason = match &stopped {
-                Some(Stopped::Unreadable) => Some(NotWrittenReason::Failed(
-                    "not deleted: part of the copy could not be read back, so a removed file cannot be told from a moved one".into(),
-                )),
-                Some(Stopped::Bound(bound)) => Some(NotWrittenReason::TooLarge(format!(
-                    "not deleted: {bound}, so the walk did not reach all of the copy, and a removed file cannot be told from one it did not reach"
-                ))),
-                None if Instant::now() >= deadline => Some(late()),
+                Some(stopped) => Some(stopped.not_deleted("the copy")),
+                None if Instant::now() >= deadline => Some(late(limits.max_time)),
                 None => None,
             };
             if let Some(reason) = reason {
@@ -162,10 +114,157 @@ impl Workdir {
                 Err(e) => not_written.push(failed(path, e.to_string())),
             }
         }
+        for overlay in std::mem::take(&mut self.overlays) {
+            overlay
+                .write_back(files, conflict_tag, deadline, &mut changes, &mut not_written)
+                .await;
+        }
         changes.sort_by(|a, b| a.path.cmp(&b.path));
         not_written.sort_by(|a, b| a.path.cmp(&b.path));
         (changes, not_written)
     }
+}
+
+/// What a changed file's write is checked against.
+pub(super) enum Basis<'a> {
+    /// The copy: the version each file had when it was materialized.
+    Copy(&'a BTreeMap<VirtualPath, Copied>),
+    /// An overlay: the file the store holds now, unless it changed since the command started.
+    Overlay(&'a Overlay),
+}
+
+/// How one changed file is written.
+enum Decision {
+    Write(WriteMode, FileChangeKind),
+    /// Someone else changed it meanwhile: keep the command's version beside it.
+    Conflict,
+    Fail(String),
+}
+
+/// Writes the changed files of one walk through the backend.
+pub(super) struct Writer<'a> {
+    pub files: &'a ExecFiles,
+    /// The walked root (the copy, or an overlay's upper layer).
+    pub root: &'a Arc<OwnedFd>,
+    pub tag: &'a str,
+    pub deadline: Instant,
+    /// New files the view can still take (for conflict copies).
+    pub files_left: &'a mut usize,
+    pub changes: &'a mut Vec<FileChange>,
+    pub not_written: &'a mut Vec<NotWritten>,
+}
+
+impl Writer<'_> {
+    /// Write every file of `changed` (paths in the view; read below the root at their path
+    /// relative to `basis`'s mount point), checked against `basis`.
+    pub(super) async fn write_all(&mut self, changed: Vec<Changed>, basis: &Basis<'_>) {
+        let files = self.files;
+        for Changed { path, size } in changed {
+            if let Some(what) = protected(&path) {
+                self.not_written.push(NotWritten {
+                    path: path.to_string(),
+                    reason: NotWrittenReason::Protected(what.into()),
+                });
+                continue;
+            }
+            if Instant::now() >= self.deadline {
+                self.not_written.push(NotWritten {
+                    path: path.to_string(),
+                    reason: late(files.write_back.max_time),
+                });
+                continue;
+            }
+            let at = match basis {
+                Basis::Copy(_) => VirtualPath::root(),
+                Basis::Overlay(overlay) => overlay.at.clone(),
+            };
+            let relative = PathBuf::from(path.relative_to(&at).unwrap_or_default());
+            let root = Arc::clone(self.root);
+            let data =
+                match tokio::task::spawn_blocking(move || nofollow::read_exactly(&root, &relative, size))
+                    .await
+                {
+                    Ok(Ok(data)) => Bytes::from(data),
+                    Ok(Err(e)) => {
+                        self.not_written.push(failed(&path, e.to_string()));
+                        continue;
+                    }
+                    Err(e) => {
+                        self.not_written.push(failed(&path, e.to_string()));
+                        continue;
+                    }
+                };
+            let decision = match basis {
+                Basis::Copy(copied) => match copied.get(&path) {
+                    Some(Copied { version: Some(v), .. }) => {
+                        Decision::Write(WriteMode::IfVersion(v.clone()), FileChangeKind::Modified)
+                    }
+                    Some(Copied { version: None, .. }) => {
+                        Decision::Write(WriteMode::Overwrite, FileChangeKind::Modified)
+                    }
+                    None => Decision::Write(WriteMode::CreateNew, FileChangeKind::Created),
+                },
+                Basis::Overlay(overlay) => match files.backend.stat(&path).await {
+                    Ok(_) if overlay.changed_underneath(&path) => Decision::Conflict,
+                    Ok(entry) => match entry.version {
+                        Some(v) => Decision::Write(WriteMode::IfVersion(v), FileChangeKind::Modified),
+                        None => Decision::Write(WriteMode::Overwrite, FileChangeKind::Modified),
+                    },
+                    Err(BackendError::NotFound { .. }) => {
+                        Decision::Write(WriteMode::CreateNew, FileChangeKind::Created)
+                    }
+                    Err(e) => Decision::Fail(e.to_string()),
+                },
+            };
+            let conflict = match decision {
+                Decision::Write(mode, kind) => {
+                    let made = match basis {
+                        Basis::Overlay(overlay) => overlay.missing_dirs(&path),
+                        Basis::Copy(_) => Vec::new(),
+                    };
+                    match files.backend.write(&path, data.clone(), mode).await {
+                        Ok(_) => {
+                            if let Basis::Overlay(overlay) = basis {
+                                overlay.hand_over(&path, &made);
+                            }
+                            self.changes.push(FileChange { path, kind });
+                            continue;
+                        }
+                        Err(BackendError::Conflict { .. }) => true,
+                        Err(e) => {
+                            self.not_written.push(failed(&path, e.to_string()));
+                            continue;
+                        }
+                    }
+                }
+                Decision::Conflict => true,
+                Decision::Fail(why) => {
+                    self.not_written.push(failed(&path, why));
+                    continue;
+                }
+            };
+            if conflict {
+                // A conflict copy is one more file in the view: only where it still fits.
+                let kept_at = if *self.files_left > 0 {
+                    keep_beside(files, &path, self.tag, data).await
+                } else {
+                    None
+                };
+                *self.files_left -= usize::from(kept_at.is_some());
+                self.not_written.push(NotWritten {
+                    path: path.to_string(),
+                    reason: NotWrittenReason::Conflict { kept_at },
+                });
+            }
+        }
+    }
+}
+
+/// The reason for what the write-back did not get to within its time.
+pub(super) fn late(max_time: Duration) -> NotWrittenReason {
+    NotWrittenReason::TooLarge(format!(
+        "the write-back took longer than its limit of {max_time:?}"
+    ))
 }
 
 /// The answer when the copy could not be walked at all: nothing is written and nothing deleted.
@@ -177,14 +276,14 @@ fn nothing_walked(why: String) -> (Vec<FileChange>, Vec<NotWritten>) {
     (Vec::new(), vec![not_written])
 }
 
-fn denied(path: &VirtualPath) -> NotWritten {
+pub(super) fn denied(path: &VirtualPath) -> NotWritten {
     NotWritten {
         path: path.to_string(),
         reason: NotWrittenReason::Denied,
     }
 }
 
-fn failed(path: &VirtualPath, why: String) -> NotWritten {
+pub(super) fn failed(path: &VirtualPath, why: String) -> NotWritten {
     NotWritten {
         path: path.to_string(),
         reason: NotWrittenReason::Failed(why),
@@ -209,7 +308,7 @@ async fn keep_beside(files: &ExecFiles, path: &VirtualPath, tag: &str, data: Byt
 
 /// Delete `path` if it still has `version` (or if the backend has no versions). `Ok(false)`: it
 /// changed meanwhile and was left alone. Already gone counts as deleted.
-async fn delete_if_unchanged(
+pub(super) async fn delete_if_unchanged(
     backend: &dyn Backend,
     path: &VirtualPath,
     version: Option<&Version>,
