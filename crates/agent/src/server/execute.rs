@@ -509,16 +509,19 @@ async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator,
                 run.push(part, false);
             }
         }
-        RunEvent::CheckpointSaved { .. } => {
-            // The checkpoint first: the run goes on meanwhile, and a later step's checkpoint read
-            // here instead would merge two steps' updates.
-            let state = match server.checkpointer.peek(&thread_id(&run.thread_id)).await {
-                Ok(Some(stored)) => stored.checkpoint.state.public_view(),
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!("run {}: cannot read its checkpoint: {e}", run.run_id);
-                    return;
-                }
+        RunEvent::CheckpointSaved { state, .. } => {
+            // The state the event's checkpoint saved; reading the latest checkpoint instead could
+            // find a later step's (the run goes on meanwhile) and merge two steps' updates.
+            let state = match state.get() {
+                Some(saved) => saved.public_view(),
+                None => match server.checkpointer.peek(&thread_id(&run.thread_id)).await {
+                    Ok(Some(stored)) => stored.checkpoint.state.public_view(),
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::warn!("run {}: cannot read its checkpoint: {e}", run.run_id);
+                        return;
+                    }
+                },
             };
             read_files(server, run, translator).await;
             match state {

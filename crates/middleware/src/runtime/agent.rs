@@ -35,7 +35,7 @@ use crate::runtime::agent_builder::AgentBuilder;
 use crate::runtime::checkpoint::{Checkpoint, CheckpointVersion, Checkpointer};
 use crate::runtime::context::{RunContext, ThreadId};
 use crate::runtime::error::AgentError;
-use crate::runtime::events::RunEvent;
+use crate::runtime::events::{RunEvent, SavedState};
 use crate::runtime::interrupt::{DecisionError, InheritedGate, Interrupt, NestedInterrupts, ToolGate};
 use crate::runtime::message::{Message, SystemBlock, ToolCall, ToolMessage};
 use crate::runtime::middleware::{AfterAgent, Middleware, Next, ToolNext};
@@ -127,6 +127,7 @@ impl Saver<'_> {
         cx.events.emit_with(|| RunEvent::CheckpointSaved {
             step: cx.step,
             version: version.to_string(),
+            state: SavedState::new(state.clone()),
         });
         self.version = Some(version);
         Ok(())

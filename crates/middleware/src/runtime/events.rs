@@ -10,7 +10,44 @@ use tokio::sync::mpsc;
 
 use crate::runtime::interrupt::{ApprovalRequest, DecisionKind};
 use crate::runtime::model::{StopReason, Usage};
+use crate::runtime::state::State;
 use crate::runtime::stream::ModelDelta;
+
+/// The state a checkpoint saved, handed to listeners in this process with
+/// [`RunEvent::CheckpointSaved`]: a listener reading the thread's latest checkpoint instead may
+/// find a later step's, since the run goes on while the event is handled. Cheap to clone (the
+/// state is shared), never serialized (a deserialized event has none), and any two compare equal:
+/// it is a view of the checkpoint the event names, not part of what the event says.
+#[derive(Clone, Default)]
+pub struct SavedState(Option<Arc<State>>);
+
+impl SavedState {
+    /// `state`, as saved.
+    pub fn new(state: State) -> Self {
+        Self(Some(Arc::new(state)))
+    }
+
+    /// The state, unless the event was deserialized.
+    pub fn get(&self) -> Option<&State> {
+        self.0.as_deref()
+    }
+}
+
+impl fmt::Debug for SavedState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "SavedState(..)"
+        } else {
+            "SavedState(none)"
+        })
+    }
+}
+
+impl PartialEq for SavedState {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
 
 /// One thing that happened during a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -142,6 +179,9 @@ pub enum RunEvent {
         step: u32,
         /// The checkpoint's version.
         version: String,
+        /// The state it saved, for listeners in this process (not serialized).
+        #[serde(skip)]
+        state: SavedState,
     },
     /// The run finished.
     RunFinished {

@@ -75,9 +75,16 @@ async fn events_report_models_tools_and_checkpoints() {
     let out = agent.run(RunInput::human("hi").events(sink)).await.unwrap();
     let mut kinds = Vec::new();
     let mut deltas = Vec::new();
+    let mut saved = Vec::new();
     while let Ok(event) = rx.try_recv() {
         if let RunEvent::ModelDelta { step, delta } = &event {
             deltas.push((*step, delta.clone()));
+        }
+        // Each checkpoint event carries the state that checkpoint saved (so a listener need not
+        // read the latest checkpoint back, which may be a later step's by then), never serialized.
+        if let RunEvent::CheckpointSaved { state, .. } = &event {
+            saved.push(state.get().expect("the saved state").messages.len());
+            assert!(serde_json::to_value(&event).unwrap().get("state").is_none());
         }
         if let RunEvent::ModelFinished {
             usage, tool_calls: 1, ..
@@ -115,6 +122,7 @@ async fn events_report_models_tools_and_checkpoints() {
             "run_finished",
         ]
     );
+    assert_eq!(saved, [1, 2, 3, 4, 4], "human, call, result, answer, final save");
     assert_eq!(out.usage.input_tokens, 10);
     assert_eq!(
         deltas[..2],
