@@ -5,8 +5,8 @@
 //!
 //! | method | what Trellis does |
 //! |---|---|
-//! | `initialize` | protocol version 1; capabilities: `loadSession` and embedded context in prompts, nothing else optional (no images or audio, no MCP over HTTP, no session list, no auth methods) |
-//! | `session/new` | builds the agent with the editor's `cwd` as `/workspace` (as `--workdir` does) and starts a thread in the state dir; the session id is the thread id. The editor's `mcpServers` are ignored (logged) |
+//! | `initialize` | protocol version 1; capabilities: `loadSession`, embedded context in prompts, MCP over HTTP, nothing else optional (no images or audio, no auth methods) |
+//! | `session/new` | builds the agent with the editor's `cwd` as `/workspace` (as `--workdir` does) and starts a thread in the state dir; the session id is the thread id. The editor's `mcpServers` are bound as `--mcp` binds its servers ([`mcp`]) |
 //! | `session/load` | the session on a thread of the state dir (the session id is the thread id), the agent rebuilt for the given `cwd`; the conversation is replayed as updates ([`replay`]) before the response; unknown → -32002 |
 //! | `session/prompt` | text, resource links (as `[@name](uri)` mentions) and embedded text resources; streams [`updates`]; asks `session/request_permission` for the calls `--ask` names; ends with `end_turn`, `max_tokens`, `max_turn_requests`, `refusal` or `cancelled` |
 //! | after `session/new` | `available_commands_update`: the skills as slash commands; a prompt starting with `/skill-name` pins the skill as `trellis chat` does ([`crate::cli::pin`]) |
@@ -17,6 +17,7 @@
 //! only; logs go to stderr.
 
 pub mod always;
+pub mod mcp;
 pub mod replay;
 pub mod session;
 pub mod transport;
@@ -30,8 +31,9 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AvailableCommandsUpdate, CancelNotification, Implementation, InitializeRequest,
-    InitializeResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
-    PromptCapabilities, PromptRequest, PromptResponse, SessionNotification, SessionUpdate,
+    InitializeResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer,
+    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
+    SessionNotification, SessionUpdate,
 };
 use agent_client_protocol::{Agent, Client, Error, Lines};
 use tokio::io::{AsyncBufRead, AsyncWrite};
@@ -63,7 +65,7 @@ impl Server {
         &self,
         request: NewSessionRequest,
     ) -> Result<(NewSessionResponse, Arc<Session>), Error> {
-        let session = self.open(request.cwd, request.mcp_servers.len(), None).await?;
+        let session = self.open(request.cwd, &request.mcp_servers, None).await?;
         Ok((NewSessionResponse::new(session.thread.to_string()), session))
     }
 
@@ -77,9 +79,7 @@ impl Server {
         if !self.state_dir.run_config_file(&thread).exists() {
             return Err(unknown());
         }
-        let session = self
-            .open(request.cwd, request.mcp_servers.len(), Some(thread))
-            .await?;
+        let session = self.open(request.cwd, &request.mcp_servers, Some(thread)).await?;
         let stored = session
             .checkpointer()
             .load(&session.thread)
@@ -96,7 +96,7 @@ impl Server {
     async fn open(
         &self,
         cwd: std::path::PathBuf,
-        mcp_servers_given: usize,
+        mcp_servers: &[McpServer],
         thread: Option<ThreadId>,
     ) -> Result<Arc<Session>, Error> {
         if !cwd.is_absolute() || !Path::new(&cwd).is_dir() {
@@ -105,18 +105,13 @@ impl Server {
                 cwd.display()
             ))));
         }
-        if mcp_servers_given > 0 {
-            tracing::warn!(
-                "the editor's {mcp_servers_given} MCP server(s) are not bound yet; give them with --mcp"
-            );
-        }
         let mut config = self.config.clone();
         config.workdir = Some(cwd.clone());
         let internal = |e: anyhow::Error| {
             tracing::warn!("session/new: {e:#}");
             Error::internal_error().data(serde_json::Value::String(format!("{e:#}")))
         };
-        let servers = assemble::mcp_servers(&config).map_err(internal)?;
+        let servers = mcp::servers(&config, mcp_servers, &cwd).map_err(internal)?;
         let built = assemble::build(&config, &self.state_dir, servers)
             .await
             .map_err(internal)?;
@@ -149,6 +144,7 @@ pub fn capabilities() -> AgentCapabilities {
     AgentCapabilities::new()
         .load_session(true)
         .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
+        .mcp_capabilities(McpCapabilities::new().http(true))
 }
 
 /// Serve one client on `input` / `output` until the input ends: sessions are built from `config`

@@ -7,6 +7,7 @@
 //! skip, except under `TRELLIS_EMULATORS=required` or `CI=true`, where they fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod mcp;
 mod wire;
 
 use std::path::{Path, PathBuf};
