@@ -5,9 +5,10 @@
 //!
 //! | method | what Trellis does |
 //! |---|---|
-//! | `initialize` | protocol version 1; capabilities: `loadSession`, embedded context in prompts, MCP over HTTP, nothing else optional (no images or audio, no auth methods) |
+//! | `initialize` | protocol version 1; capabilities: `loadSession`, `sessionCapabilities.list`, embedded context in prompts, MCP over HTTP, nothing else optional (no images or audio, no resume or close, no auth methods) |
 //! | `session/new` | builds the agent with the editor's `cwd` as `/workspace` (as `--workdir` does) and starts a thread in the state dir; the session id is the thread id. The editor's `mcpServers` are bound as `--mcp` binds its servers ([`mcp`]) |
 //! | `session/load` | the session on a thread of the state dir (the session id is the thread id), the agent rebuilt for the given `cwd`; the conversation is replayed as updates ([`replay`]) before the response; unknown → -32002 |
+//! | `session/list` | the threads of the state dir with a working directory, newest first, in pages with a cursor ([`list`]) |
 //! | `session/prompt` | text, resource links (as `[@name](uri)` mentions) and embedded text resources; streams [`updates`]; asks `session/request_permission` for the calls `--ask` names; ends with `end_turn`, `max_tokens`, `max_turn_requests`, `refusal` or `cancelled` |
 //! | after `session/new` | `available_commands_update`: the skills as slash commands; a prompt starting with `/skill-name` pins the skill as `trellis chat` does ([`crate::cli::pin`]) |
 //! | `session/cancel` | stops the turn (model call, tool, or permission question) and answers it `cancelled` |
@@ -17,6 +18,7 @@
 //! only; logs go to stderr.
 
 pub mod always;
+pub mod list;
 pub mod mcp;
 pub mod replay;
 pub mod session;
@@ -31,9 +33,9 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AvailableCommandsUpdate, CancelNotification, Implementation, InitializeRequest,
-    InitializeResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer,
-    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
-    SessionNotification, SessionUpdate,
+    InitializeResponse, ListSessionsRequest, LoadSessionRequest, LoadSessionResponse, McpCapabilities,
+    McpServer, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
+    SessionCapabilities, SessionListCapabilities, SessionNotification, SessionUpdate,
 };
 use agent_client_protocol::{Agent, Client, Error, Lines};
 use tokio::io::{AsyncBufRead, AsyncWrite};
@@ -145,6 +147,7 @@ pub fn capabilities() -> AgentCapabilities {
         .load_session(true)
         .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
         .mcp_capabilities(McpCapabilities::new().http(true))
+        .session_capabilities(SessionCapabilities::new().list(SessionListCapabilities::new()))
 }
 
 /// Serve one client on `input` / `output` until the input ends: sessions are built from `config`
@@ -164,6 +167,7 @@ where
         Box::pin(transport::lines(input, transport::MAX_LINE)),
     );
     let (new, load, prompt, cancel) = (server.clone(), server.clone(), server.clone(), server.clone());
+    let listing = server.clone();
     Agent
         .v1()
         .name("trellis")
@@ -216,6 +220,25 @@ where
                             responder.respond(LoadSessionResponse::new())?;
                             send_commands(&connection, &session)
                         }
+                        Err(e) => responder.respond_with_error(e),
+                    }
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: ListSessionsRequest, responder, cx| {
+                let server = listing.clone();
+                // Reads the state dir: off the dispatch loop.
+                cx.spawn(async move {
+                    let listed = list::list(
+                        &server.state_dir,
+                        request.cwd.as_deref(),
+                        request.cursor.as_deref(),
+                    )
+                    .await;
+                    match listed {
+                        Ok(response) => responder.respond(response),
                         Err(e) => responder.respond_with_error(e),
                     }
                 })

@@ -227,7 +227,8 @@ try {
       result.stops.push(await prompt(ctx, "B: same call"));
       sessionRef = a;
       result.stops.push(await prompt(ctx, "A: same call again"));
-      result.stops.push(await prompt(ctx, "A: another argument"));
+      result.stops.push(await prompt(ctx, "A: another tool"));
+      result.stops.push(await prompt(ctx, "A: another path"));
     } else if (scenario === "list") {
       // More sessions (one prompt each), then every page of session/list, then one cwd filter.
       const count = Number(process.env.ACP_SESSIONS ?? "1");

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod mcp;
+mod sessions;
 mod wire;
 
 use std::path::{Path, PathBuf};
@@ -221,9 +222,13 @@ async fn a_session_streams_shows_diffs_and_asks_for_permission() {
     assert_eq!(init["protocolVersion"], 1);
     assert_eq!(init["agentInfo"]["name"], "trellis");
     assert_eq!(init["agentCapabilities"]["loadSession"], true);
+    assert_eq!(
+        init["agentCapabilities"]["sessionCapabilities"]["list"],
+        json!({})
+    );
     assert!(
         init["agentCapabilities"]["sessionCapabilities"]
-            .get("list")
+            .get("resume")
             .is_none()
     );
     assert_eq!(init["agentCapabilities"]["promptCapabilities"]["image"], false);
