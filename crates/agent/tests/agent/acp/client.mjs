@@ -10,7 +10,7 @@
 // ACP_SESSION (the session `load` loads), ACP_MCP (a JSON array: the mcpServers of session/new),
 // ACP_FS=1 (advertise fs/read_text_file and fs/write_text_file, served from ACP_BUFFERS, a JSON
 // object path → unsaved text, falling back to the disk; writes are kept in `written`, not saved),
-// ACP_PID_FILE (scenario cancel_exec: cancel once this file holds a pid).
+// ACP_MARKER (scenario cancel_exec: cancel once a process whose command line holds it runs).
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { Readable, Writable } from "node:stream";
@@ -164,6 +164,24 @@ const app = acp
     return {};
   });
 
+// Host processes (not zombies) whose command line contains `marker`.
+function marked(marker) {
+  const pids = [];
+  for (const d of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const cmd = fs.readFileSync(`/proc/${d}/cmdline`, "utf8").replaceAll("\0", " ");
+      if (!cmd.includes(marker)) continue;
+      const stat = fs.readFileSync(`/proc/${d}/stat`, "utf8");
+      const state = stat.slice(stat.lastIndexOf(")") + 2).trim()[0];
+      if (state !== "Z" && state !== "X") pids.push(Number(d));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
 async function prompt(ctx, text) {
   const res = await ctx.request(acp.methods.agent.session.prompt, {
     sessionId: sessionRef,
@@ -206,17 +224,26 @@ try {
     if (scenario === "load") {
       // done above
     } else if (scenario === "cancel_exec") {
-      // Cancel once the command has started (its pid is in the file), then check the turn ends.
+      // Cancel once the sandboxed command runs (a process whose command line holds ACP_MARKER),
+      // then see how long its processes outlive the cancelled turn.
+      const marker = process.env.ACP_MARKER;
       const turn = prompt(ctx, "run the long command");
-      const pidFile = process.env.ACP_PID_FILE;
       const deadline = Date.now() + 60000;
-      while (!(fs.existsSync(pidFile) && fs.readFileSync(pidFile, "utf8").trim()) && Date.now() < deadline) {
+      let pids = [];
+      while ((pids = marked(marker)).length === 0 && Date.now() < deadline) {
         await new Promise((r) => setTimeout(r, 50));
       }
-      result.cancelAt = Date.now();
+      result.markedBeforeCancel = pids;
+      await new Promise((r) => setTimeout(r, 500));
+      const cancelAt = Date.now();
       await ctx.notify(acp.methods.agent.session.cancel, { sessionId: sessionRef });
       result.stops.push(await turn);
-      result.cancelledAfterMs = Date.now() - result.cancelAt;
+      result.replyAfterMs = Date.now() - cancelAt;
+      result.markedAtReply = marked(marker);
+      const gone = Date.now() + 5000;
+      while (marked(marker).length && Date.now() < gone) await new Promise((r) => setTimeout(r, 50));
+      result.goneAfterMs = Date.now() - cancelAt;
+      result.markedAfter = marked(marker);
     } else if (scenario === "two") {
       // Session A allows always, session B asks again; then A again (not asked).
       const a = sessionRef;

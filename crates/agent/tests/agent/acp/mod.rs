@@ -7,6 +7,7 @@
 //! skip, except under `TRELLIS_EMULATORS=required` or `CI=true`, where they fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod execute;
 mod mcp;
 mod sessions;
 mod wire;
@@ -128,7 +129,16 @@ async fn client_with(
         .map(|(_, v)| PathBuf::from(v))
         .unwrap_or_else(|| own_state.path().to_path_buf());
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agent/acp/client.mjs");
-    let mut args = json!(["--model", MODEL, "--sandbox", "none", "--state-dir", state]);
+    // `--sandbox none` unless the test picks one.
+    let sandbox = if extra.contains(&"--sandbox") {
+        json!([])
+    } else {
+        json!(["--sandbox", "none"])
+    };
+    let mut args = json!(["--model", MODEL, "--state-dir", state]);
+    args.as_array_mut()
+        .unwrap()
+        .extend(sandbox.as_array().unwrap().iter().cloned());
     for arg in extra {
         args.as_array_mut().unwrap().push(json!(arg));
     }
