@@ -20,6 +20,7 @@
 pub mod always;
 pub mod list;
 pub mod mcp;
+pub mod progress;
 pub mod replay;
 pub mod session;
 pub mod transport;

@@ -10,6 +10,7 @@
 mod execute;
 mod mcp;
 mod sessions;
+mod subagents;
 mod wire;
 
 use std::path::{Path, PathBuf};
