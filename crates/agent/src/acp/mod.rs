@@ -18,6 +18,7 @@
 //! only; logs go to stderr.
 
 pub mod always;
+pub mod editor_fs;
 pub mod list;
 pub mod mcp;
 pub mod progress;
@@ -45,13 +46,25 @@ use trellis_middleware::{Checkpointer, ThreadId};
 use crate::cli::assemble;
 use crate::cli::config::RunConfig;
 use crate::cli::state_dir::StateDir;
+use editor_fs::{EditorFiles, EditorFs};
 use session::Session;
+
+/// How `trellis acp` serves, beyond the agent's own configuration.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// `--editor-fs`: each session's files through the editor, when it offers `fs/*`
+    /// ([`editor_fs`]).
+    pub editor_fs: bool,
+}
 
 /// The sessions of one connection, by id.
 #[derive(Debug)]
 struct Server {
     config: RunConfig,
     state_dir: StateDir,
+    options: Options,
+    /// What the client's `initialize` offered of `fs/*`.
+    client_fs: Mutex<EditorFs>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
 }
 
@@ -67,8 +80,9 @@ impl Server {
     async fn new_session(
         &self,
         request: NewSessionRequest,
+        cx: &ConnectionTo<Client>,
     ) -> Result<(NewSessionResponse, Arc<Session>), Error> {
-        let session = self.open(request.cwd, &request.mcp_servers, None).await?;
+        let session = self.open(request.cwd, &request.mcp_servers, None, cx).await?;
         Ok((NewSessionResponse::new(session.thread.to_string()), session))
     }
 
@@ -76,13 +90,16 @@ impl Server {
     async fn load_session(
         &self,
         request: LoadSessionRequest,
+        cx: &ConnectionTo<Client>,
     ) -> Result<(Arc<Session>, Vec<SessionUpdate>), Error> {
         let unknown = || Error::new(-32002, format!("no session {}", request.session_id.0));
         let thread = ThreadId::new(request.session_id.0.to_string()).map_err(|_| unknown())?;
         if !self.state_dir.run_config_file(&thread).exists() {
             return Err(unknown());
         }
-        let session = self.open(request.cwd, &request.mcp_servers, Some(thread)).await?;
+        let session = self
+            .open(request.cwd, &request.mcp_servers, Some(thread), cx)
+            .await?;
         let stored = session
             .checkpointer()
             .load(&session.thread)
@@ -101,6 +118,7 @@ impl Server {
         cwd: std::path::PathBuf,
         mcp_servers: &[McpServer],
         thread: Option<ThreadId>,
+        cx: &ConnectionTo<Client>,
     ) -> Result<Arc<Session>, Error> {
         if !cwd.is_absolute() || !Path::new(&cwd).is_dir() {
             return Err(Error::invalid_params().data(serde_json::Value::String(format!(
@@ -115,11 +133,19 @@ impl Server {
             Error::internal_error().data(serde_json::Value::String(format!("{e:#}")))
         };
         let servers = mcp::servers(&config, mcp_servers, &cwd).map_err(internal)?;
-        let built = assemble::build(&config, &self.state_dir, servers)
+        let mut built = assemble::build(&config, &self.state_dir, servers)
             .await
             .map_err(internal)?;
         let new = thread.is_none();
         let thread = thread.unwrap_or_else(ThreadId::generate);
+        let fs = self.client_fs.lock().map(|f| *f).unwrap_or_default();
+        if self.options.editor_fs
+            && (fs.read || fs.write)
+            && let Some(disk) = built.ws.user_files.take()
+        {
+            let files = EditorFiles::new(disk, cwd.clone(), thread.to_string(), fs, cx.clone());
+            built.ws.user_files = Some(Arc::new(files));
+        }
         if new {
             config.save(&self.state_dir, &thread).map_err(internal)?;
         }
@@ -153,7 +179,13 @@ pub fn capabilities() -> AgentCapabilities {
 
 /// Serve one client on `input` / `output` until the input ends: sessions are built from `config`
 /// (its `workdir` replaced by each session's `cwd`) and keep their threads in `state_dir`.
-pub async fn serve<R, W>(config: RunConfig, state_dir: StateDir, input: R, output: W) -> anyhow::Result<()>
+pub async fn serve<R, W>(
+    config: RunConfig,
+    state_dir: StateDir,
+    options: Options,
+    input: R,
+    output: W,
+) -> anyhow::Result<()>
 where
     R: AsyncBufRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -161,8 +193,11 @@ where
     let server = Arc::new(Server {
         config,
         state_dir,
+        options,
+        client_fs: Mutex::new(EditorFs::default()),
         sessions: Mutex::new(HashMap::new()),
     });
+    let init = server.clone();
     let transport = Lines::new(
         Box::pin(transport::sink(output)),
         Box::pin(transport::lines(input, transport::MAX_LINE)),
@@ -174,6 +209,12 @@ where
         .name("trellis")
         .on_receive_request(
             async move |request: InitializeRequest, responder, _cx| {
+                if let Ok(mut fs) = init.client_fs.lock() {
+                    *fs = EditorFs {
+                        read: request.client_capabilities.fs.read_text_file,
+                        write: request.client_capabilities.fs.write_text_file,
+                    };
+                }
                 tracing::info!(
                     "initialize from {:?}",
                     request.client_info.as_ref().map(|c| &c.name)
@@ -195,7 +236,7 @@ where
                 // Building the agent reads skills and memory: off the dispatch loop.
                 let connection = cx.clone();
                 cx.spawn(async move {
-                    match server.new_session(request).await {
+                    match server.new_session(request, &connection).await {
                         Ok((response, session)) => {
                             responder.respond(response)?;
                             send_commands(&connection, &session)
@@ -211,7 +252,7 @@ where
                 let server = load.clone();
                 let connection = cx.clone();
                 cx.spawn(async move {
-                    match server.load_session(request).await {
+                    match server.load_session(request, &connection).await {
                         Ok((session, replayed)) => {
                             // The whole conversation first, then the response.
                             for update in replayed {

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod execute;
+mod fs;
 mod mcp;
 mod sessions;
 mod subagents;
