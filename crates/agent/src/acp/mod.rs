@@ -11,6 +11,8 @@
 //! | `session/list` | the threads of the state dir with a working directory, newest first, in pages with a cursor ([`list`]) |
 //! | `session/prompt` | text, resource links (as `[@name](uri)` mentions) and embedded text resources; streams [`updates`]; asks `session/request_permission` for the calls `--ask` names; ends with `end_turn`, `max_tokens`, `max_turn_requests`, `refusal` or `cancelled` |
 //! | after `session/new` | `available_commands_update`: the skills as slash commands; a prompt starting with `/skill-name` pins the skill as `trellis chat` does ([`crate::cli::pin`]) |
+//! | subagents | a `task` call's subagent steps are that call's content ([`progress`]) |
+//! | `fs/read_text_file`, `fs/write_text_file` | with `--editor-fs` ([`Options::editor_fs`]) and when the client offers them, the session's text files go through the editor ([`editor_fs`]) |
 //! | `session/cancel` | stops the turn (model call, tool, or permission question) and answers it `cancelled` |
 //!
 //! Scopes are in [`session`]. Anything else gets the engine's JSON-RPC errors (method not found,
