@@ -33,7 +33,7 @@ pub const TITLE_CHARS: usize = 120;
 /// Saved configurations read per call, at most.
 pub const MAX_THREADS: usize = 100_000;
 /// The largest saved configuration read.
-const MAX_CONFIG_BYTES: u64 = 1 << 20;
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 const CURSOR_PREFIX: &str = "trellis1:";
 
 /// One listed thread before its title is read.

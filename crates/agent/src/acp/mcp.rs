@@ -25,7 +25,7 @@ use crate::cli::config::RunConfig;
 use crate::mcp::{HttpServer, McpServerConfig, McpServers, McpTransport, StdioServer};
 
 /// The longest server name Trellis takes.
-const MAX_NAME: usize = 32;
+pub const MAX_NAME: usize = 32;
 
 /// The servers of `config` (`--mcp`) and those the editor `given` for a session rooted at `cwd`,
 /// as one set; `None` when there are none. Errors only for the command line's own servers (as
