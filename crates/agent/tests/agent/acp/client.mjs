@@ -10,7 +10,8 @@
 // ACP_SESSION (the session `load` loads), ACP_MCP (a JSON array: the mcpServers of session/new),
 // ACP_FS=1 (advertise fs/read_text_file and fs/write_text_file, served from ACP_BUFFERS, a JSON
 // object path → unsaved text, falling back to the disk; writes are kept in `written`, not saved),
-// ACP_MARKER (scenario cancel_exec: cancel once a process whose command line holds it runs).
+// ACP_MARKER (scenario cancel_exec: cancel once ACP_MIN_MARKED processes whose command lines hold
+// it run).
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { Readable, Writable } from "node:stream";
@@ -230,7 +231,9 @@ try {
       const turn = prompt(ctx, "run the long command");
       const deadline = Date.now() + 60000;
       let pids = [];
-      while ((pids = marked(marker)).length === 0 && Date.now() < deadline) {
+      // The command's own processes, not just bwrap (whose command line holds the command too).
+      const enough = Number(process.env.ACP_MIN_MARKED ?? "1");
+      while ((pids = marked(marker)).length < enough && Date.now() < deadline) {
         await new Promise((r) => setTimeout(r, 50));
       }
       result.markedBeforeCancel = pids;
