@@ -4,7 +4,8 @@
 //! Benchmarks (each a bench binary that prints JSON, so numbers are compared as ratios within one
 //! run, never asserted in tests): `trellis-backend/read_many`, `trellis-fs-tools/sandbox_exec`,
 //! `trellis-agent/streaming`, `trellis-agent/telemetry`, `trellis-agent/process` (whole `trellis`
-//! processes), `trellis-agent/load` (200 concurrent threads), `trellis-middleware/loop_overhead`,
+//! processes), `trellis-agent/load` (200 concurrent threads), `trellis-agent/serve` (`trellis serve`
+//! beside `langgraph dev`, 1 to 1,000 concurrent streaming runs), `trellis-middleware/loop_overhead`,
 //! `trellis-middleware/skills_discovery`, `trellis-middleware/thread_resume`,
 //! `trellis-middleware/user_layers`. Results go to
 //! `target/bench/results.json`, with one more entry, `python_reference`: numbers for the Python
@@ -31,7 +32,7 @@ use sections::{
     persisted_catalog_section, sandbox_section, streaming_section, telemetry_section, thread_log_section,
     thread_resume_section, users_section,
 };
-use whole_process::{load_section, process_section};
+use whole_process::{load_section, process_section, serve_section};
 
 const BENCHES: &[(&str, &str)] = &[
     ("trellis-backend", "read_many"),
@@ -40,6 +41,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("trellis-agent", "telemetry"),
     ("trellis-agent", "process"),
     ("trellis-agent", "load"),
+    ("trellis-agent", "serve"),
     ("trellis-middleware", "loop_overhead"),
     ("trellis-middleware", "skills_discovery"),
     ("trellis-middleware", "thread_resume"),
@@ -355,6 +357,7 @@ quoted measurement of {} {} ({}) has a median gap between two model calls of {} 
     users_section(&mut md, of("user_layers"));
     process_section(&mut md, of("process"));
     load_section(&mut md, of("load"));
+    serve_section(&mut md, of("serve"));
     std::fs::write(layout.workspace.join("docs/benchmarks.md"), md)?;
     eprintln!("xtask: wrote docs/benchmarks.md and docs/benchmarks/*.svg");
     Ok(())

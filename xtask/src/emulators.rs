@@ -6,6 +6,7 @@
 //! | fake-gcs | 4444  | fake-gcs-server (JSON API + XML reads)                 |
 //! | gcs-shim | 4443  | our XML-API shim in front of fake-gcs (what tests use) |
 //! | azurite  | 10000 | Azure Blob (in memory, devstoreaccount1)               |
+//! | postgres | 55432 | a throwaway PostgreSQL cluster (see `postgres.rs`)     |
 //!
 //! Everything binds to 127.0.0.1 only. Pid files live in
 //! `target/emulators/pids/<service>.pid`; `stop` kills exactly those pids (and
@@ -26,6 +27,7 @@ use anyhow::{Context, Result, bail};
 use crate::http;
 use crate::install;
 use crate::layout::Layout;
+use crate::postgres;
 use crate::procs::{self, Attach};
 use crate::timings::Timings;
 
@@ -111,10 +113,23 @@ pub fn contract_env(layout: &Layout) -> Vec<(&'static str, String)> {
             "TRELLIS_LANGGRAPH_PYTHON",
             layout.venv_python().display().to_string(),
         ),
+        // The throwaway PostgreSQL cluster, for the run queue tests.
+        ("TRELLIS_DATABASE_URL", postgres::database_url()),
+        // The reference Agent Server's interpreter (`langgraph dev`, Deep Agents), for the
+        // differential test of `trellis serve`.
+        (
+            "TRELLIS_REFERENCE_PYTHON",
+            install::python_of(&layout.reference_venv()).display().to_string(),
+        ),
         // The node_modules with the ACP TypeScript SDK and ajv, for the `trellis acp` tests.
         (
             "TRELLIS_ACP_NODE_MODULES",
-            install::acp_node_modules(layout).display().to_string(),
+            install::node_modules(layout).display().to_string(),
+        ),
+        // The same node_modules hold the LangGraph JS client and React, for `useStream`.
+        (
+            "TRELLIS_LANGGRAPH_NODE_MODULES",
+            install::node_modules(layout).display().to_string(),
         ),
     ]
 }
@@ -134,6 +149,8 @@ struct Handle {
 pub struct Running {
     layout: Layout,
     handles: Vec<Handle>,
+    /// The PostgreSQL cluster of the run queue tests (see `postgres.rs`).
+    postgres: Option<postgres::Cluster>,
     keep: bool,
 }
 
@@ -141,6 +158,9 @@ impl Running {
     /// Leave the spawned emulators running after xtask exits.
     pub fn keep(mut self) {
         self.keep = true;
+        if let Some(cluster) = self.postgres.as_mut() {
+            cluster.keep();
+        }
     }
 
     pub fn reused_any(&self) -> bool {
@@ -149,6 +169,9 @@ impl Running {
 
     /// Stops (by pid) every emulator this invocation spawned; idempotent.
     pub fn stop_spawned(&mut self) {
+        if let Some(cluster) = self.postgres.as_mut() {
+            cluster.stop_started();
+        }
         for handle in self.handles.iter_mut().rev() {
             let Some(mut child) = handle.child.take() else {
                 continue;
@@ -325,6 +348,7 @@ pub fn start_all(layout: &Layout, attach: Attach, timings: &mut Timings) -> Resu
     let mut running = Running {
         layout: layout.clone(),
         handles: Vec::new(),
+        postgres: None,
         keep: false,
     };
     // Launch the independent ones together, then the shim once fake-gcs is up.
@@ -344,6 +368,7 @@ pub fn start_all(layout: &Layout, attach: Attach, timings: &mut Timings) -> Resu
     write_service_account(layout)?;
     create_azure_container(layout)?;
     timings.since("start: buckets + container", start);
+    running.postgres = Some(postgres::start(layout, timings)?);
     Ok(running)
 }
 
@@ -470,6 +495,7 @@ pub fn stop_command(layout: &Layout) -> Result<()> {
     if !any {
         eprintln!("xtask: no emulator pid files in {}", layout.pids().display());
     }
+    postgres::stop_command(layout);
     Ok(())
 }
 
@@ -524,7 +550,10 @@ mod tests {
                 "AZURITE_BLOB_STORAGE_URL",
                 "TRELLIS_MCP_PYTHON",
                 "TRELLIS_LANGGRAPH_PYTHON",
+                "TRELLIS_DATABASE_URL",
+                "TRELLIS_REFERENCE_PYTHON",
                 "TRELLIS_ACP_NODE_MODULES",
+                "TRELLIS_LANGGRAPH_NODE_MODULES",
             ]
         );
         Ok(())

@@ -1,6 +1,8 @@
 //! Idempotent installs into `target/emulators/`: a Python venv (moto, the
-//! fake-gcs-server wheel, the MCP SDK, the LangGraph SDK, the OpenTelemetry protobuf definitions) and a node
-//! folder (azurite; the ACP TypeScript SDK and ajv for the `trellis acp` tests). A pinned version
+//! fake-gcs-server wheel, the MCP SDK, the LangGraph SDK, the OpenTelemetry protobuf definitions), a
+//! second venv with the reference Agent Server (`langgraph dev` and Deep Agents) for the `trellis
+//! serve` differential test, and a node folder (azurite; the ACP TypeScript SDK and ajv for the
+//! `trellis acp` tests; the LangGraph JS client and React for the `useStream` test). A pinned version
 //! that is already installed is not installed again.
 
 use std::fs;
@@ -60,6 +62,40 @@ const OTEL_PROTO: PipPin = PipPin {
     version: "1.39.1",
 };
 
+/// The reference server of the `trellis serve` differential test
+/// (crates/agent/tests/agent/server/differential/): `langgraph dev` (the in-memory Agent Server)
+/// serving a Deep Agents 0.7.32 graph whose model is LangChain's OpenAI client. They live in a venv
+/// of their own, `reference-venv`: their dependency tree (langchain, pydantic, starlette, …) must
+/// not move the versions the emulators and the MCP server run on. langgraph-api and the in-memory
+/// runtime are pinned too, since `langgraph-cli[inmem]` takes any version of them.
+const REFERENCE_SERVER: [PipPin; 5] = [
+    PipPin {
+        dist: "langgraph-cli",
+        spec: "langgraph-cli[inmem]==0.4.40",
+        version: "0.4.40",
+    },
+    PipPin {
+        dist: "langgraph-api",
+        spec: "langgraph-api==0.16.7",
+        version: "0.16.7",
+    },
+    PipPin {
+        dist: "langgraph-runtime-inmem",
+        spec: "langgraph-runtime-inmem==0.36.7",
+        version: "0.36.7",
+    },
+    PipPin {
+        dist: "deepagents",
+        spec: "deepagents==0.7.32",
+        version: "0.7.32",
+    },
+    PipPin {
+        dist: "langchain-openai",
+        spec: "langchain-openai==1.8.1",
+        version: "1.8.1",
+    },
+];
+
 /// 3.35.0 is the newest azurite that runs on Node 20 (3.36 wants Node >= 21).
 const AZURITE_PACKAGE: &str = "azurite";
 const AZURITE_VERSION: &str = "3.35.0";
@@ -67,12 +103,54 @@ const AZURITE_VERSION: &str = "3.35.0";
 /// Installs whatever is missing; records one timing row per step.
 pub fn ensure_all(layout: &Layout, timings: &mut Timings) -> Result<()> {
     fs::create_dir_all(layout.logs()).with_context(|| format!("creating {}", layout.logs().display()))?;
-    ensure_venv(layout, timings)?;
-    ensure_pip(layout, timings)?;
+    ensure_venv(layout, &layout.venv(), timings)?;
+    ensure_pip(
+        layout,
+        &layout.venv(),
+        &[&MOTO, &FAKE_GCS, &MCP, &LANGGRAPH_SDK, &OTEL_PROTO],
+        timings,
+    )?;
+    ensure_venv(layout, &layout.reference_venv(), timings)?;
+    let reference: Vec<&PipPin> = REFERENCE_SERVER.iter().collect();
+    ensure_pip(layout, &layout.reference_venv(), &reference, timings)?;
     ensure_azurite(layout, timings)?;
     ensure_acp_client(layout, timings)?;
+    ensure_langgraph_js_client(layout, timings)?;
     ensure_bubblewrap(layout, timings)?;
+    crate::postgres::ensure_installed(layout, timings)?;
     Ok(())
+}
+
+/// Whether this process runs as root.
+pub(crate) fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// `apt-get install -y --no-install-recommends PACKAGE` (after `apt-get update` if the first try
+/// fails: a fresh machine's package lists may be missing or stale), logged to
+/// `install-PACKAGE.log`. Only as root.
+pub(crate) fn apt_install(layout: &Layout, package: &str) -> Result<()> {
+    eprintln!("xtask: installing {package} with apt-get");
+    let install = || {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(
+                "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \"$1\" \
+                 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \"$1\")",
+            )
+            .arg("sh")
+            .arg(package);
+        cmd
+    };
+    run_logged(
+        install,
+        &layout.log(&format!("install-{package}")),
+        &format!("apt-get install {package}"),
+        None,
+    )
 }
 
 /// The sandbox tests run commands under `bwrap` (Debian package `bubblewrap`). Installed with
@@ -86,55 +164,44 @@ fn ensure_bubblewrap(layout: &Layout, timings: &mut Timings) -> Result<()> {
     if on_path("bwrap") {
         return Ok(());
     }
-    let is_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !is_root || !on_path("apt-get") {
+    if !is_root() || !on_path("apt-get") {
         bail!(
             "the sandbox tests need bubblewrap: install it (`sudo apt-get install bubblewrap`, `dnf install bubblewrap`) and run again"
         );
     }
     let start = Instant::now();
-    eprintln!("xtask: installing bubblewrap with apt-get");
-    let install = || {
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c").arg(
-            "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap \
-             || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap)",
-        );
-        cmd
-    };
-    run_logged(
-        install,
-        &layout.log("install-bubblewrap"),
-        "apt-get install bubblewrap",
-        None,
-    )?;
+    apt_install(layout, "bubblewrap")?;
     timings.since("install: bubblewrap", start);
     Ok(())
 }
 
-fn ensure_venv(layout: &Layout, timings: &mut Timings) -> Result<()> {
-    if layout.venv_python().exists() {
+/// The interpreter of the venv in `venv`.
+pub fn python_of(venv: &Path) -> PathBuf {
+    venv.join("bin").join("python")
+}
+
+fn ensure_venv(layout: &Layout, venv: &Path, timings: &mut Timings) -> Result<()> {
+    if python_of(venv).exists() {
         return Ok(());
     }
     let start = Instant::now();
-    eprintln!("xtask: creating Python venv in {}", layout.venv().display());
-    let venv = || {
+    eprintln!("xtask: creating Python venv in {}", venv.display());
+    let create = || {
         let mut cmd = Command::new("python3");
-        cmd.arg("-m").arg("venv").arg("--clear").arg(layout.venv());
+        cmd.arg("-m").arg("venv").arg("--clear").arg(venv);
         cmd
     };
-    run_logged(venv, &layout.log("install-venv"), "python3 -m venv", None)?;
-    timings.since("install: python venv", start);
+    run_logged(create, &layout.log("install-venv"), "python3 -m venv", None)?;
+    timings.since(format!("install: python venv {}", venv.display()), start);
     Ok(())
 }
 
-fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
+/// `pip install` into the venv in `venv` whichever of `pins` is not there at its version.
+fn ensure_pip(layout: &Layout, venv: &Path, pins: &[&PipPin], timings: &mut Timings) -> Result<()> {
+    let python = python_of(venv);
     let mut missing = Vec::new();
-    for pin in [&MOTO, &FAKE_GCS, &MCP, &LANGGRAPH_SDK, &OTEL_PROTO] {
-        let have = pip_version(layout, pin.dist)?;
+    for &pin in pins {
+        let have = pip_version(&python, pin.dist)?;
         if have.as_deref() == Some(pin.version) {
             timings.note(format!("install: {}", pin.spec), "already there");
         } else {
@@ -148,7 +215,7 @@ fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
     eprintln!("xtask: pip install {}", specs.join(" "));
     let start = Instant::now();
     let pip = || {
-        let mut cmd = Command::new(layout.venv_python());
+        let mut cmd = Command::new(&python);
         cmd.args(["-m", "pip", "install", "--no-input", "--progress-bar", "off"])
             .args(&specs)
             .env("PIP_DISABLE_PIP_VERSION_CHECK", "1");
@@ -157,7 +224,7 @@ fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
     run_logged(pip, &layout.log("install-pip"), "pip install", None)?;
     timings.since(format!("install: {}", specs.join(" + ")), start);
     for pin in missing {
-        let have = pip_version(layout, pin.dist)?;
+        let have = pip_version(&python, pin.dist)?;
         if have.as_deref() != Some(pin.version) {
             bail!(
                 "after pip install, {} is {:?}, expected {}",
@@ -170,9 +237,9 @@ fn ensure_pip(layout: &Layout, timings: &mut Timings) -> Result<()> {
     Ok(())
 }
 
-/// Installed version of a distribution in the venv, or None.
-fn pip_version(layout: &Layout, dist: &str) -> Result<Option<String>> {
-    let out = Command::new(layout.venv_python())
+/// Installed version of a distribution in the venv of `python`, or None.
+fn pip_version(python: &Path, dist: &str) -> Result<Option<String>> {
+    let out = Command::new(python)
         .args([
             "-c",
             "import sys, importlib.metadata as m\n\
@@ -181,13 +248,7 @@ fn pip_version(layout: &Layout, dist: &str) -> Result<Option<String>> {
             dist,
         ])
         .output()
-        .with_context(|| {
-            format!(
-                "running {} (delete {} to rebuild the venv)",
-                layout.venv_python().display(),
-                layout.venv().display()
-            )
-        })?;
+        .with_context(|| format!("running {} (delete its venv to rebuild it)", python.display()))?;
     if !out.status.success() {
         bail!(
             "querying {dist} in the venv failed: {}",
@@ -225,13 +286,14 @@ const ACP_SDK_VERSION: &str = "2.4.0";
 const AJV_PACKAGE: &str = "ajv";
 const AJV_VERSION: &str = "8.20.0";
 
-/// The `node_modules` with the ACP SDK and ajv (`TRELLIS_ACP_NODE_MODULES` for the tests).
-pub fn acp_node_modules(layout: &Layout) -> PathBuf {
+/// The `node_modules` every npm package above goes into: the tests find the ACP SDK and ajv there
+/// (`TRELLIS_ACP_NODE_MODULES`) and the LangGraph JS client (`TRELLIS_LANGGRAPH_NODE_MODULES`).
+pub fn node_modules(layout: &Layout) -> PathBuf {
     layout.node_dir().join("node_modules")
 }
 
 fn ensure_acp_client(layout: &Layout, timings: &mut Timings) -> Result<()> {
-    let modules = acp_node_modules(layout);
+    let modules = node_modules(layout);
     let sdk = modules.join(ACP_SDK_PACKAGE).join("schema/v1/schema.json");
     ensure_npm(layout, timings, ACP_SDK_PACKAGE, ACP_SDK_VERSION, &sdk)?;
     ensure_npm(
@@ -241,6 +303,31 @@ fn ensure_acp_client(layout: &Layout, timings: &mut Timings) -> Result<()> {
         AJV_VERSION,
         &modules.join(AJV_PACKAGE).join("dist/2020.js"),
     )
+}
+
+/// The official LangGraph JS client, whose React hook `useStream` the `trellis serve` tests render
+/// under Node (crates/agent/tests/agent/server/use_stream.mjs), and the React it needs: the
+/// hook's peer dependency and the renderer that runs it without a browser. npm adds the SDK's
+/// other peer, `@langchain/core`.
+const LANGGRAPH_JS_PACKAGES: [(&str, &str, &str); 4] = [
+    ("@langchain/langgraph-sdk", "1.15.0", "dist/react/index.js"),
+    ("react", "18.3.1", "index.js"),
+    ("react-dom", "18.3.1", "index.js"),
+    ("react-test-renderer", "18.3.1", "index.js"),
+];
+
+fn ensure_langgraph_js_client(layout: &Layout, timings: &mut Timings) -> Result<()> {
+    let modules = node_modules(layout);
+    for (package, version, entry) in LANGGRAPH_JS_PACKAGES {
+        ensure_npm(
+            layout,
+            timings,
+            package,
+            version,
+            &modules.join(package).join(entry),
+        )?;
+    }
+    Ok(())
 }
 
 /// `npm install PACKAGE@VERSION` into the node folder, unless that version is there with `entry`.
@@ -318,7 +405,12 @@ const INSTALL_ATTEMPTS: u32 = 3;
 /// newest file in `extra_logs` (a tool's own debug log) and the free disk
 /// space, because an install that fails on a full disk often cannot even
 /// write its error message.
-fn run_logged(make: impl Fn() -> Command, log: &Path, what: &str, extra_logs: Option<&Path>) -> Result<()> {
+pub(crate) fn run_logged(
+    make: impl Fn() -> Command,
+    log: &Path,
+    what: &str,
+    extra_logs: Option<&Path>,
+) -> Result<()> {
     let mut last = None;
     for attempt in 1..=INSTALL_ATTEMPTS {
         let mut cmd = make();

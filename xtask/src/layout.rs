@@ -38,6 +38,11 @@ impl Layout {
         self.dir.join("venv")
     }
 
+    /// The venv of the reference Agent Server (`langgraph dev` with Deep Agents).
+    pub fn reference_venv(&self) -> PathBuf {
+        self.dir.join("reference-venv")
+    }
+
     pub fn venv_python(&self) -> PathBuf {
         self.venv().join("bin").join("python")
     }

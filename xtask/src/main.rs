@@ -16,6 +16,7 @@ mod layers;
 mod layout;
 mod live;
 mod manifest;
+mod postgres;
 mod procs;
 mod snapshot;
 mod test;

@@ -38,6 +38,7 @@ pub mod providers;
 pub mod server;
 #[cfg(feature = "otel")]
 pub mod telemetry;
+pub mod usage;
 
 pub use builder::{DEFAULT_SYSTEM_PROMPT, DeepAgentBuilder, deep_agent};
 

@@ -1,6 +1,7 @@
 //! The sections of `docs/benchmarks.md` for `trellis-agent`'s `process` bench (whole `trellis`
 //! processes: `run` steps, `skills list` against the `head -c 4096` floor at 5,000 skills and at the
-//! 61,000-folder registry shape, the latency proxy) and its `load` bench (200 concurrent threads).
+//! 61,000-folder registry shape, the latency proxy), its `load` bench (200 concurrent threads) and
+//! its `serve` bench (`trellis serve` beside `langgraph dev` under concurrent streaming runs).
 
 use std::fmt::Write as _;
 
@@ -136,6 +137,53 @@ process's (it includes the loopback server); target ≤ 200 MB.\n\n",
     }
 }
 
+/// `## Served`: the `serve` bench, one row per server and wave.
+pub(super) fn serve_section<'a>(md: &mut String, rows: impl Iterator<Item = &'a Value>) {
+    md.push_str(
+        "\n## Served\n\n`trellis serve` and the reference Agent Server (`langgraph dev` serving a Deep Agents \
+graph) side by side in one run (`crates/agent/benches/serve.rs`): each client creates a thread and streams one \
+run on it (`values` + `messages-tuple`), all clients of a wave at once, against one scripted OpenAI-compatible \
+model on a loopback port. Step latency is from the model's reply to the same run's next request (the server's \
+tools, checkpoint and streaming for one step under that load). Trellis keeps checkpoints on local disk, the \
+reference in memory. Targets at 1,000 runs: ≤ 1 ms p50 and ≤ 5 ms p99 per step, ≥ 10× the reference's runs \
+per second, ≤ 300 MB peak RSS.\n\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            md,
+            "| server | runs at once | runs/s | p50 step ms | p99 step ms | failed | peak RSS MB |\n\
+|---|---:|---:|---:|---:|---:|---:|"
+        );
+        for (side, label) in [("trellis", "trellis serve"), ("reference", "langgraph dev")] {
+            if let Some(why) = r[side].get("skipped").and_then(Value::as_str) {
+                let _ = writeln!(md, "| {label} | skipped: {why} | | | | | |");
+                continue;
+            }
+            for w in r[side]["waves"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    md,
+                    "| {label} | {} | {:.1} | {:.2} | {:.2} | {} | {:.1} |",
+                    thousands(int(w, "concurrency")),
+                    num(w, "runs_per_s"),
+                    num(w, "step_p50_ms"),
+                    num(w, "step_p99_ms"),
+                    int(w, "failed"),
+                    num(&r[side], "peak_rss_mb"),
+                );
+            }
+        }
+        for ratio in r["ratios"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                md,
+                "\nAt {} runs at once, Trellis serves {:.1}× the reference's runs per second, with {:.2}× its p50 step latency.",
+                thousands(int(ratio, "concurrency")),
+                num(ratio, "throughput_trellis_over_reference"),
+                num(ratio, "step_p50_trellis_over_reference"),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +231,34 @@ mod tests {
             md.contains("| 200 | 10 | 5,000 | 2,200 | 12.0 | 183.3 | 20.5 | 90.1 | 150.2 | 200 |"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn serve_rows_become_a_table_with_ratios() {
+        let row = serde_json::json!({"bench": "serve",
+            "trellis": {"peak_rss_mb": 120.5, "waves": [{"concurrency": 1000, "runs_per_s": 900.0,
+                "step_p50_ms": 0.8, "step_p99_ms": 4.2, "failed": 0}]},
+            "reference": {"peak_rss_mb": 900.0, "waves": [{"concurrency": 1000, "runs_per_s": 30.0,
+                "step_p50_ms": 40.0, "step_p99_ms": 400.0, "failed": 0}]},
+            "ratios": [{"concurrency": 1000, "throughput_trellis_over_reference": 30.0,
+                "step_p50_trellis_over_reference": 0.02}]});
+        let mut md = String::new();
+        serve_section(&mut md, [&row].into_iter());
+        assert!(
+            md.contains("| trellis serve | 1,000 | 900.0 | 0.80 | 4.20 | 0 | 120.5 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| langgraph dev | 1,000 | 30.0 | 40.00 | 400.00 | 0 | 900.0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("Trellis serves 30.0× the reference's runs per second"),
+            "{md}"
+        );
+        let skipped = serde_json::json!({"trellis": {"waves": []}, "reference": {"skipped": "no venv"}});
+        let mut md = String::new();
+        serve_section(&mut md, [&skipped].into_iter());
+        assert!(md.contains("| langgraph dev | skipped: no venv |"), "{md}");
     }
 }

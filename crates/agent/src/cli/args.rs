@@ -13,8 +13,8 @@ use crate::cli::run::{self, Approvals};
 use crate::cli::sandbox::SandboxChoice;
 use crate::cli::skills::CacheChoice;
 use crate::cli::state_dir::StateDir;
-use crate::cli::summary::Prices;
 use crate::model_settings::{Effort, ModelSettings};
+use crate::usage::Prices;
 
 /// `trellis inspect`'s model when neither --model nor the agent file names one.
 pub const DEFAULT_INSPECT_MODEL: &str = "anthropic:claude-sonnet-4-5";

@@ -18,7 +18,7 @@
 //! | [`approvals`] | deciding waiting tool calls: flags, files, the terminal prompt |
 //! | [`sandbox`] | `--sandbox`: where `execute` runs |
 //! | [`pin`] | a leading `/skill` in a task |
-//! | [`output`], [`summary`] | what a run prints, and its closing summary |
+//! | [`output`] | what a run prints, and its closing summary (counted by [`crate::usage`]) |
 //! | [`logging`] | the stderr log and the OTLP export |
 
 #[cfg(feature = "acp")]
@@ -39,7 +39,6 @@ pub mod sandbox;
 pub mod serve;
 pub mod skills;
 pub mod state_dir;
-pub mod summary;
 pub mod threads;
 
 use std::process::ExitCode;

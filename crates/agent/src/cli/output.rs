@@ -6,7 +6,7 @@
 //! | [`OutputMode::Plain`] (stdout is a pipe or a file) | the final answer, once | the same progress |
 //! | [`OutputMode::Json`] (`--json`) | one JSON [`RunEvent`] per line, as they happen, then a `summary` event | nothing but errors |
 //!
-//! In the other modes the run ends with a summary line on stderr ([`crate::cli::summary`]).
+//! In the other modes the run ends with a summary line on stderr ([`crate::usage`]).
 //!
 //! On a terminal, a retried model call starts again: the text of the failed attempt stays on the
 //! screen, followed by a `[retrying]` line, so what was shown is never mistaken for the answer.
@@ -22,7 +22,7 @@ use trellis_middleware::RunOutput;
 use trellis_middleware::runtime::events::{EventSink, RunEvent};
 use trellis_middleware::runtime::stream::ModelDelta;
 
-use crate::cli::summary::{Prices, Summary};
+use crate::usage::{Prices, Summary};
 
 /// Where `trellis run` writes what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,8 +17,8 @@ use crate::cli::assemble::{self, mcp_servers};
 use crate::cli::config::RunConfig;
 use crate::cli::output::{self, OutputMode};
 use crate::cli::state_dir::StateDir;
-use crate::cli::summary::Prices;
 use crate::mcp::McpServers;
+use crate::usage::Prices;
 
 /// How decisions are made in this process (and the prices the summary uses).
 #[derive(Debug, Clone, Default)]

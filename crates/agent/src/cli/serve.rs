@@ -45,6 +45,11 @@ pub struct ServeArgs {
     /// x-api-key or Authorization: Bearer, and its threads belong to that user.
     #[arg(long, value_name = "FILE")]
     pub api_keys: Option<PathBuf>,
+    /// Model prices for the cost in run records, over the built-in list prices: a JSON object of
+    /// model-id prefix → {"input", "output", "cache_read", "cache_write"} in dollars per million
+    /// tokens (as `trellis run --prices`).
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
 }
 
 /// `NAME=FILE` or `FILE` → (graph id, file).
@@ -189,6 +194,10 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     if let Some(keys) = keys {
         server = server.api_keys(keys);
+    }
+    if let Some(path) = &args.prices {
+        let overrides = crate::usage::Prices::read_overrides(path)?;
+        server = server.prices(crate::usage::Prices::default().with(overrides));
     }
     let graphs: Vec<String> = server.graph_ids().map(str::to_owned).collect();
     let listener = tokio::net::TcpListener::bind(args.listen)

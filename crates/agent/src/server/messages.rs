@@ -28,9 +28,13 @@ pub fn message_id(thread: &Uuid, index: usize, message: Option<&Message>) -> Str
     Uuid::new_v5(thread, format!("message:{index}").as_bytes()).to_string()
 }
 
-/// The text of `content`, as one string when it is only text, else LangChain content blocks.
+/// The text of `content`, as one string when it is only text, else LangChain content blocks. Tool
+/// calls are not content here (they are the message's `tool_calls`), so a reply that only calls
+/// tools has `""`, as LangChain's OpenAI messages do, not an empty list.
 fn content(blocks: &[ContentBlock]) -> Value {
-    let only_text = blocks.iter().all(|b| matches!(b, ContentBlock::Text { .. }));
+    let only_text = blocks
+        .iter()
+        .all(|b| matches!(b, ContentBlock::Text { .. } | ContentBlock::ToolUse(_)));
     if only_text {
         let text: String = blocks.iter().filter_map(ContentBlock::as_text).collect();
         return Value::String(text);
@@ -112,6 +116,23 @@ pub fn input_messages(input: &Value) -> Result<Vec<Message>, ApiError> {
     list.iter().map(input_message).collect()
 }
 
+/// The text of LangChain `text` content blocks, joined; a 422 naming `what` for any other block.
+pub fn text_blocks<'a>(blocks: impl Iterator<Item = &'a Value>, what: &str) -> Result<String, ApiError> {
+    blocks
+        .map(|b| {
+            match (
+                b.get("type").and_then(Value::as_str),
+                b.get("text").and_then(Value::as_str),
+            ) {
+                (Some("text"), Some(text)) => Ok(text),
+                _ => Err(ApiError::unprocessable(format!(
+                    "only text content blocks are supported in {what}"
+                ))),
+            }
+        })
+        .collect()
+}
+
 fn input_message(value: &Value) -> Result<Message, ApiError> {
     let kind = value
         .get("type")
@@ -125,20 +146,7 @@ fn input_message(value: &Value) -> Result<Message, ApiError> {
     }
     let text = match value.get("content") {
         Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(blocks)) => blocks
-            .iter()
-            .map(|b| {
-                match (
-                    b.get("type").and_then(Value::as_str),
-                    b.get("text").and_then(Value::as_str),
-                ) {
-                    (Some("text"), Some(text)) => Ok(text),
-                    _ => Err(ApiError::unprocessable(
-                        "only text content blocks are supported in input messages",
-                    )),
-                }
-            })
-            .collect::<Result<String, _>>()?,
+        Some(Value::Array(blocks)) => text_blocks(blocks.iter(), "input messages")?,
         _ => {
             return Err(ApiError::unprocessable(
                 "an input message needs content: a string or text blocks",
@@ -177,6 +185,10 @@ mod tests {
         )]));
         let d = to_dict(&t, 1, &ai);
         assert_eq!(d["type"], "ai");
+        assert_eq!(
+            d["content"], "",
+            "a reply that only calls tools has no content blocks"
+        );
         assert_eq!(
             d["tool_calls"][0],
             json!({"name": "ls", "args": {"path": "/"}, "id": "c1", "type": "tool_call"})

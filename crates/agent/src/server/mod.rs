@@ -16,9 +16,18 @@
 //! | [`extract`] | JSON bodies (4xx on every malformed one), UUID ids, the [`User`] |
 //! | [`auth`] | API keys (`x-api-key` or `Authorization: Bearer`) → user |
 //! | [`assistants`] | `/ok`, `/info`, one assistant per graph |
-//! | [`threads`] | thread records, `/threads…` |
-//! | [`runs`] | runs on a thread: stream (SSE), wait, background, get, list, join, join stream |
-//! | [`run_registry`] | the runs in memory: status, stream parts, result, which thread runs which |
+//! | [`threads`] | thread records, `/threads…`, copy |
+//! | [`checkpoints`] | checkpoint ids, thread state, state at a checkpoint, history |
+//! | [`update`] | `update_state`: messages, todos and files, version-checked |
+//! | [`files`] | the thread's files in state values and in `update_state` |
+//! | [`transfer`] | upload and download of a thread's files (a Trellis extension) |
+//! | [`runs`] | runs on a thread and stateless: stream (SSE), wait, background, get, list, join, join stream |
+//! | [`execute`] | a run from its checked body to its end: `multitask_strategy`, cancel, rollback, thread status |
+//! | [`resume`] | `command.resume` (human-in-the-loop decisions) → Trellis decisions |
+//! | [`cancel`] | cancel (`interrupt`, `rollback`), delete, `on_disconnect` |
+//! | [`run_registry`] | the runs in memory: status, stream parts, result, each thread's queue of runs |
+//! | [`run_usage`] | what a run used and cost, in its record (a Trellis extension) |
+//! | [`queue`] | the run queue: one trait, in memory and on PostgreSQL (not used by the routes yet) |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
 //! | [`messages`] | Trellis messages ↔ LangChain message dicts |
 //!
@@ -34,24 +43,36 @@
 //! Another user's thread is a 404, exactly like a thread that does not exist, on every route.
 //!
 //! # Concurrency and crashes
-//! A thread runs one run at a time: a second run while one is pending or running is a 409
-//! (`multitask_strategy` `reject`; the other strategies are a 422, not built yet). A run goes on
-//! when its client disconnects (`on_disconnect` is accepted and not honoured: always `continue`).
+//! A thread runs one run at a time; a new run while one is pending or running follows its
+//! `multitask_strategy` (`reject`, the default: 409; `interrupt` / `rollback`: the runs in flight
+//! are cancelled first; `enqueue`: it waits `pending`), see [`execute`]. A run goes on when its
+//! client disconnects unless it asked for `on_disconnect: "cancel"`.
 //!
 //! A `kill -9` mid-run leaves the thread's checkpoints up to its last finished step (a step is
 //! saved whole or not at all) and its record as it was before the run (`busy` is never stored), so
 //! the thread is `idle` after the restart and its next run continues from that checkpoint; the run
-//! record and its stream are gone (`GET …/runs/{id}` is 404).
+//! record and its stream are gone (`GET …/runs/{id}` is 404), and so are runs that were queued
+//! behind it (`pending`) and never started. A stateless run's temporary thread outlives a `kill
+//! -9` (it is deleted only when its run ends).
 
 pub mod assistants;
 pub mod auth;
+pub mod cancel;
+pub mod checkpoints;
 pub mod error;
+pub mod execute;
 pub mod extract;
+pub mod files;
 pub mod messages;
+pub mod queue;
+pub mod resume;
 pub mod run_registry;
+pub mod run_usage;
 pub mod runs;
 pub mod stream;
 pub mod threads;
+pub mod transfer;
+pub mod update;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -103,6 +124,7 @@ pub struct Server {
     runs: run_registry::RunRegistry,
     keys: Option<Arc<ApiKeys>>,
     body_limit: usize,
+    prices: crate::usage::Prices,
     started: chrono::DateTime<chrono::Utc>,
 }
 
@@ -117,6 +139,7 @@ impl Server {
             runs: run_registry::RunRegistry::default(),
             keys: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            prices: crate::usage::Prices::default(),
             started: chrono::Utc::now(),
         })
     }
@@ -136,6 +159,12 @@ impl Server {
     /// The largest request body, in bytes (default [`DEFAULT_BODY_LIMIT`]).
     pub fn body_limit(mut self, bytes: usize) -> Self {
         self.body_limit = bytes;
+        self
+    }
+
+    /// The prices run records' costs are computed at (default: the built-in list prices).
+    pub fn prices(mut self, prices: crate::usage::Prices) -> Self {
+        self.prices = prices;
         self
     }
 
@@ -167,11 +196,41 @@ pub fn router(server: Server) -> Router {
                 .patch(threads::patch)
                 .delete(threads::delete),
         )
-        .route("/threads/{thread_id}/state", get(threads::state))
+        .route(
+            "/threads/{thread_id}/state",
+            get(checkpoints::state).post(update::update_state),
+        )
+        .route(
+            "/threads/{thread_id}/state/checkpoint",
+            post(checkpoints::state_at_body),
+        )
+        .route(
+            "/threads/{thread_id}/state/{checkpoint_id}",
+            get(checkpoints::state_at),
+        )
+        .route(
+            "/threads/{thread_id}/history",
+            post(checkpoints::history).get(checkpoints::history_get),
+        )
+        .route("/threads/{thread_id}/copy", post(threads::copy))
+        .route(
+            "/threads/{thread_id}/files",
+            get(transfer::download)
+                .post(transfer::upload)
+                .layer(DefaultBodyLimit::max(transfer::MAX_UPLOAD_BYTES)),
+        )
         .route("/threads/{thread_id}/runs", post(runs::create).get(runs::list))
         .route("/threads/{thread_id}/runs/stream", post(runs::stream))
         .route("/threads/{thread_id}/runs/wait", post(runs::wait))
-        .route("/threads/{thread_id}/runs/{run_id}", get(runs::get_one))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}",
+            get(runs::get_one).delete(cancel::delete),
+        )
+        .route("/threads/{thread_id}/runs/{run_id}/cancel", post(cancel::cancel))
+        .route("/runs", post(runs::stateless_create))
+        .route("/runs/cancel", post(cancel::cancel_many))
+        .route("/runs/stream", post(runs::stateless_stream))
+        .route("/runs/wait", post(runs::stateless_wait))
         .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))
         .route(
             "/threads/{thread_id}/runs/{run_id}/stream",

@@ -1,6 +1,7 @@
 //! The runs of the server, in memory: each run's [`RunHandle`] (what it was asked, its status,
 //! the stream parts it produced so far and its result, with a watch channel its followers wait
-//! on) and the [`RunRegistry`] (every run by id, and which run each thread is running).
+//! on) and the [`RunRegistry`] (every run by id, and each thread's queue of runs not ended: the
+//! first runs, the others wait `pending`, at most [`MAX_QUEUED_RUNS`]).
 //!
 //! A run belongs to its thread: it is found only through that thread, and forgotten when the
 //! thread is deleted, when [`MAX_FINISHED_RUNS`] newer runs have finished or the finished runs'
@@ -19,9 +20,13 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::server::assistants;
+pub use crate::server::cancel::{CancelAction, Strategy};
 use crate::server::error::{ApiError, ApiResult};
+use crate::server::run_usage::RunUsage;
 use crate::server::stream::{Mode, Part};
 use crate::server::threads::time;
+use crate::usage::Prices;
+use trellis_middleware::runtime::events::RunEvent;
 
 /// Bytes of stream parts a run keeps; past it, further `messages` and `updates` parts are
 /// dropped (with a warning) and only `values` and the final parts are kept.
@@ -30,6 +35,9 @@ pub const MAX_PART_BYTES: usize = 64 * 1024 * 1024;
 /// Finished runs kept in memory (with their parts, for get, join and replay); when one more
 /// finishes, the oldest is forgotten (404 afterwards).
 pub const MAX_FINISHED_RUNS: usize = 1000;
+
+/// Runs a thread may have not ended (one running, the others `pending`); one more is a 409.
+pub const MAX_QUEUED_RUNS: usize = 32;
 
 /// Bytes of parts all finished runs keep together; past it the oldest finished runs are forgotten
 /// (the newest one is always kept, at most [`MAX_PART_BYTES`]).
@@ -49,15 +57,19 @@ pub enum Status {
     Success,
     /// Failed.
     Error,
+    /// Cancelled ([`CancelAction`]), or by a newer run's `multitask_strategy`.
+    Interrupted,
 }
 
 impl Status {
-    fn as_str(self) -> &'static str {
+    /// Its name in the API.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
             Self::Running => "running",
             Self::Success => "success",
             Self::Error => "error",
+            Self::Interrupted => "interrupted",
         }
     }
 }
@@ -91,17 +103,22 @@ pub struct RunHandle {
     seq: u64,
     metadata: Map<String, Value>,
     kwargs: Value,
+    strategy: Strategy,
+    /// Set once when the run is cancelled.
+    cancel: watch::Sender<Option<CancelAction>>,
     progress: Mutex<Progress>,
+    /// What it used so far ([`RunUsage`]).
+    usage: Mutex<RunUsage>,
     /// The number of parts so far, bumped on every change.
     changed: watch::Sender<usize>,
 }
 
 impl RunHandle {
-    /// A new `pending` run of `graph` on `thread_id`.
+    /// A new `pending` run of `graph` on `thread_id`, created with `strategy`.
     pub fn new(
         thread_id: Uuid,
         graph: String,
-        (modes, resumable): (Vec<Mode>, bool),
+        (modes, resumable, strategy): (Vec<Mode>, bool, Strategy),
         metadata: Map<String, Value>,
         kwargs: Value,
     ) -> Self {
@@ -116,6 +133,8 @@ impl RunHandle {
             seq: NEXT_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             metadata,
             kwargs,
+            strategy,
+            cancel: watch::channel(None).0,
             progress: Mutex::new(Progress {
                 status: Status::Pending,
                 updated_at: now,
@@ -126,7 +145,19 @@ impl RunHandle {
                 done: false,
             }),
             changed: watch::channel(0).0,
+            usage: Mutex::new(RunUsage::default()),
         }
+    }
+
+    fn usage(&self) -> std::sync::MutexGuard<'_, RunUsage> {
+        self.usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Count `event` of the run in its usage.
+    pub(crate) fn count(&self, event: &RunEvent, prices: &Prices) {
+        self.usage().add(event, prices);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
@@ -140,6 +171,9 @@ impl RunHandle {
     }
 
     pub(crate) fn set_status(&self, status: Status) {
+        if status == Status::Running {
+            self.usage().started();
+        }
         let mut p = self.lock();
         p.status = status;
         p.updated_at = Utc::now();
@@ -166,6 +200,7 @@ impl RunHandle {
     }
 
     pub(crate) fn finish(&self, status: Status, result: Value) {
+        self.usage().ended();
         {
             let mut p = self.lock();
             p.status = status;
@@ -176,10 +211,12 @@ impl RunHandle {
         self.notify();
     }
 
-    /// The `Run` JSON.
+    /// The `Run` JSON, with Trellis's `started_at`, `ended_at`, `usage` and `subagent_runs`
+    /// ([`RunUsage`]).
     pub fn to_json(&self) -> Value {
+        let extension = self.usage().fields();
         let p = self.lock();
-        json!({
+        let mut run = json!({
             "run_id": self.run_id,
             "thread_id": self.thread_id,
             "assistant_id": assistants::assistant_id(&self.graph),
@@ -187,9 +224,55 @@ impl RunHandle {
             "updated_at": time(&p.updated_at),
             "status": p.status.as_str(),
             "metadata": self.metadata,
-            "multitask_strategy": "reject",
+            "multitask_strategy": self.strategy.as_str(),
             "kwargs": self.kwargs,
-        })
+        });
+        for (key, value) in extension {
+            run[key] = value;
+        }
+        run
+    }
+
+    /// Ask the run to stop with `action` (the first request wins); a run that has ended is left
+    /// as it is. Returns false when it had already ended.
+    pub fn cancel(&self, action: CancelAction) -> bool {
+        if self.is_done() {
+            return false;
+        }
+        self.cancel.send_if_modified(|current| {
+            if current.is_some() {
+                return false;
+            }
+            *current = Some(action);
+            true
+        });
+        true
+    }
+
+    /// How the run was asked to stop, if it was.
+    pub fn cancelled_with(&self) -> Option<CancelAction> {
+        *self.cancel.borrow()
+    }
+
+    /// Completes when the run is asked to stop, with how.
+    pub async fn cancelled(&self) -> CancelAction {
+        let mut rx = self.cancel.subscribe();
+        let action = rx.wait_for(Option::is_some).await.ok().and_then(|a| *a);
+        match action {
+            Some(action) => action,
+            // The sender lives as long as `self`: never reached while it is borrowed.
+            None => std::future::pending().await,
+        }
+    }
+
+    /// True once the run has ended (its result is set).
+    pub fn is_done(&self) -> bool {
+        self.lock().done
+    }
+
+    /// The run's status.
+    pub fn status(&self) -> Status {
+        self.lock().status
     }
 
     /// The number of parts so far.
@@ -259,7 +342,9 @@ fn to_forget(finished: &mut [Finished], max_runs: usize, max_bytes: usize) -> Ve
 #[derive(Debug, Default)]
 struct Runs {
     by_id: HashMap<Uuid, Arc<RunHandle>>,
-    active: HashMap<Uuid, Uuid>,
+    /// Per thread, its runs not ended yet in the order they run: the first is running (or about
+    /// to), the others wait `pending`.
+    queues: HashMap<Uuid, Vec<Arc<RunHandle>>>,
 }
 
 /// The runs of every thread, and which thread is running which.
@@ -275,31 +360,66 @@ impl RunRegistry {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The run in flight on `thread`.
+    /// The run in flight on `thread` (the first of its queue: running, or about to).
     pub fn active_run(&self, thread: &Uuid) -> Option<Uuid> {
-        self.lock().active.get(thread).copied()
+        self.lock()
+            .queues
+            .get(thread)
+            .and_then(|q| q.first())
+            .map(|r| r.run_id)
     }
 
-    /// Register `run` as its thread's run in flight; 409 when one is.
-    pub(crate) fn begin(&self, run: Arc<RunHandle>) -> ApiResult<()> {
+    /// Register `run` at the end of its thread's queue, as its `strategy` says when the thread
+    /// has runs not ended: 409 for [`Strategy::Reject`]; the others are queued behind them, and
+    /// [`Strategy::Interrupt`] and [`Strategy::Rollback`] cancel them. Returns the runs ahead of
+    /// `run`: it starts once they have all ended.
+    pub(crate) fn begin(&self, run: Arc<RunHandle>) -> ApiResult<Vec<Arc<RunHandle>>> {
         let mut runs = self.lock();
-        if runs.active.contains_key(&run.thread_id) {
-            return Err(ApiError::conflict(
-                "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.",
-            ));
+        let queue = runs.queues.entry(run.thread_id).or_default();
+        let ahead = queue.clone();
+        match run.strategy {
+            Strategy::Reject if !ahead.is_empty() => {
+                return Err(ApiError::conflict(
+                    "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.",
+                ));
+            }
+            _ if ahead.len() >= MAX_QUEUED_RUNS => {
+                return Err(ApiError::conflict(format!(
+                    "the thread has {MAX_QUEUED_RUNS} runs waiting: wait for them to finish"
+                )));
+            }
+            Strategy::Interrupt => ahead.iter().for_each(|r| {
+                r.cancel(CancelAction::Interrupt);
+            }),
+            Strategy::Rollback => ahead.iter().for_each(|r| {
+                r.cancel(CancelAction::Rollback);
+            }),
+            Strategy::Reject | Strategy::Enqueue => {}
         }
-        runs.active.insert(run.thread_id, run.run_id);
+        queue.push(run.clone());
         runs.by_id.insert(run.run_id, run);
-        Ok(())
+        Ok(ahead)
     }
 
-    /// `run` is ending: its thread is free, and past [`MAX_FINISHED_RUNS`] or
+    /// Forget `run` (a rollback, or `DELETE …/runs/{id}`): 404 afterwards.
+    pub(crate) fn remove(&self, run: &RunHandle) {
+        let mut runs = self.lock();
+        runs.by_id.remove(&run.run_id);
+        if let Some(queue) = runs.queues.get_mut(&run.thread_id) {
+            queue.retain(|r| r.run_id != run.run_id);
+        }
+    }
+
+    /// `run` is ending: it leaves its thread's queue, and past [`MAX_FINISHED_RUNS`] or
     /// [`MAX_FINISHED_PART_BYTES`] the oldest finished runs are forgotten (`run` itself counts as
     /// finished).
     pub(crate) fn end(&self, run: &RunHandle) {
         let mut runs = self.lock();
-        if runs.active.get(&run.thread_id) == Some(&run.run_id) {
-            runs.active.remove(&run.thread_id);
+        if let Some(queue) = runs.queues.get_mut(&run.thread_id) {
+            queue.retain(|r| r.run_id != run.run_id);
+            if queue.is_empty() {
+                runs.queues.remove(&run.thread_id);
+            }
         }
         let mut finished: Vec<Finished> = runs
             .by_id
@@ -326,6 +446,11 @@ impl RunRegistry {
             .filter(|r| r.thread_id == *thread)
             .cloned()
             .ok_or_else(|| ApiError::not_found(format!("run {run}")))
+    }
+
+    /// Every run not ended yet (running or pending), of every thread.
+    pub(crate) fn in_flight(&self) -> Vec<Arc<RunHandle>> {
+        self.lock().queues.values().flatten().cloned().collect()
     }
 
     /// The runs of `thread`, newest first.
@@ -356,7 +481,7 @@ mod tests {
         Arc::new(RunHandle::new(
             Uuid::new_v4(),
             "agent".into(),
-            (vec![Mode::Values], false),
+            (vec![Mode::Values], false, Strategy::Reject),
             Map::new(),
             Value::Null,
         ))
@@ -410,17 +535,46 @@ mod tests {
         let registry = RunRegistry::default();
         let first = run();
         registry.begin(first.clone()).unwrap();
-        let second = Arc::new(RunHandle::new(
-            first.thread_id,
-            "agent".into(),
-            (vec![], false),
-            Map::new(),
-            Value::Null,
-        ));
-        assert_eq!(registry.begin(second).unwrap_err().status, 409);
-        registry.end(&first);
-        first.finish(Status::Success, Value::Null);
+        let next = |strategy| {
+            Arc::new(RunHandle::new(
+                first.thread_id,
+                "agent".into(),
+                (vec![], false, strategy),
+                Map::new(),
+                Value::Null,
+            ))
+        };
+        assert_eq!(registry.begin(next(Strategy::Reject)).unwrap_err().status, 409);
+        // Queued behind the first, which is left alone.
+        let queued = next(Strategy::Enqueue);
+        let ahead = registry.begin(queued.clone()).unwrap();
+        assert_eq!(ahead.iter().map(|r| r.run_id).collect::<Vec<_>>(), [first.run_id]);
+        assert_eq!(first.cancelled_with(), None);
+        // Cancels both before it, with its own action.
+        let rolling = next(Strategy::Rollback);
+        assert_eq!(registry.begin(rolling.clone()).unwrap().len(), 2);
+        assert_eq!(first.cancelled_with(), Some(CancelAction::Rollback));
+        assert_eq!(queued.cancelled_with(), Some(CancelAction::Rollback));
+        assert_eq!(registry.active_run(&first.thread_id), Some(first.run_id));
+        for r in [&first, &queued] {
+            registry.end(r);
+            r.finish(Status::Interrupted, Value::Null);
+        }
+        assert_eq!(registry.active_run(&first.thread_id), Some(rolling.run_id));
+        registry.end(&rolling);
+        rolling.finish(Status::Success, Value::Null);
+        assert!(
+            !rolling.cancel(CancelAction::Interrupt),
+            "an ended run is not cancelled"
+        );
         assert_eq!(registry.active_run(&first.thread_id), None);
+        // A queue is bounded, whatever the strategy.
+        for _ in 0..MAX_QUEUED_RUNS {
+            registry.begin(next(Strategy::Enqueue)).unwrap();
+        }
+        for strategy in [Strategy::Enqueue, Strategy::Interrupt, Strategy::Rollback] {
+            assert_eq!(registry.begin(next(strategy)).unwrap_err().status, 409);
+        }
     }
 
     #[test]

@@ -1,14 +1,19 @@
-//! Runs on a thread: `POST /threads/{id}/runs/stream` (SSE), `/runs/wait`, `/runs` (background),
+//! Runs: `POST /threads/{id}/runs/stream` (SSE), `/runs/wait`, `/runs` (background), their
+//! stateless forms `POST /runs/stream`, `/runs/wait`, `/runs` (a temporary thread),
 //! `GET /threads/{id}/runs`, `…/runs/{run_id}`, `…/runs/{run_id}/join` and
-//! `…/runs/{run_id}/stream` (join the stream, replay with `Last-Event-ID`).
+//! `…/runs/{run_id}/stream` (join the stream, replay with `Last-Event-ID`). Cancel and delete are
+//! in [`crate::server::cancel`]; what a run does from start to end, in [`crate::server::execute`].
 //!
 //! Every run executes on a task of its own, whatever the client does: a stream or wait whose
-//! client hangs up leaves the run going. Its parts ([`Part`]) are kept in its [`RunHandle`] (in
-//! memory, up to [`MAX_PART_BYTES`](crate::server::run_registry::MAX_PART_BYTES)) for every follower ([`crate::server::run_registry`]). A run
-//! is reachable only through its thread, by the thread's owner.
+//! client hangs up leaves the run going, unless it asked for `on_disconnect: "cancel"`. Its parts
+//! ([`Part`](crate::server::stream::Part)) are kept in its [`RunHandle`] (in memory, up to
+//! [`MAX_PART_BYTES`](crate::server::run_registry::MAX_PART_BYTES)) for every follower
+//! ([`crate::server::run_registry`]). A run is reachable only through its thread, by the thread's
+//! owner.
 //!
-//! Statuses: `pending` → `running` → `success` (also when the run stopped for approvals: the
-//! thread is then `interrupted`) or `error` (the thread is then `error`).
+//! Statuses: `pending` (queued behind another run of its thread) → `running` → `success` (also
+//! when the run stopped for approvals: the thread is then `interrupted`), `error` (the thread is
+//! then `error`) or `interrupted` (cancelled).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -20,20 +25,17 @@ use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use trellis_middleware::runtime::events::{EventSink, RunEvent};
-use trellis_middleware::{Message, RunInput};
 
+use crate::server::Shared;
+use crate::server::cancel::{CancelOnDrop, flag};
 use crate::server::error::{ApiError, ApiResult};
+use crate::server::execute::{self, Started, Target};
 use crate::server::extract::{JsonBody, User, parse_uuid};
-use crate::server::messages::input_messages;
-use crate::server::run_registry::{RunHandle, Status};
-use crate::server::stream::{Mode, Part, Translator};
-use crate::server::threads::{Rest, ThreadRecord, thread_id};
-use crate::server::{Graph, Shared, assistants};
+use crate::server::run_registry::RunHandle;
+use crate::server::stream::Mode;
 
 /// How often `/wait` and `/join` write a newline while the run goes on, so proxies and the
 /// clients' read timeouts (300 s in the Python client) do not cut a long run; JSON parsers skip
@@ -47,51 +49,51 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunCreate {
-    assistant_id: String,
+    pub(crate) assistant_id: String,
     #[serde(default)]
-    input: Option<Value>,
+    pub(crate) input: Option<Value>,
     #[serde(default)]
-    command: Option<Value>,
+    pub(crate) command: Option<Value>,
     #[serde(default)]
-    config: Option<Value>,
+    pub(crate) config: Option<Value>,
     #[serde(default)]
-    context: Option<Value>,
+    pub(crate) context: Option<Value>,
     #[serde(default)]
-    metadata: Option<Map<String, Value>>,
+    pub(crate) metadata: Option<Map<String, Value>>,
     #[serde(default)]
-    stream_mode: Option<Value>,
+    pub(crate) stream_mode: Option<Value>,
     #[serde(default)]
-    stream_subgraphs: Option<bool>,
+    pub(crate) stream_subgraphs: Option<bool>,
     #[serde(default)]
-    stream_resumable: Option<bool>,
+    pub(crate) stream_resumable: Option<bool>,
     #[serde(default)]
-    interrupt_before: Option<Value>,
+    pub(crate) interrupt_before: Option<Value>,
     #[serde(default)]
-    interrupt_after: Option<Value>,
+    pub(crate) interrupt_after: Option<Value>,
     #[serde(default)]
-    checkpoint: Option<Value>,
+    pub(crate) checkpoint: Option<Value>,
     #[serde(default)]
-    checkpoint_id: Option<Value>,
+    pub(crate) checkpoint_id: Option<Value>,
     #[serde(default)]
-    multitask_strategy: Option<String>,
+    pub(crate) multitask_strategy: Option<String>,
     #[serde(default)]
-    if_not_exists: Option<String>,
+    pub(crate) if_not_exists: Option<String>,
     #[serde(default)]
-    on_disconnect: Option<String>,
+    pub(crate) on_disconnect: Option<String>,
     #[serde(default)]
-    on_completion: Option<String>,
+    pub(crate) on_completion: Option<String>,
     #[serde(default)]
-    after_seconds: Option<f64>,
+    pub(crate) after_seconds: Option<f64>,
     #[serde(default)]
-    webhook: Option<Value>,
+    pub(crate) webhook: Option<Value>,
     #[serde(default)]
-    feedback_keys: Option<Value>,
+    pub(crate) feedback_keys: Option<Value>,
     #[serde(default)]
-    durability: Option<String>,
+    pub(crate) durability: Option<String>,
     #[serde(default)]
-    checkpoint_during: Option<bool>,
+    pub(crate) checkpoint_during: Option<bool>,
     #[serde(default)]
-    langsmith_tracer: Option<Value>,
+    pub(crate) langsmith_tracer: Option<Value>,
 }
 
 fn set(value: &Option<Value>) -> bool {
@@ -100,7 +102,7 @@ fn set(value: &Option<Value>) -> bool {
 
 impl RunCreate {
     /// The requested modes (default `values`); 422 for a mode not built.
-    fn modes(&self) -> ApiResult<Vec<Mode>> {
+    pub(crate) fn modes(&self) -> ApiResult<Vec<Mode>> {
         match &self.stream_mode {
             None | Some(Value::Null) => Ok(vec![Mode::Values]),
             Some(Value::String(mode)) => Ok(vec![Mode::parse(mode)?]),
@@ -118,12 +120,14 @@ impl RunCreate {
         }
     }
 
+    /// `on_disconnect: "cancel"`: a client that hangs up cancels the run.
+    fn cancels_on_disconnect(&self) -> bool {
+        self.on_disconnect.as_deref() == Some("cancel")
+    }
+
     /// 422 for every option set that is not built yet.
-    fn refuse_unbuilt(&self) -> ApiResult<()> {
+    pub(crate) fn refuse_unbuilt(&self) -> ApiResult<()> {
         let not_built = |what: &str| Err(ApiError::unprocessable(format!("{what} is not supported yet")));
-        if set(&self.command) {
-            return not_built("command (resume, update, goto)");
-        }
         if set(&self.interrupt_before) || set(&self.interrupt_after) {
             return not_built("interrupt_before / interrupt_after");
         }
@@ -135,10 +139,6 @@ impl RunCreate {
         }
         if self.after_seconds.is_some_and(|s| s > 0.0) {
             return not_built("after_seconds");
-        }
-        match self.multitask_strategy.as_deref() {
-            None | Some("reject") => {}
-            Some(other) => return not_built(&format!("multitask_strategy {other:?} (only \"reject\")")),
         }
         match self.on_disconnect.as_deref() {
             None | Some("cancel" | "continue") => {}
@@ -152,236 +152,88 @@ impl RunCreate {
     }
 }
 
-/// A run that has been checked and registered, not yet started.
-struct Started {
-    run: Arc<RunHandle>,
-    modes: Vec<Mode>,
-}
-
-/// Check a run-create of `user` on `thread`, register it (409 when the thread is running) and
-/// start it on a task of its own.
-async fn start(server: &Shared, user: &User, thread: &str, body: RunCreate) -> ApiResult<Started> {
-    let thread = parse_uuid("thread_id", thread)?;
-    body.refuse_unbuilt()?;
-    let modes = body.modes()?;
-    let graph = assistants::resolve(server, &body.assistant_id)?;
-    let messages = match &body.input {
-        None | Some(Value::Null) => {
-            return Err(ApiError::unprocessable(
-                "input is required: {\"messages\": [...]}",
-            ));
-        }
-        Some(input) => input_messages(input)?,
-    };
-    match (server.threads.get(user, &thread), body.if_not_exists.as_deref()) {
-        (Ok(_), _) => {}
-        (Err(missing), None | Some("reject")) => return Err(missing),
-        (Err(_), Some("create")) => {
-            let now = Utc::now();
-            let record = ThreadRecord {
-                thread_id: thread,
-                owner: user.0.clone(),
-                created_at: now,
-                updated_at: now,
-                metadata: Map::new(),
-                status: Rest::Idle,
-                interrupts: None,
-            };
-            if server.threads.insert(record).await?.is_err() {
-                return Err(ApiError::conflict(format!("thread {thread} exists")));
-            }
-        }
-        (Err(_), Some(other)) => {
-            return Err(ApiError::unprocessable(format!(
-                "if_not_exists must be reject or create, not {other:?}"
-            )));
-        }
-    }
-    let kwargs = json!({
-        "input": body.input, "config": body.config, "context": body.context,
-        "stream_mode": body.stream_mode, "stream_subgraphs": body.stream_subgraphs,
-        "stream_resumable": body.stream_resumable, "on_disconnect": body.on_disconnect,
-        "on_completion": body.on_completion, "feedback_keys": body.feedback_keys,
-        "durability": body.durability, "checkpoint_during": body.checkpoint_during,
-        "langsmith_tracer": body.langsmith_tracer,
-    });
-    let resumable = body.stream_resumable.unwrap_or(false);
-    let run = Arc::new(RunHandle::new(
-        thread,
-        graph.clone(),
-        (modes.clone(), resumable),
-        body.metadata.unwrap_or_default(),
-        kwargs,
-    ));
-    server.runs.begin(run.clone())?;
-    let graph = server
-        .graphs
-        .get(&graph)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found("graph"))?;
-    tokio::spawn(execute(
-        server.clone(),
-        run.clone(),
-        graph,
-        user.clone(),
-        messages,
-    ));
-    Ok(Started { run, modes })
-}
-
-/// Run `run` to its end, keeping its parts; then set its status and its thread's.
-async fn execute(
-    server: Shared,
-    run: Arc<RunHandle>,
-    graph: Arc<dyn Graph>,
-    user: User,
-    messages: Vec<Message>,
-) {
-    run.set_status(Status::Running);
-    let outcome = drive(&server, &run, graph.as_ref(), &user, messages).await;
-    let (status, rest, result) = match outcome {
-        Ok((parts, result, interrupted)) => {
-            for part in parts {
-                run.push(part, true);
-            }
-            (
-                Status::Success,
-                if interrupted {
-                    Rest::Interrupted
-                } else {
-                    Rest::Idle
-                },
-                result,
-            )
-        }
-        Err((kind, message)) => {
-            run.push(Part::error(&kind, &message), true);
-            (
-                Status::Error,
-                Rest::Error,
-                json!({"__error__": {"error": kind, "message": message}}),
-            )
-        }
-    };
-    let interrupts = result.get("__interrupt__").cloned();
-    let stored = server.threads.update(&run.thread_id, |r| {
-        r.status = rest;
-        r.interrupts = interrupts;
-    });
-    if let Err(e) = stored.await {
-        tracing::warn!("run {}: cannot store its thread's status: {e}", run.run_id);
-    }
-    // Free the thread before the followers see the end, so a client that starts its next run
-    // as soon as the stream closes does not get a 409.
-    server.runs.end(&run);
-    run.finish(status, result);
-}
-
-type Outcome = Result<(Vec<Part>, Value, bool), (String, String)>;
-
-/// Build the user's agent and run it, translating its events into parts as they come.
-async fn drive(
-    server: &Shared,
-    run: &RunHandle,
-    graph: &dyn Graph,
-    user: &User,
-    messages: Vec<Message>,
-) -> Outcome {
-    let tid = thread_id(&run.thread_id);
-    let before = server
-        .checkpointer
-        .peek(&tid)
-        .await
-        .map_err(|e| ("CheckpointError".to_owned(), e.to_string()))?
-        .map_or(0, |s| s.checkpoint.state.messages.len());
-    let metadata = json!({
-        "run_id": run.run_id, "thread_id": run.thread_id, "graph_id": run.graph,
-        "assistant_id": assistants::assistant_id(&run.graph),
-    });
-    let mut translator = Translator::new(run.thread_id, before + messages.len(), metadata);
-    let (sink, mut events) = EventSink::channel();
-    let mut input = RunInput::new().thread(tid.clone()).events(sink);
-    for message in messages {
-        input = input.message(message);
-    }
-    let (agent, input) = graph
-        .prepare(user.id(), &tid, input)
-        .await
-        .map_err(|e| ("AssemblyError".to_owned(), format!("{e:#}")))?;
-    let running = agent.run(input);
-    tokio::pin!(running);
-    let result = loop {
-        tokio::select! {
-            Some(event) = events.recv() => on_event(server, run, &mut translator, &event).await,
-            result = &mut running => break result,
-        }
-    };
-    while let Ok(event) = events.try_recv() {
-        on_event(server, run, &mut translator, &event).await;
-    }
-    let out = result.map_err(|e| ("AgentError".to_owned(), e.to_string()))?;
-    let (parts, values) = translator.finish(&out.state, out.interrupt.as_ref());
-    Ok((parts, values, out.interrupt.is_some()))
-}
-
-/// One event of the top-level agent as parts (a subagent's events are not streamed).
-async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator, event: &RunEvent) {
-    match event {
-        RunEvent::ModelStarted { step, messages, .. } => translator.reply_started(*step, *messages),
-        RunEvent::ModelDelta { delta, .. } => {
-            if let Some(part) = translator.delta(delta) {
-                run.push(part, false);
-            }
-        }
-        RunEvent::CheckpointSaved { .. } => {
-            let state = match server.checkpointer.peek(&thread_id(&run.thread_id)).await {
-                Ok(Some(stored)) => stored.checkpoint.state.public_view(),
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!("run {}: cannot read its checkpoint: {e}", run.run_id);
-                    return;
-                }
-            };
-            match state {
-                Ok(state) => translator
-                    .checkpoint(&state)
-                    .into_iter()
-                    .for_each(|p| run.push(p, false)),
-                Err(e) => tracing::warn!("run {}: cannot read its checkpoint: {e}", run.run_id),
-            }
-        }
-        _ => {}
-    }
-}
-
-fn locations(run: &RunHandle) -> HeaderMap {
+/// `Content-Location` of a run: `/threads/{tid}/runs/{rid}`, or `/runs/{rid}` for a stateless
+/// stream or background run (as the reference server answers; the clients read both).
+fn locations(run: &RunHandle, stateless: bool) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    let at = format!("/threads/{}/runs/{}", run.thread_id, run.run_id);
+    let at = if stateless {
+        format!("/runs/{}", run.run_id)
+    } else {
+        format!("/threads/{}/runs/{}", run.thread_id, run.run_id)
+    };
     if let Ok(value) = HeaderValue::from_str(&at) {
         headers.insert(header::CONTENT_LOCATION, value);
     }
     headers
 }
 
+/// Check `body` for a run on `thread` (`None`: a stateless run on a temporary thread, deleted
+/// when the run ends unless `on_completion` is `keep`) and start it.
+async fn begin(server: &Shared, user: &User, thread: Option<&str>, body: RunCreate) -> ApiResult<Started> {
+    let target = match thread {
+        Some(thread) => {
+            if body.on_completion.is_some() {
+                return Err(ApiError::unprocessable(
+                    "on_completion is for stateless runs (POST /runs…) only",
+                ));
+            }
+            Target::Thread(parse_uuid("thread_id", thread)?)
+        }
+        None => Target::Stateless {
+            delete: match body.on_completion.as_deref() {
+                None | Some("delete") => true,
+                Some("keep") => false,
+                Some(other) => {
+                    return Err(ApiError::unprocessable(format!(
+                        "on_completion must be delete or keep, not {other:?}"
+                    )));
+                }
+            },
+        },
+    };
+    execute::start(server, user, target, body).await
+}
+
 /// `POST /threads/{thread_id}/runs/stream`: start a run and stream its parts as SSE — `metadata`
 /// (`{"run_id", "attempt"}`) first, then the parts of the requested modes, `error` if it fails;
 /// the response ends with the run. With `stream_resumable`, events carry ids and `Location` names
-/// the join stream, where a client that lost the connection resumes ([`join_stream`]).
+/// the join stream, where a client that lost the connection resumes ([`join_stream`]). With
+/// `on_disconnect: "cancel"`, a client that hangs up before the end cancels the run (action
+/// `interrupt`); by default (`continue`) the run goes on.
 pub async fn stream(
     State(server): State<Shared>,
     Extension(user): Extension<User>,
     Path(thread): Path<String>,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
-    let Started { run, modes } = start(&server, &user, &thread, body).await?;
-    let mut headers = locations(&run);
+    stream_run(&server, &user, Some(&thread), body).await
+}
+
+/// `POST /runs/stream`: [`stream`] on a temporary thread (a stateless run).
+pub async fn stateless_stream(
+    State(server): State<Shared>,
+    Extension(user): Extension<User>,
+    JsonBody(body): JsonBody<RunCreate>,
+) -> ApiResult<Response> {
+    stream_run(&server, &user, None, body).await
+}
+
+async fn stream_run(
+    server: &Shared,
+    user: &User,
+    thread: Option<&str>,
+    body: RunCreate,
+) -> ApiResult<Response> {
+    let cancel = body.cancels_on_disconnect();
+    let Started { run, modes } = begin(server, user, thread, body).await?;
+    let mut headers = locations(&run, thread.is_none());
     if run.resumable {
         let at = format!("/threads/{}/runs/{}/stream", run.thread_id, run.run_id);
         if let Ok(value) = HeaderValue::from_str(&at) {
             headers.insert(header::LOCATION, value);
         }
     }
-    Ok((headers, sse(run, modes, Resume::FromStart)).into_response())
+    Ok((headers, sse(run, modes, Resume::FromStart, cancel)).into_response())
 }
 
 /// Where a stream of a run starts.
@@ -397,8 +249,10 @@ enum Resume {
 
 /// The SSE response of `run`'s parts in `modes` (an `error` part whatever the modes), starting
 /// at `from`; with `id:` lines when the run is resumable. Comment lines keep it open when idle.
-fn sse(run: Arc<RunHandle>, modes: Vec<Mode>, from: Resume) -> Response {
+/// With `cancel`, dropping the response before the run ends (the client hung up) cancels it.
+fn sse(run: Arc<RunHandle>, modes: Vec<Mode>, from: Resume, cancel: bool) -> Response {
     let ids = run.resumable;
+    let guard = CancelOnDrop(cancel.then(|| run.clone()));
     let first = (from == Resume::FromStart).then(|| {
         let event = Event::default()
             .event("metadata")
@@ -421,7 +275,10 @@ fn sse(run: Arc<RunHandle>, modes: Vec<Mode>, from: Resume) -> Response {
                 event
             }
         });
-    let events = futures::stream::iter(first).chain(parts).map(Ok::<_, Infallible>);
+    let events = futures::stream::iter(first).chain(parts).map(move |event| {
+        let _held = &guard;
+        Ok::<_, Infallible>(event)
+    });
     Sse::new(events)
         .keep_alive(KeepAlive::new().interval(HEARTBEAT))
         .into_response()
@@ -431,7 +288,8 @@ fn sse(run: Arc<RunHandle>, modes: Vec<Mode>, from: Resume) -> Response {
 /// -1`, from its `metadata` event; with the id of an event (resumable runs), from the event after
 /// it; without the header, only the parts still to come. `stream_mode` (repeated keys, or a JSON
 /// list as the JS client sends) narrows the modes; by default the run's own. A finished run's
-/// stream replays and closes. `cancel_on_disconnect` is accepted and not honoured.
+/// stream replays and closes. With `cancel_on_disconnect=true` (or `1`), a client that hangs up
+/// before the run ends cancels it.
 pub async fn join_stream(
     State(server): State<Shared>,
     Extension(user): Extension<User>,
@@ -441,7 +299,11 @@ pub async fn join_stream(
 ) -> ApiResult<Response> {
     let run = find(&server, &user, &thread, &run)?;
     let mut modes = Vec::new();
+    let mut cancel = false;
     for (key, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        if key == "cancel_on_disconnect" {
+            cancel = flag("cancel_on_disconnect", &value)?;
+        }
         // The Python client sends an empty `stream_mode=` when it has none.
         if key != "stream_mode" || value.is_empty() {
             continue;
@@ -475,31 +337,53 @@ pub async fn join_stream(
             ));
         }
     };
-    Ok(sse(run, modes, from))
+    Ok(sse(run, modes, from, cancel))
 }
 
 /// `POST /threads/{thread_id}/runs/wait`: start a run and answer with its result when it ends
-/// (newlines before it while it runs, see [`WAIT_KEEPALIVE`]) — the final values (with `__interrupt__` when it stopped for approvals), or `{"__error__":
-/// {"error", "message"}}` with status 200 when it failed, as the reference server answers.
+/// (newlines before it while it runs, see [`WAIT_KEEPALIVE`]) — the final values (with
+/// `__interrupt__` when it stopped for approvals), or `{"__error__": {"error", "message"}}` with
+/// status 200 when it failed, as the reference server answers. `on_disconnect` as for [`stream`].
 pub async fn wait(
     State(server): State<Shared>,
     Extension(user): Extension<User>,
     Path(thread): Path<String>,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
-    let Started { run, .. } = start(&server, &user, &thread, body).await?;
-    Ok((locations(&run), result_body(run)).into_response())
+    wait_run(&server, &user, Some(&thread), body).await
+}
+
+/// `POST /runs/wait`: [`wait`] on a temporary thread (a stateless run).
+pub async fn stateless_wait(
+    State(server): State<Shared>,
+    Extension(user): Extension<User>,
+    JsonBody(body): JsonBody<RunCreate>,
+) -> ApiResult<Response> {
+    wait_run(&server, &user, None, body).await
+}
+
+async fn wait_run(
+    server: &Shared,
+    user: &User,
+    thread: Option<&str>,
+    body: RunCreate,
+) -> ApiResult<Response> {
+    let cancel = body.cancels_on_disconnect();
+    let Started { run, .. } = begin(server, user, thread, body).await?;
+    Ok((locations(&run, false), result_body(run, cancel)).into_response())
 }
 
 /// The result of `run` as a JSON response that starts at once and writes a newline every
-/// [`WAIT_KEEPALIVE`] until the run ends.
-fn result_body(run: Arc<RunHandle>) -> Response {
-    let chunks = futures::stream::unfold(Some(run), |run| async move {
-        let run = run?;
+/// [`WAIT_KEEPALIVE`] until the run ends. With `cancel`, dropping the response before the run
+/// ends (the client hung up) cancels it.
+pub(crate) fn result_body(run: Arc<RunHandle>, cancel: bool) -> Response {
+    let guard = CancelOnDrop(cancel.then(|| run.clone()));
+    let chunks = futures::stream::unfold(Some((run, guard)), |state| async move {
+        let (run, guard) = state?;
         tokio::select! {
             biased;
             result = run.result() => Some((Bytes::from(result.to_string()), None)),
-            () = tokio::time::sleep(WAIT_KEEPALIVE) => Some((Bytes::from_static(b"\n"), Some(run))),
+            () = tokio::time::sleep(WAIT_KEEPALIVE) => Some((Bytes::from_static(b"\n"), Some((run, guard)))),
         }
     });
     let body = Body::from_stream(chunks.map(Ok::<_, Infallible>));
@@ -513,12 +397,23 @@ pub async fn create(
     Path(thread): Path<String>,
     JsonBody(body): JsonBody<RunCreate>,
 ) -> ApiResult<Response> {
-    let Started { run, .. } = start(&server, &user, &thread, body).await?;
-    Ok((locations(&run), Json(run.to_json())).into_response())
+    let Started { run, .. } = begin(&server, &user, Some(&thread), body).await?;
+    Ok((locations(&run, false), Json(run.to_json())).into_response())
+}
+
+/// `POST /runs`: [`create`] on a temporary thread (a stateless run); the `Run` names the thread,
+/// which can be followed (`…/join`, `…/stream`) until the run ends and the thread is deleted.
+pub async fn stateless_create(
+    State(server): State<Shared>,
+    Extension(user): Extension<User>,
+    JsonBody(body): JsonBody<RunCreate>,
+) -> ApiResult<Response> {
+    let Started { run, .. } = begin(&server, &user, None, body).await?;
+    Ok((locations(&run, true), Json(run.to_json())).into_response())
 }
 
 /// The run `run` of `thread` as `user` sees it.
-fn find(server: &Shared, user: &User, thread: &str, run: &str) -> ApiResult<Arc<RunHandle>> {
+pub(crate) fn find(server: &Shared, user: &User, thread: &str, run: &str) -> ApiResult<Arc<RunHandle>> {
     let thread = parse_uuid("thread_id", thread)?;
     let run = parse_uuid("run_id", run)?;
     server.threads.get(user, &thread)?;
@@ -540,7 +435,7 @@ pub async fn join(
     Extension(user): Extension<User>,
     Path((thread, run)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    Ok(result_body(find(&server, &user, &thread, &run)?))
+    Ok(result_body(find(&server, &user, &thread, &run)?, false))
 }
 
 /// `GET /threads/{thread_id}/runs` query.

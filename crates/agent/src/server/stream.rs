@@ -71,7 +71,8 @@ pub struct Part {
 }
 
 impl Part {
-    fn new(mode: Mode, data: &Value) -> Self {
+    /// A part of `mode` carrying `data`.
+    pub(crate) fn new(mode: Mode, data: &Value) -> Self {
         Self {
             mode: Some(mode),
             event: mode.event(),
@@ -141,7 +142,8 @@ pub async fn thread_values(server: &Shared, id: &Uuid) -> ApiResult<Value> {
 }
 
 /// The Agent Server form of an approval stop: one interrupt whose value is the human-in-the-loop
-/// payload (`action_requests`, `review_configs`). Resuming it over the API is not built yet.
+/// payload (`action_requests`, `review_configs`), one entry per call waiting (a subagent's calls
+/// included); resumed with `command.resume` ([`crate::server::resume`]).
 pub fn interrupt_json(thread: &Uuid, interrupt: &Interrupt) -> Value {
     let actions: Vec<Value> = interrupt
         .requests
@@ -156,8 +158,17 @@ pub fn interrupt_json(thread: &Uuid, interrupt: &Interrupt) -> Value {
             json!({"action_name": r.tool, "allowed_decisions": allowed})
         })
         .collect();
-    let id = Uuid::new_v5(thread, format!("interrupt:{}", interrupt.step).as_bytes());
-    json!([{"value": {"action_requests": actions, "review_configs": reviews}, "id": id.simple().to_string()}])
+    let id = interrupt_id(thread, interrupt);
+    json!([{"value": {"action_requests": actions, "review_configs": reviews}, "id": id}])
+}
+
+/// The id of `interrupt` of `thread` on the wire: 32 hex digits derived from the thread, the step
+/// that stopped and the requests waiting, so the same stop always has the same id and a later stop
+/// (a subagent stopping again within the same step included) another.
+pub fn interrupt_id(thread: &Uuid, interrupt: &Interrupt) -> String {
+    let ids: Vec<&str> = interrupt.requests.iter().map(|r| r.id.as_str()).collect();
+    let name = format!("interrupt:{}:{}", interrupt.step, ids.join("\n"));
+    Uuid::new_v5(thread, name.as_bytes()).simple().to_string()
 }
 
 /// Turns one run's events into [`Part`]s. Knows how many messages the thread had at the last
@@ -170,6 +181,8 @@ pub struct Translator {
     seen: usize,
     todos: Option<Value>,
     last_values: Option<String>,
+    /// A part other than `values` was made since the last `values` part.
+    after_values: bool,
     reply_id: String,
     step: u32,
 }
@@ -185,6 +198,7 @@ impl Translator {
             seen: messages,
             todos: None,
             last_values: None,
+            after_values: false,
             reply_id: message_id(&thread, messages, None),
             step: 0,
         }
@@ -205,7 +219,7 @@ impl Translator {
     }
 
     /// A piece of the reply, as a `messages` part.
-    pub fn delta(&self, delta: &ModelDelta) -> Option<Part> {
+    pub fn delta(&mut self, delta: &ModelDelta) -> Option<Part> {
         let mut chunk = json!({
             "type": "AIMessageChunk", "content": "", "id": self.reply_id, "name": null,
             "tool_calls": [], "invalid_tool_calls": [], "tool_call_chunks": [],
@@ -231,6 +245,7 @@ impl Translator {
             }
             _ => return None,
         }
+        self.after_values = true;
         Some(Part::new(
             Mode::Messages,
             &json!([chunk, self.tuple_metadata("model")]),
@@ -280,13 +295,17 @@ impl Translator {
         parts
     }
 
-    /// A `values` part, unless it would repeat the last one.
+    /// A `values` part, unless it would repeat the last one with nothing in between. (A
+    /// checkpoint read late can be a later one than its event's, whose values then come before
+    /// that step's streamed chunks; the run's last `values` part is then repeated after them, so
+    /// the stream still ends with the whole state.)
     fn values(&mut self, values: &Value) -> Option<Part> {
         let part = Part::new(Mode::Values, values);
-        if self.last_values.as_deref() == Some(part.data.as_str()) {
+        if self.last_values.as_deref() == Some(part.data.as_str()) && !self.after_values {
             return None;
         }
         self.last_values = Some(part.data.clone());
+        self.after_values = false;
         Some(part)
     }
 

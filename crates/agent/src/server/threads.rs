@@ -18,11 +18,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use trellis_middleware::ThreadId;
 use trellis_middleware::backend::{Backend, VirtualPath, WriteMode};
+use trellis_middleware::runtime::checkpoint::Checkpoint;
 use uuid::Uuid;
 
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::{JsonBody, User, page, parse_uuid};
-use crate::server::{Shared, stream};
+use crate::server::messages::message_id;
+use crate::server::{Shared, files, stream};
 
 /// Where the records live on the store.
 const RECORDS: &str = "/server/threads";
@@ -62,6 +64,20 @@ pub struct ThreadRecord {
 }
 
 impl ThreadRecord {
+    /// A new `idle` record of `id` owned by `owner`, created now.
+    pub fn new(thread_id: Uuid, owner: Option<String>, metadata: Map<String, Value>) -> Self {
+        let now = Utc::now();
+        Self {
+            thread_id,
+            owner,
+            created_at: now,
+            updated_at: now,
+            metadata,
+            status: Rest::Idle,
+            interrupts: None,
+        }
+    }
+
     /// The thread's id in the runtime's form (a UUID is always a valid [`ThreadId`]).
     pub fn runtime_id(&self) -> ThreadId {
         thread_id(&self.thread_id)
@@ -271,16 +287,7 @@ pub async fn create(
     if let Some(graph) = body.graph_id {
         metadata.insert("graph_id".into(), Value::String(graph));
     }
-    let now = Utc::now();
-    let record = ThreadRecord {
-        thread_id: id,
-        owner: user.0.clone(),
-        created_at: now,
-        updated_at: now,
-        metadata,
-        status: Rest::Idle,
-        interrupts: None,
-    };
+    let record = ThreadRecord::new(id, user.0.clone(), metadata);
     let record = match server.threads.insert(record).await? {
         Ok(record) => record,
         Err(existing) => match body.if_exists {
@@ -291,14 +298,19 @@ pub async fn create(
     Ok(Json(thread_json(&server, &record).await?))
 }
 
-/// `GET /threads/{thread_id}`.
+/// `GET /threads/{thread_id}`: the thread, whose `values` (once it has a checkpoint) carry its
+/// files as the state does (searches leave them out: reading every thread's files is too dear).
 pub async fn get_one(
     State(server): State<Shared>,
     Extension(user): Extension<User>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let record = server.threads.get(&user, &parse_uuid("thread_id", &id)?)?;
-    Ok(Json(thread_json(&server, &record).await?))
+    let mut thread = thread_json(&server, &record).await?;
+    if let Some(values) = thread.get_mut("values").and_then(Value::as_object_mut) {
+        values.insert("files".into(), files::state_files(&server, &record).await?);
+    }
+    Ok(Json(thread))
 }
 
 /// `PATCH /threads/{thread_id}` body.
@@ -461,53 +473,101 @@ pub async fn search(
     Ok(page(out, body.offset, limit))
 }
 
-/// `GET /threads/{thread_id}/state`: the thread's latest values and checkpoint.
-pub async fn state(
-    State(server): State<Shared>,
-    Extension(user): Extension<User>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let id = parse_uuid("thread_id", &id)?;
-    let record = server.threads.get(&user, &id)?;
-    let stored = stream::latest(&server, &id).await?;
-    let (values, checkpoint, created_at) = match &stored {
-        Some((state, checkpoint)) => {
-            let ms = i64::try_from(checkpoint.saved_at_ms).unwrap_or(i64::MAX);
-            (
-                stream::values_of(&id, state),
-                json!({"thread_id": id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id(&id, checkpoint.seq), "checkpoint_map": {}}),
-                DateTime::from_timestamp_millis(ms).map(|t| time(&t)),
-            )
-        }
-        None => (json!({}), Value::Null, None),
-    };
-    let parent = stored
-        .as_ref()
-        .and_then(|(_, c)| c.seq.checked_sub(1))
-        .map(|seq| json!({"thread_id": id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id(&id, seq)}));
-    Ok(Json(json!({
-        "values": values,
-        "next": if record.interrupts.is_some() { json!(["tools"]) } else { json!([]) },
-        "tasks": record.interrupts.as_ref().map_or_else(|| json!([]), |list| json!([{
-            "id": task_id(&record.thread_id), "name": "tools", "path": ["__pregel_pull", "tools"],
-            "error": null, "interrupts": list, "checkpoint": null, "state": null, "result": null,
-        }])),
-        "metadata": {"step": stored.as_ref().map(|(_, c)| c.seq)},
-        "created_at": created_at,
-        "checkpoint": checkpoint,
-        "parent_checkpoint": parent,
-        "interrupts": record.interrupts.clone().unwrap_or_else(|| json!([])),
-        "checkpoint_id": checkpoint["checkpoint_id"],
-        "parent_checkpoint_id": parent.as_ref().map(|p| p["checkpoint_id"].clone()),
-    })))
-}
-
 /// The id of the (one) task an interrupted thread waits in: a UUID derived from the thread.
-fn task_id(id: &Uuid) -> String {
+pub fn task_id(id: &Uuid) -> String {
     Uuid::new_v5(id, b"task:tools").to_string()
 }
 
-/// The checkpoint id of step `seq` of thread `id`: a UUID derived from both.
-fn checkpoint_id(id: &Uuid, seq: u64) -> String {
-    Uuid::new_v5(id, format!("checkpoint:{seq}").as_bytes()).to_string()
+/// A body that must be empty (or `{}`): anything else is a 400 or 422.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoBody {}
+
+/// Most checkpoints a copy carries: the newest ones (the copy's first is then the source's
+/// checkpoint that many steps back, with no parent).
+pub const MAX_COPY_CHECKPOINTS: usize = 1000;
+
+/// `POST /threads/{thread_id}/copy` (no body, or `{}`): a new thread owned by the caller with the source's
+/// metadata and status, its checkpoints (the same numbers, states and save times, at most
+/// [`MAX_COPY_CHECKPOINTS`] of the newest) and a copy of its files as they are now. The two share
+/// nothing afterwards. 409 while the source runs. A copy that fails part-way is removed (a
+/// `kill -9` part-way leaves checkpoints with no thread record: no user sees them).
+pub async fn copy(
+    State(server): State<Shared>,
+    Extension(user): Extension<User>,
+    Path(id): Path<String>,
+    JsonBody(_): JsonBody<NoBody>,
+) -> ApiResult<Json<Value>> {
+    let id = parse_uuid("thread_id", &id)?;
+    let source = server.threads.get(&user, &id)?;
+    if server.runs.active_run(&id).is_some() {
+        return Err(ApiError::conflict(
+            "the thread is running a task: wait for it to finish",
+        ));
+    }
+    let new = Uuid::new_v4();
+    let to = thread_id(&new);
+    if let Err(e) = copy_checkpoints(&server, &id, &to).await {
+        if let Err(cleanup) = server.checkpointer.delete(&to).await {
+            tracing::warn!("a failed copy of thread {id} left thread {new} behind: {cleanup}");
+        }
+        return Err(e);
+    }
+    let record = ThreadRecord {
+        status: source.status,
+        interrupts: source.interrupts.clone(),
+        ..ThreadRecord::new(new, user.0.clone(), source.metadata.clone())
+    };
+    let record = match server.threads.insert(record).await? {
+        Ok(record) => record,
+        Err(_) => return Err(ApiError::conflict(format!("thread {new} already exists"))),
+    };
+    Ok(Json(thread_json(&server, &record).await?))
+}
+
+/// Give thread `to` the newest checkpoints of `from` (each message keeping the id it has in
+/// `from`) and a copy of its files (see [`copy`]).
+async fn copy_checkpoints(server: &Shared, source: &Uuid, to: &ThreadId) -> ApiResult<()> {
+    let failed = |e: &dyn std::fmt::Display| ApiError::internal("copying a thread", e);
+    let from = thread_id(source);
+    let history = server.checkpointer.history(&from).await.map_err(|e| failed(&e))?;
+    let skip = history.len().saturating_sub(MAX_COPY_CHECKPOINTS);
+    let mut version = None;
+    for seq in history.iter().skip(skip).map(|i| i.seq) {
+        let Some(checkpoint) = server
+            .checkpointer
+            .load_at(&from, seq)
+            .await
+            .map_err(|e| failed(&e))?
+        else {
+            return Err(ApiError::conflict(
+                "the thread changed while it was copied: copy it again",
+            ));
+        };
+        let mut state = checkpoint.state;
+        for (i, message) in state.messages.iter_mut().enumerate() {
+            let id = message_id(source, i, Some(message));
+            message
+                .meta_mut()
+                .extra
+                .entry("id".to_owned())
+                .or_insert(Value::String(id));
+        }
+        let mut copied = Checkpoint::new(to.clone(), seq, state);
+        copied.saved_at_ms = checkpoint.saved_at_ms;
+        version = Some(
+            server
+                .checkpointer
+                .save(copied, version.as_ref())
+                .await
+                .map_err(|e| failed(&e))?,
+        );
+    }
+    if let (Some(src), Some(dst)) = (
+        server.checkpointer.thread_files(&from),
+        server.checkpointer.thread_files(to),
+    ) {
+        files::copy_all(src.as_ref(), dst.as_ref()).await?;
+    }
+    Ok(())
 }

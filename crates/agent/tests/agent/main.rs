@@ -12,6 +12,7 @@ mod cli;
 mod load;
 mod mcp;
 mod providers;
+mod queue;
 mod server;
 mod support;
 mod telemetry;

@@ -16,7 +16,17 @@ pub fn ms(d: Duration) -> f64 {
 
 /// This process's peak resident set size (`VmHWM`), in MB to one decimal; 0 where unknown.
 pub fn peak_rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    peak_rss_mb_in("/proc/self/status")
+}
+
+/// The peak resident set size (`VmHWM`) of the running process `pid`, as [`peak_rss_mb`].
+pub fn peak_rss_mb_of(pid: u32) -> f64 {
+    peak_rss_mb_in(&format!("/proc/{pid}/status"))
+}
+
+/// `VmHWM` from a `/proc/<pid>/status` file, in MB to one decimal; 0 where unknown.
+fn peak_rss_mb_in(status_file: &str) -> f64 {
+    let status = std::fs::read_to_string(status_file).unwrap_or_default();
     status
         .lines()
         .find(|l| l.starts_with("VmHWM:"))

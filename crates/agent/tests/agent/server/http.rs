@@ -107,13 +107,70 @@ async fn bad_requests_get_4xx_with_detail() {
             422,
         ),
         (
-            "resume not built",
+            "resume with nothing pending",
             post(
                 &format!("{u}/threads/{tid}/runs/wait"),
-                json!({"assistant_id": "agent", "command": {"resume": {}}}).to_string(),
+                json!({"assistant_id": "agent", "command": {"resume": {"decisions": []}}}).to_string(),
+            )
+            .await,
+            409,
+        ),
+        (
+            "stateless resume",
+            post(
+                &format!("{u}/runs/wait"),
+                json!({"assistant_id": "agent", "command": {"resume": {"decisions": []}}}).to_string(),
+            )
+            .await,
+            400,
+        ),
+        (
+            "unknown strategy",
+            post(
+                &format!("{u}/threads/{tid}/runs"),
+                json!({"assistant_id": "agent", "input": {"messages": []}, "multitask_strategy": "queue"})
+                    .to_string(),
             )
             .await,
             422,
+        ),
+        (
+            "on_completion on a thread",
+            post(
+                &format!("{u}/threads/{tid}/runs"),
+                json!({"assistant_id": "agent", "input": {"messages": []}, "on_completion": "keep"})
+                    .to_string(),
+            )
+            .await,
+            422,
+        ),
+        (
+            "cancel: non-uuid run",
+            post(&format!("{u}/threads/{tid}/runs/nope/cancel"), "").await,
+            422,
+        ),
+        (
+            "cancel: unknown run",
+            post(
+                &format!("{u}/threads/{tid}/runs/00000000-0000-4000-8000-000000000000/cancel"),
+                "",
+            )
+            .await,
+            404,
+        ),
+        (
+            "delete: unknown run",
+            answer(
+                client()
+                    .delete(format!(
+                        "{u}/threads/{tid}/runs/00000000-0000-4000-8000-000000000000"
+                    ))
+                    .send()
+                    .await
+                    .unwrap(),
+            )
+            .await,
+            404,
         ),
         (
             "ai input",

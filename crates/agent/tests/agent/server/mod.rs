@@ -1,9 +1,18 @@
 //! Tests of `trellis serve` and `trellis_agent::server`: the built binary driven by the official
 //! Python `langgraph-sdk` ([`sdk`]; the interpreter is `TRELLIS_LANGGRAPH_PYTHON`, set by `cargo
-//! xtask test`), by plain HTTP ([`http`]), and the router mounted in a larger axum app
-//! ([`mount`]). [`harness`] starts the server.
+//! xtask test`), by the official JS client's React hook `useStream` under Node ([`js_client`];
+//! `TRELLIS_LANGGRAPH_NODE_MODULES`), by plain HTTP ([`http`]), and the router mounted in a larger
+//! axum app ([`mount`]); `command.resume` ([`resume`]) and the run lifecycle — cancel, delete,
+//! multitask strategies, `on_disconnect`, stateless runs ([`lifecycle`]); run records with usage
+//! and cost ([`run_records`]). [`harness`] starts the server.
 
+mod files;
 mod harness;
 mod http;
+mod js_client;
+mod lifecycle;
 mod mount;
+mod resume;
+mod run_records;
 mod sdk;
+mod state;

@@ -10,7 +10,7 @@ use super::harness::{Served, always_done, ls_then_streamed_answer, python};
 use crate::support::skip_unless_langgraph;
 
 /// Helpers every script starts with: the HTTP status of an SDK error.
-const PRELUDE: &str = r#"
+pub(crate) const PRELUDE: &str = r#"
 import asyncio, json, os, sys
 from langgraph_sdk import get_client
 
@@ -31,7 +31,7 @@ async def expect_status(code, coro):
 
 /// Start `trellis serve` on `model` (with these keys), run `PRELUDE` + `body` with `py`; its
 /// stdout, which must start with `ok`.
-async fn script(py: &str, model: MockServer, keys: Option<&str>, body: &str) -> String {
+pub(super) async fn script(py: &str, model: MockServer, keys: Option<&str>, body: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let served = Served::start(dir.path(), &model, keys);
     let out = python(py, &served, &format!("{PRELUDE}{body}")).await;

@@ -1,5 +1,6 @@
-//! The line `trellis run` ends with: model calls, tool calls, tokens by kind, the prompt-cache hit
-//! ratio, the cost when the models' prices are known, and the wall time — subagents included.
+//! What a run used and cost: model calls, tool calls, tokens by kind, the prompt-cache hit ratio and
+//! the cost when the models' prices are known — subagents included. `trellis run` ends with it as
+//! a line ([`Summary::line`]); `trellis serve` keeps it in every run record.
 //!
 //! Prices are list prices in US dollars per million tokens, as of [`PRICES_AS_OF`], matched by the
 //! longest model-id prefix; `--prices FILE` overrides or adds entries (a JSON object of model

@@ -1,0 +1,352 @@
+//! Serve: `trellis serve` and the reference Agent Server side by side, in one run, under
+//! concurrent streaming runs. The reference is `langgraph dev` (the in-memory Agent Server)
+//! serving a Deep Agents 0.7.32 graph, from `TRELLIS_REFERENCE_PYTHON`'s venv (installed by `cargo
+//! xtask`); without it the reference's rows say `skipped`. Both servers' model is the same
+//! scripted OpenAI-compatible server on a loopback port (`bench_util/scripted.rs`), answering at
+//! once: each run makes `STEPS` tool calls (write its notes, `ls`, read, read its notes back) and
+//! answers.
+//!
+//! For each concurrency (1, 100 and 1,000 runs at once), each run is a client creating a thread and
+//! streaming one run on it (`values` + `messages-tuple`) to its end, as deep-agents-ui does.
+//! Reported per server and concurrency: runs per second (runs over the wall time of the wave), the
+//! step latency p50/p99 — from the model's reply to the same run's next model request, i.e. the
+//! server's tools, checkpoint and streaming for one step under that load — and failed runs. Each
+//! server's peak RSS (`VmHWM` of its process after the last wave; targets ≤ 300 MB for Trellis at
+//! 1,000 runs). `ratios` give Trellis over the reference: throughput (target ≥ 10×) and step p50.
+//!
+//! Trellis keeps checkpoints on local disk (`--state-dir`), the durable configuration of a single
+//! `trellis serve`; the reference keeps them in memory. `langgraph dev` runs at most
+//! `--n-jobs-per-worker` runs at once: it is set to the concurrency of the largest wave.
+//!
+//! Under `cargo test --all-targets` (no `--bench`): waves of 1 and 4 runs of 2 steps.
+//! `TRELLIS_BENCH_SERVE_CONCURRENCY` (comma-separated) sets the waves.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "bench_util/scripted.rs"]
+mod scripted;
+
+#[path = "../../middleware/benches/bench_util/mod.rs"]
+mod bench_util;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bench_util::ms;
+use serde_json::{Value, json};
+
+const TRELLIS: &str = env!("CARGO_BIN_EXE_trellis");
+
+/// The reference graph: Deep Agents' default agent on the scripted model, which answers whole
+/// (not streamed) replies, so the client must not ask for a stream.
+const REFERENCE_GRAPH: &str = r#"
+import os
+from deepagents import create_deep_agent
+from langchain_openai import ChatOpenAI
+
+model = ChatOpenAI(model="bench", base_url=os.environ["SCRIPTED_URL"], api_key="bench",
+                   disable_streaming=True, max_retries=0)
+graph = create_deep_agent(model=model)
+"#;
+
+fn smoke() -> bool {
+    !std::env::args().any(|a| a == "--bench")
+}
+
+/// A server process in a process group of its own, killed with the group when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    /// Its peak resident set size (`VmHWM`) so far, in MB.
+    fn peak_rss_mb(&self) -> f64 {
+        bench_util::peak_rss_mb_of(self.child.id())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn in_own_group(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    command.process_group(0)
+}
+
+/// `trellis serve` with an agent on the scripted model, no sandbox, no approvals.
+fn start_trellis(dir: &Path, model: &str) -> Server {
+    let agent = dir.join("trellis.toml");
+    std::fs::write(
+        &agent,
+        format!(
+            "model = \"openai-compatible:bench@{model}\"\n[sandbox]\nkind = \"none\"\n\
+             [approvals]\nask = [\"none\"]\n"
+        ),
+    )
+    .unwrap();
+    let mut child = in_own_group(
+        Command::new(TRELLIS)
+            .args(["serve", "--listen", "127.0.0.1:0", "--agent"])
+            .arg(&agent)
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .env("TRELLIS_CONFIG_HOME", dir.join("config"))
+            .env("OPENAI_API_KEY", "bench")
+            .env("RUST_LOG", "error")
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    )
+    .spawn()
+    .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("trellis serve: listening on ") {
+                let _ = tx.send(url.to_owned());
+            }
+        }
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("trellis serve started");
+    Server { child, url }
+}
+
+/// `langgraph dev` serving [`REFERENCE_GRAPH`], up to `jobs` runs at once; `None` without
+/// `TRELLIS_REFERENCE_PYTHON`.
+async fn start_reference(dir: &Path, model: &str, jobs: usize) -> Option<Server> {
+    let python = std::env::var("TRELLIS_REFERENCE_PYTHON")
+        .ok()
+        .filter(|p| !p.is_empty())?;
+    std::fs::write(dir.join("graph.py"), REFERENCE_GRAPH).unwrap();
+    std::fs::write(
+        dir.join("langgraph.json"),
+        json!({"dependencies": ["."], "graphs": {"agent": "./graph.py:graph"}}).to_string(),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = std::fs::File::create(dir.join("langgraph-dev.log")).unwrap();
+    let child = in_own_group(
+        Command::new(Path::new(&python).with_file_name("langgraph"))
+            .args(["dev", "--no-browser", "--no-reload", "--host", "127.0.0.1"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--n-jobs-per-worker",
+                &jobs.to_string(),
+            ])
+            .args(["--config", "langgraph.json"])
+            .current_dir(dir)
+            .env("SCRIPTED_URL", model)
+            .env("LANGGRAPH_CLI_NO_ANALYTICS", "1")
+            .env("LANGSMITH_TRACING", "false")
+            .env_remove("LANGSMITH_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log),
+    )
+    .spawn()
+    .unwrap();
+    let server = Server {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let client = client();
+    let start = Instant::now();
+    while !client
+        .get(format!("{}/ok", server.url))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "langgraph dev did not answer /ok: see {}",
+            dir.join("langgraph-dev.log").display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Some(server)
+}
+
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .unwrap()
+}
+
+/// One client's run: a new thread, one streamed run on it, read to its end. `Err` says why it
+/// failed (an HTTP error or an `error` event).
+async fn one_run(client: &reqwest::Client, url: &str, token: &str, steps: usize) -> Result<(), String> {
+    let thread: Value = client
+        .post(format!("{url}/threads"))
+        .json(&json!({}))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .json()
+        .await
+        .map_err(|e| e.to_string())?;
+    let thread = thread["thread_id"].as_str().ok_or("no thread_id")?.to_owned();
+    let response = client
+        .post(format!("{url}/threads/{thread}/runs/stream"))
+        .json(&json!({
+            "assistant_id": "agent",
+            "input": {"messages": [{"role": "user", "content": format!("thread={token} steps={steps}")}]},
+            "stream_mode": ["values", "messages-tuple"],
+        }))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("HTTP {}", response.status()));
+    }
+    let body = response.text().await.map_err(|e| e.to_string())?;
+    if body.contains("event: error") {
+        return Err(body.lines().rev().take(3).collect::<Vec<_>>().join(" | "));
+    }
+    if !body.contains(&format!("done thread={token} after {steps} steps")) {
+        return Err("the stream ended without the final answer".into());
+    }
+    Ok(())
+}
+
+/// `concurrency` clients at once against `server`; the wave's row.
+async fn wave(
+    name: &str,
+    server: &Server,
+    scripted: &scripted::Scripted,
+    concurrency: usize,
+    steps: usize,
+) -> Value {
+    let client = client();
+    let gaps_before = scripted.seen.gaps.lock().unwrap().len();
+    let start = Instant::now();
+    let runs = (0..concurrency).map(|i| {
+        let client = client.clone();
+        let url = server.url.clone();
+        let token = format!("{name}{concurrency}x{i}");
+        tokio::spawn(async move { one_run(&client, &url, &token, steps).await })
+    });
+    let results = futures::future::join_all(runs).await;
+    let elapsed = start.elapsed();
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| match r {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(e) => Some(e.to_string()),
+        })
+        .collect();
+    let mut gaps = scripted.seen.gaps.lock().unwrap()[gaps_before..].to_vec();
+    gaps.sort();
+    let quantile = |q: f64| {
+        gaps.get(((gaps.len() as f64 * q) as usize).min(gaps.len().saturating_sub(1)))
+            .copied()
+            .map_or(Value::Null, |d| json!(ms(d)))
+    };
+    json!({
+        "concurrency": concurrency,
+        "runs": concurrency,
+        "failed": failed.len(),
+        "first_failure": failed.first(),
+        "elapsed_ms": ms(elapsed),
+        "runs_per_s": ((concurrency - failed.len()) as f64 / elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        "steps": gaps.len(),
+        "step_p50_ms": quantile(0.5),
+        "step_p99_ms": quantile(0.99),
+    })
+}
+
+fn main() {
+    let waves: Vec<usize> = std::env::var("TRELLIS_BENCH_SERVE_CONCURRENCY")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| if smoke() { vec![1, 4] } else { vec![1, 100, 1000] });
+    let steps = if smoke() { 2 } else { 4 };
+    let rt = bench_util::runtime();
+    rt.block_on(async {
+        let (_model, model_url, scripted) = scripted::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("trellis")).unwrap();
+        std::fs::create_dir_all(dir.path().join("reference")).unwrap();
+        let mut rows = serde_json::Map::new();
+
+        let trellis = start_trellis(&dir.path().join("trellis"), &model_url);
+        let mut ours = Vec::new();
+        for &n in &waves {
+            ours.push(wave("tr", &trellis, &scripted, n, steps).await);
+        }
+        rows.insert(
+            "trellis".into(),
+            json!({"waves": ours, "peak_rss_mb": trellis.peak_rss_mb()}),
+        );
+        drop(trellis);
+
+        let jobs = waves.iter().copied().max().unwrap_or(1);
+        let mut theirs = Vec::new();
+        match start_reference(&dir.path().join("reference"), &model_url, jobs).await {
+            Some(reference) => {
+                for &n in &waves {
+                    theirs.push(wave("lg", &reference, &scripted, n, steps).await);
+                }
+                rows.insert(
+                    "reference".into(),
+                    json!({"server": "langgraph dev (langgraph-api 0.16.7, in-memory) + deepagents 0.7.32",
+                           "waves": theirs, "peak_rss_mb": reference.peak_rss_mb()}),
+                );
+            }
+            None => {
+                rows.insert(
+                    "reference".into(),
+                    json!({"skipped": "TRELLIS_REFERENCE_PYTHON is not set"}),
+                );
+            }
+        }
+        let ratios: Vec<Value> = ours
+            .iter()
+            .zip(&theirs)
+            .map(|(a, b)| {
+                let ratio = |key: &str| match (a[key].as_f64(), b[key].as_f64()) {
+                    (Some(x), Some(y)) if y > 0.0 => json!((x / y * 100.0).round() / 100.0),
+                    _ => Value::Null,
+                };
+                json!({
+                    "concurrency": a["concurrency"],
+                    "throughput_trellis_over_reference": ratio("runs_per_s"),
+                    "step_p50_trellis_over_reference": ratio("step_p50_ms"),
+                })
+            })
+            .collect();
+        rows.insert("ratios".into(), json!(ratios));
+        rows.insert("bench".into(), json!("serve"));
+        rows.insert("steps_per_run".into(), json!(steps));
+        let out = Value::Object(rows);
+        println!("{out}");
+        let failures: u64 = ["trellis", "reference"]
+            .iter()
+            .flat_map(|side| out[side]["waves"].as_array().cloned().unwrap_or_default())
+            .map(|w| w["failed"].as_u64().unwrap_or(0))
+            .sum();
+        assert_eq!(failures, 0, "runs failed: {out}");
+    });
+}

@@ -1,0 +1,521 @@
+//! A run from a checked run-create to its end: `start` checks the body against the thread
+//! (its pending interrupt, `if_not_exists`), registers the run in its thread's queue
+//! (`RunRegistry::begin`, which applies the `multitask_strategy`) and spawns its task; the task waits for the runs ahead of it, runs the
+//! agent until it ends or is cancelled, and leaves the run's status and its thread's true.
+//!
+//! | how the run ends | run status | thread status | thread state |
+//! |---|---|---|---|
+//! | the agent finished | `success` | `idle` | what the run saved |
+//! | it stopped for approvals | `success` | `interrupted` (`interrupts` set) | what the run saved, the calls waiting |
+//! | the agent failed | `error` | `error` | what the run saved before the failure |
+//! | decisions refused when the run started (a race with another resume) | `error` | as before the run | as before the run |
+//! | cancelled, `action=interrupt` (also: a newer run with `multitask_strategy` `interrupt`, a client gone with `on_disconnect` `cancel`) | `interrupted` | `interrupted` if it still waits for decisions, else `idle` | every checkpoint saved before the cancel (a step is saved whole or not at all); a command running in the sandbox is killed |
+//! | cancelled, `action=rollback` | `interrupted`, then the run is forgotten (404) | as before the run | as before the run (see `roll_back`) |
+//! | cancelled while still `pending` | as above | unchanged | unchanged |
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use serde_json::{Map, Value, json};
+use trellis_middleware::runtime::checkpoint::Checkpoint;
+use trellis_middleware::runtime::events::{EventSink, RunEvent};
+use trellis_middleware::runtime::state::State;
+use trellis_middleware::{AgentError, Message, RunInput, ThreadId};
+use uuid::Uuid;
+
+use crate::server::error::{ApiError, ApiResult};
+use crate::server::extract::User;
+use crate::server::messages::input_messages;
+use crate::server::run_registry::{CancelAction, RunHandle, Status, Strategy};
+use crate::server::runs::RunCreate;
+use crate::server::stream::{Mode, Part, Translator, interrupt_json, thread_values};
+use crate::server::threads::{Rest, ThreadRecord, thread_id};
+use crate::server::{Graph, Shared, assistants, resume};
+
+/// A run that has been checked and registered, not yet started.
+pub(crate) struct Started {
+    /// The run.
+    pub run: Arc<RunHandle>,
+    /// The modes its creator streams.
+    pub modes: Vec<Mode>,
+}
+
+/// What the run hands the agent.
+enum Input {
+    /// New messages.
+    Messages(Vec<Message>),
+    /// Decisions for the calls the thread waits on.
+    Resume(trellis_middleware::runtime::interrupt::Decisions),
+}
+
+/// Where a run runs: a thread of the caller's, or a temporary one (a stateless run), deleted when
+/// the run ends unless `on_completion` is `keep`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// `POST /threads/{id}/runs…`.
+    Thread(Uuid),
+    /// `POST /runs…`: a new thread; `true` to delete it when the run ends.
+    Stateless {
+        /// Delete the thread when the run ends.
+        delete: bool,
+    },
+}
+
+/// Check a run-create of `user` on `target`, register it and start it on a task of its own.
+/// Nothing is changed when it is refused.
+pub(crate) async fn start(
+    server: &Shared,
+    user: &User,
+    target: Target,
+    body: RunCreate,
+) -> ApiResult<Started> {
+    body.refuse_unbuilt()?;
+    let modes = body.modes()?;
+    let strategy = Strategy::parse(body.multitask_strategy.as_deref())?;
+    let graph_id = assistants::resolve(server, &body.assistant_id)?;
+    let graph = server
+        .graphs
+        .get(&graph_id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found("graph"))?;
+    let command = body.command.as_ref().filter(|c| !c.is_null());
+    let input = body.input.as_ref().filter(|i| !i.is_null());
+    if command.is_some() && matches!(target, Target::Stateless { .. }) {
+        return Err(ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "You must provide a thread_id when resuming",
+        ));
+    }
+    let messages = match (input, command) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::unprocessable(
+                "give input or command, not both: a thread waiting for decisions takes command.resume alone",
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::unprocessable(
+                "input is required: {\"messages\": [...]}, or command: {\"resume\": ...}",
+            ));
+        }
+        (Some(input), None) => Some(input_messages(input)?),
+        (None, Some(_)) => None,
+    };
+    let (thread, exists) = match target {
+        Target::Stateless { .. } => (Uuid::new_v4(), false),
+        Target::Thread(thread) => match (server.threads.get(user, &thread), body.if_not_exists.as_deref()) {
+            (Ok(_), None | Some("reject" | "create")) => (thread, true),
+            (Err(missing), None | Some("reject")) => return Err(missing),
+            (Err(_), Some("create")) => (thread, false),
+            (_, Some(other)) => {
+                return Err(ApiError::unprocessable(format!(
+                    "if_not_exists must be reject or create, not {other:?}"
+                )));
+            }
+        },
+    };
+    let input = check_input(server, graph.as_ref(), user, &thread, exists, messages, command).await?;
+    if !exists {
+        let now = Utc::now();
+        let record = ThreadRecord {
+            thread_id: thread,
+            owner: user.0.clone(),
+            created_at: now,
+            updated_at: now,
+            metadata: Map::new(),
+            status: Rest::Idle,
+            interrupts: None,
+        };
+        if server.threads.insert(record).await?.is_err() {
+            return Err(ApiError::conflict(format!("thread {thread} exists")));
+        }
+    }
+    let kwargs = json!({
+        "input": body.input, "command": body.command, "config": body.config, "context": body.context,
+        "stream_mode": body.stream_mode, "stream_subgraphs": body.stream_subgraphs,
+        "stream_resumable": body.stream_resumable, "on_disconnect": body.on_disconnect,
+        "on_completion": body.on_completion, "feedback_keys": body.feedback_keys,
+        "durability": body.durability, "checkpoint_during": body.checkpoint_during,
+        "langsmith_tracer": body.langsmith_tracer, "temporary": matches!(target, Target::Stateless { .. }),
+    });
+    let resumable = body.stream_resumable.unwrap_or(false);
+    let run = Arc::new(RunHandle::new(
+        thread,
+        graph_id,
+        (modes.clone(), resumable, strategy),
+        body.metadata.unwrap_or_default(),
+        kwargs,
+    ));
+    let ahead = match server.runs.begin(run.clone()) {
+        Ok(ahead) => ahead,
+        Err(e) => {
+            if !exists {
+                // The thread was made for this run only.
+                let _ = server.threads.remove(&thread).await;
+            }
+            return Err(e);
+        }
+    };
+    let delete_after = matches!(target, Target::Stateless { delete: true });
+    tokio::spawn(execute(
+        server.clone(),
+        run.clone(),
+        (graph, user.clone()),
+        input,
+        ahead,
+        delete_after,
+    ));
+    Ok(Started { run, modes })
+}
+
+/// The run's input: its messages, or the decisions `command` gives for what the thread waits on.
+/// A new message for a thread that waits for decisions, with no run ahead that could answer them,
+/// is a 409, as a resume of a thread that waits for nothing.
+async fn check_input(
+    server: &Shared,
+    graph: &dyn Graph,
+    user: &User,
+    thread: &Uuid,
+    exists: bool,
+    messages: Option<Vec<Message>>,
+    command: Option<&Value>,
+) -> ApiResult<Input> {
+    let pending = if exists {
+        // The agent only reads the thread here; the run builds its own input later.
+        match graph
+            .prepare(user.id(), &thread_id(thread), RunInput::new())
+            .await
+        {
+            Ok((agent, _)) => agent
+                .pending_interrupt(&thread_id(thread))
+                .await
+                .map_err(|e| ApiError::internal("reading the thread's pending interrupt", e))?,
+            Err(e) if command.is_some() => {
+                return Err(ApiError::internal("building the agent", format!("{e:#}")));
+            }
+            // The run reports it as its error, as any other run would.
+            Err(_) => None,
+        }
+    } else {
+        None
+    };
+    match (messages, command) {
+        (_, Some(command)) => Ok(Input::Resume(resume::decisions(
+            thread,
+            command,
+            pending.as_ref(),
+        )?)),
+        (Some(messages), None) => {
+            if let Some(pending) = pending
+                && server.runs.active_run(thread).is_none()
+            {
+                let ids: Vec<&str> = pending.requests.iter().map(|r| r.tool.as_str()).collect();
+                return Err(ApiError::conflict(format!(
+                    "thread {thread} is waiting for decisions on {ids:?}: resume it with command.resume"
+                )));
+            }
+            Ok(Input::Messages(messages))
+        }
+        (None, None) => Err(ApiError::unprocessable("input is required")),
+    }
+}
+
+/// How [`drive`] ended when the agent did not finish.
+enum Failure {
+    /// Cancelled; what the thread still waits for, if anything.
+    Cancelled(Option<Value>),
+    /// The decisions were refused when the run started: nothing changed.
+    Refused(String),
+    /// Failed: the error's kind and message.
+    Failed(String, String),
+}
+
+/// The run's task: wait for its turn, run it, set its status and its thread's.
+async fn execute(
+    server: Shared,
+    run: Arc<RunHandle>,
+    (graph, user): (Arc<dyn Graph>, User),
+    input: Input,
+    ahead: Vec<Arc<RunHandle>>,
+    delete_after: bool,
+) {
+    for before in ahead {
+        tokio::select! {
+            _ = before.result() => {}
+            _ = run.cancelled() => break,
+        }
+    }
+    if let Some(action) = run.cancelled_with() {
+        // Cancelled while pending: it never ran.
+        let values = thread_values(&server, &run.thread_id)
+            .await
+            .unwrap_or(Value::Null);
+        end(
+            &server,
+            &run,
+            Status::Interrupted,
+            values,
+            action == CancelAction::Rollback,
+        );
+        return finish_thread(&server, &run, delete_after).await;
+    }
+    run.set_status(Status::Running);
+    let tid = thread_id(&run.thread_id);
+    let before_run = server.threads.get(&user, &run.thread_id).ok();
+    let start_seq = match server.checkpointer.peek(&tid).await {
+        Ok(stored) => stored.map(|s| s.checkpoint.seq),
+        Err(e) => {
+            let message = e.to_string();
+            run.push(Part::error("CheckpointError", &message), true);
+            let result = json!({"__error__": {"error": "CheckpointError", "message": message}});
+            set_thread(&server, &run, Rest::Error, None).await;
+            end(&server, &run, Status::Error, result, false);
+            return finish_thread(&server, &run, delete_after).await;
+        }
+    };
+    let outcome = drive(&server, &run, graph.as_ref(), &user, input).await;
+    let (status, result, forget) = match outcome {
+        Ok((parts, result, interrupts)) => {
+            for part in parts {
+                run.push(part, true);
+            }
+            let rest = if interrupts.is_some() {
+                Rest::Interrupted
+            } else {
+                Rest::Idle
+            };
+            set_thread(&server, &run, rest, interrupts).await;
+            (Status::Success, result, false)
+        }
+        Err(Failure::Failed(kind, message)) => {
+            run.push(Part::error(&kind, &message), true);
+            set_thread(&server, &run, Rest::Error, None).await;
+            (
+                Status::Error,
+                json!({"__error__": {"error": kind, "message": message}}),
+                false,
+            )
+        }
+        Err(Failure::Refused(message)) => {
+            run.push(Part::error("DecisionError", &message), true);
+            (
+                Status::Error,
+                json!({"__error__": {"error": "DecisionError", "message": message}}),
+                false,
+            )
+        }
+        Err(Failure::Cancelled(pending)) => {
+            let rollback = run.cancelled_with() == Some(CancelAction::Rollback);
+            if rollback {
+                if let Err(e) = roll_back(&server, &tid, start_seq).await {
+                    tracing::warn!("run {}: cannot roll its thread back: {e:#}", run.run_id);
+                }
+                if let Some(before) = before_run {
+                    set_thread(&server, &run, before.status, before.interrupts).await;
+                }
+            } else {
+                let rest = if pending.is_some() {
+                    Rest::Interrupted
+                } else {
+                    Rest::Idle
+                };
+                set_thread(&server, &run, rest, pending).await;
+            }
+            // Every stream of a run ends with the thread's whole state.
+            let values = thread_values(&server, &run.thread_id)
+                .await
+                .unwrap_or(Value::Null);
+            if !values.is_null() {
+                run.push(Part::new(Mode::Values, &values), true);
+            }
+            (Status::Interrupted, values, rollback)
+        }
+    };
+    end(&server, &run, status, result, forget);
+    finish_thread(&server, &run, delete_after).await;
+}
+
+/// Free the thread before the followers see the end (a client that starts its next run as soon as
+/// the stream closes gets no 409), then set the run's result; a forgotten run is a 404 afterwards.
+fn end(server: &Shared, run: &RunHandle, status: Status, result: Value, forget: bool) {
+    server.runs.end(run);
+    if forget {
+        server.runs.remove(run);
+    }
+    run.finish(status, result);
+}
+
+/// Store the thread's status after `run`.
+async fn set_thread(server: &Shared, run: &RunHandle, rest: Rest, interrupts: Option<Value>) {
+    let stored = server.threads.update(&run.thread_id, |r| {
+        r.status = rest;
+        r.interrupts = interrupts;
+    });
+    if let Err(e) = stored.await {
+        tracing::warn!("run {}: cannot store its thread's status: {e}", run.run_id);
+    }
+}
+
+/// A stateless run's thread is deleted when it ends (`on_completion` `delete`, the default).
+async fn finish_thread(server: &Shared, run: &RunHandle, delete: bool) {
+    if !delete {
+        return;
+    }
+    let id = run.thread_id;
+    if server.runs.active_run(&id).is_some() {
+        // Somebody queued a run on the temporary thread: it is deleted only with its last run.
+        return;
+    }
+    if let Err(e) = delete_thread(server, &id).await {
+        tracing::warn!("stateless run {}: cannot delete its thread {id}: {e}", run.run_id);
+    }
+}
+
+/// Delete thread `id` whole: checkpoints and files, record, runs, what the graphs kept.
+async fn delete_thread(server: &Shared, id: &Uuid) -> ApiResult<()> {
+    let tid = thread_id(id);
+    server
+        .checkpointer
+        .delete(&tid)
+        .await
+        .map_err(|e| ApiError::internal("deleting a thread", e))?;
+    server.threads.remove(id).await?;
+    server.runs.forget_thread(id);
+    for graph in server.graphs.values() {
+        if let Err(e) = graph.thread_deleted(&tid).await {
+            tracing::warn!("thread {id} deleted, but a graph could not forget it: {e:#}");
+        }
+    }
+    Ok(())
+}
+
+/// Put thread `tid` back to its checkpoint `start` (`None`: it had none, so back to an empty
+/// state). The checkpoint store keeps every checkpoint and has no way to drop the newest, so the
+/// state before the run is saved again as the newest checkpoint: the thread's state, values and
+/// pending interrupt are as before the run, its history shows the run's checkpoints followed by
+/// the restored one. Files the run wrote in the thread's file space stay (files are not versioned
+/// with checkpoints).
+pub(crate) async fn roll_back(server: &Shared, tid: &ThreadId, start: Option<u64>) -> anyhow::Result<()> {
+    let Some(latest) = server.checkpointer.load(tid).await? else {
+        return Ok(());
+    };
+    if start == Some(latest.checkpoint.seq) {
+        return Ok(());
+    }
+    let state = match start {
+        Some(seq) => {
+            server
+                .checkpointer
+                .load_at(tid, seq)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("checkpoint {seq} of thread {tid} is gone"))?
+                .state
+        }
+        None => State::default(),
+    };
+    let checkpoint = Checkpoint::new(tid.clone(), latest.checkpoint.seq + 1, state);
+    server
+        .checkpointer
+        .save(checkpoint, Some(&latest.version))
+        .await?;
+    Ok(())
+}
+
+type Outcome = Result<(Vec<Part>, Value, Option<Value>), Failure>;
+
+/// Build the user's agent and run it until it ends or the run is cancelled, translating its
+/// events into parts as they come. On success: the final parts, the result and the interrupts the
+/// thread waits on.
+async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User, input: Input) -> Outcome {
+    let failed = |kind: &str, message: String| Failure::Failed(kind.to_owned(), message);
+    let tid = thread_id(&run.thread_id);
+    let before = server
+        .checkpointer
+        .peek(&tid)
+        .await
+        .map_err(|e| failed("CheckpointError", e.to_string()))?
+        .map_or(0, |s| s.checkpoint.state.messages.len());
+    let metadata = json!({
+        "run_id": run.run_id, "thread_id": run.thread_id, "graph_id": run.graph,
+        "assistant_id": assistants::assistant_id(&run.graph),
+    });
+    let (sink, mut events) = EventSink::channel();
+    let (mut run_input, added) = match input {
+        Input::Messages(messages) => {
+            let added = messages.len();
+            let mut run_input = RunInput::new();
+            for message in messages {
+                run_input = run_input.message(message);
+            }
+            (run_input, added)
+        }
+        Input::Resume(decisions) => (RunInput::resume(decisions), 0),
+    };
+    run_input = run_input.thread(tid.clone()).events(sink);
+    let mut translator = Translator::new(run.thread_id, before + added, metadata);
+    let (agent, run_input) = graph
+        .prepare(user.id(), &tid, run_input)
+        .await
+        .map_err(|e| failed("AssemblyError", format!("{e:#}")))?;
+    let running = agent.run_until(run_input, async {
+        run.cancelled().await;
+    });
+    tokio::pin!(running);
+    let result = loop {
+        tokio::select! {
+            Some(event) = events.recv() => on_event(server, run, &mut translator, &event).await,
+            result = &mut running => break result,
+        }
+    };
+    while let Ok(event) = events.try_recv() {
+        on_event(server, run, &mut translator, &event).await;
+    }
+    let out = match result {
+        Ok(out) => out,
+        Err(e) if e.is_cancelled() => {
+            let pending = agent
+                .pending_interrupt(&tid)
+                .await
+                .ok()
+                .flatten()
+                .map(|i| interrupt_json(&run.thread_id, &i));
+            return Err(Failure::Cancelled(pending));
+        }
+        Err(AgentError::Decision(e)) => return Err(Failure::Refused(e.to_string())),
+        Err(e) => return Err(failed("AgentError", e.to_string())),
+    };
+    let (parts, values) = translator.finish(&out.state, out.interrupt.as_ref());
+    let interrupts = out.interrupt.as_ref().map(|i| interrupt_json(&run.thread_id, i));
+    Ok((parts, values, interrupts))
+}
+
+/// One event of the run: counted in its usage (a subagent's too), and, for the top-level agent's,
+/// turned into parts (a subagent's events are not streamed).
+async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator, event: &RunEvent) {
+    run.count(event, &server.prices);
+    match event {
+        RunEvent::ModelStarted { step, messages, .. } => translator.reply_started(*step, *messages),
+        RunEvent::ModelDelta { delta, .. } => {
+            if let Some(part) = translator.delta(delta) {
+                run.push(part, false);
+            }
+        }
+        RunEvent::CheckpointSaved { .. } => {
+            let state = match server.checkpointer.peek(&thread_id(&run.thread_id)).await {
+                Ok(Some(stored)) => stored.checkpoint.state.public_view(),
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!("run {}: cannot read its checkpoint: {e}", run.run_id);
+                    return;
+                }
+            };
+            match state {
+                Ok(state) => translator
+                    .checkpoint(&state)
+                    .into_iter()
+                    .for_each(|p| run.push(p, false)),
+                Err(e) => tracing::warn!("run {}: cannot read its checkpoint: {e}", run.run_id),
+            }
+        }
+        _ => {}
+    }
+}

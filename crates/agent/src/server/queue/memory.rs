@@ -1,0 +1,327 @@
+//! [`MemoryQueue`]: the run queue of a single `trellis serve`, in this process's memory. A kill -9
+//! loses every run record (threads and checkpoints are on the `Backend` and survive).
+//!
+//! One mutex over a map of runs: every operation is a few map lookups, and a claim scans the
+//! active runs in enqueue order (a server holds hundreds of active runs, not millions; finished
+//! ones are outside the index of active runs). Finished runs are kept for `get` and `list` up to
+//! [`FINISHED_KEPT`], the oldest forgotten first, so memory stays bounded however long it serves.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::Utc;
+use uuid::Uuid;
+
+use super::{
+    CancelAction, Heartbeat, Lease, Multitask, NewRun, Outcome, QueueError, RunQueue, RunRecord, RunStatus,
+};
+
+/// How many finished runs are remembered.
+pub const FINISHED_KEPT: usize = 10_000;
+
+#[derive(Debug)]
+struct Entry {
+    record: RunRecord,
+    /// Enqueue order.
+    seq: u64,
+    /// While running: when the lease runs out.
+    lease_until: Option<Instant>,
+    /// While pending: not claimable before.
+    run_after: Instant,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    runs: HashMap<Uuid, Entry>,
+    /// Active (pending or running) runs by enqueue order.
+    active: BTreeMap<u64, Uuid>,
+    /// Finished runs, oldest first (ids of deleted ones are skipped when they come up).
+    finished: VecDeque<Uuid>,
+    next_seq: u64,
+}
+
+impl State {
+    fn entry(&mut self, run_id: Uuid) -> Result<&mut Entry, QueueError> {
+        self.runs.get_mut(&run_id).ok_or(QueueError::NotFound(run_id))
+    }
+
+    /// The entry `lease` still holds.
+    fn held(&mut self, lease: &Lease) -> Option<&mut Entry> {
+        self.runs
+            .get_mut(&lease.run_id)
+            .filter(|e| e.record.status == RunStatus::Running && e.record.attempt == lease.attempt)
+    }
+
+    fn active_of(&self, thread_id: Uuid) -> impl Iterator<Item = &Entry> {
+        self.active
+            .values()
+            .filter_map(|id| self.runs.get(id))
+            .filter(move |e| e.record.thread_id == thread_id)
+    }
+
+    /// Moves a run out of the active index with `status`.
+    fn settle(&mut self, run_id: Uuid, status: RunStatus) {
+        if let Some(entry) = self.runs.get_mut(&run_id) {
+            entry.record.status = status;
+            entry.record.worker = None;
+            entry.record.updated_at = Utc::now();
+            entry.lease_until = None;
+            self.active.remove(&entry.seq);
+            self.finished.push_back(run_id);
+        }
+        while self.finished.len() > FINISHED_KEPT {
+            if let Some(oldest) = self.finished.pop_front()
+                && self
+                    .runs
+                    .get(&oldest)
+                    .is_some_and(|e| !e.record.status.is_active())
+            {
+                self.runs.remove(&oldest);
+            }
+        }
+    }
+
+    /// Cancels `run_id` (active) with `action`: a pending run stops now, a running one is flagged.
+    fn cancel_active(&mut self, run_id: Uuid, action: CancelAction) {
+        let Some(entry) = self.runs.get_mut(&run_id) else {
+            return;
+        };
+        entry.record.cancel = Some(action);
+        entry.record.updated_at = Utc::now();
+        if entry.record.status == RunStatus::Pending {
+            self.settle(run_id, RunStatus::Interrupted);
+        }
+    }
+}
+
+/// The run queue in this process's memory. See [`RunQueue`] for the contract.
+#[derive(Debug, Default)]
+pub struct MemoryQueue {
+    state: Mutex<State>,
+}
+
+impl MemoryQueue {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind, still consistent per field.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl RunQueue for MemoryQueue {
+    async fn enqueue(&self, run: NewRun) -> Result<RunRecord, QueueError> {
+        let mut state = self.lock();
+        if state.runs.contains_key(&run.run_id) {
+            return Err(QueueError::Duplicate(run.run_id));
+        }
+        let active: Vec<Uuid> = state.active_of(run.thread_id).map(|e| e.record.run_id).collect();
+        match run.multitask {
+            Multitask::Reject => {
+                if let Some(&first) = active.first() {
+                    return Err(QueueError::Busy {
+                        thread_id: run.thread_id,
+                        active: first,
+                    });
+                }
+            }
+            Multitask::Enqueue | Multitask::Interrupt | Multitask::Rollback => {}
+        }
+        if let Some(action) = run.multitask.cancels_with() {
+            for id in active {
+                state.cancel_active(id, action);
+            }
+        }
+        let now = Utc::now();
+        let record = RunRecord {
+            run_id: run.run_id,
+            thread_id: run.thread_id,
+            status: RunStatus::Pending,
+            payload: run.payload,
+            attempt: 0,
+            max_attempts: run.max_attempts.max(1),
+            worker: None,
+            cancel: None,
+            error: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        state.active.insert(seq, run.run_id);
+        state.runs.insert(
+            run.run_id,
+            Entry {
+                record: record.clone(),
+                seq,
+                lease_until: None,
+                run_after: Instant::now(),
+            },
+        );
+        Ok(record)
+    }
+
+    async fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Lease>, QueueError> {
+        let mut state = self.lock();
+        let now = Instant::now();
+        let busy: Vec<Uuid> = state
+            .active
+            .values()
+            .filter_map(|id| state.runs.get(id))
+            .filter(|e| e.record.status == RunStatus::Running)
+            .map(|e| e.record.thread_id)
+            .collect();
+        let next = state
+            .active
+            .values()
+            .filter_map(|id| state.runs.get(id))
+            .find(|e| {
+                e.record.status == RunStatus::Pending
+                    && e.run_after <= now
+                    && !busy.contains(&e.record.thread_id)
+            })
+            .map(|e| e.record.run_id);
+        let Some(run_id) = next else {
+            return Ok(None);
+        };
+        let entry = state.entry(run_id)?;
+        entry.record.status = RunStatus::Running;
+        entry.record.attempt += 1;
+        entry.record.worker = Some(worker.to_owned());
+        entry.record.updated_at = Utc::now();
+        entry.lease_until = Some(now + lease);
+        Ok(Some(Lease {
+            run_id,
+            thread_id: entry.record.thread_id,
+            attempt: entry.record.attempt,
+            payload: entry.record.payload.clone(),
+        }))
+    }
+
+    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<Heartbeat, QueueError> {
+        let mut state = self.lock();
+        let now = Instant::now();
+        match state.held(lease) {
+            Some(entry) if entry.lease_until.is_some_and(|until| until > now) => {
+                entry.lease_until = Some(now + extend);
+                Ok(Heartbeat::Held {
+                    cancel: entry.record.cancel,
+                })
+            }
+            // Expired but not reaped yet: still lost, as on PostgreSQL, whose heartbeat renews
+            // only a lease that has not run out.
+            _ => Ok(Heartbeat::Lost),
+        }
+    }
+
+    async fn finish(&self, lease: &Lease, outcome: Outcome) -> Result<bool, QueueError> {
+        let mut state = self.lock();
+        let Some(entry) = state.held(lease) else {
+            return Ok(false);
+        };
+        let status = match outcome {
+            Outcome::Success => RunStatus::Success,
+            Outcome::Error(error) => {
+                entry.record.error = Some(error);
+                RunStatus::Error
+            }
+            Outcome::Interrupted => RunStatus::Interrupted,
+        };
+        state.settle(lease.run_id, status);
+        Ok(true)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, QueueError> {
+        let mut state = self.lock();
+        let Some(entry) = state.held(lease) else {
+            return Ok(false);
+        };
+        entry.record.status = RunStatus::Pending;
+        entry.record.worker = None;
+        entry.record.max_attempts += 1;
+        entry.record.updated_at = Utc::now();
+        entry.lease_until = None;
+        entry.run_after = Instant::now();
+        Ok(true)
+    }
+
+    async fn cancel(&self, run_id: Uuid, action: CancelAction) -> Result<RunRecord, QueueError> {
+        let mut state = self.lock();
+        if !state.entry(run_id)?.record.status.is_active() {
+            return Err(QueueError::Finished(run_id));
+        }
+        state.cancel_active(run_id, action);
+        Ok(state.entry(run_id)?.record.clone())
+    }
+
+    async fn reap(&self, backoff: Duration) -> Result<usize, QueueError> {
+        let mut state = self.lock();
+        let now = Instant::now();
+        let expired: Vec<Uuid> = state
+            .active
+            .values()
+            .filter_map(|id| state.runs.get(id))
+            .filter(|e| {
+                e.record.status == RunStatus::Running && e.lease_until.is_some_and(|until| until <= now)
+            })
+            .map(|e| e.record.run_id)
+            .collect();
+        for &run_id in &expired {
+            let entry = state.entry(run_id)?;
+            if entry.record.attempt >= entry.record.max_attempts {
+                entry.record.error = Some(serde_json::json!({
+                    "error": "LeaseExpired",
+                    "message": format!("the run's worker stopped renewing its lease {} times", entry.record.attempt),
+                }));
+                state.settle(run_id, RunStatus::Error);
+            } else {
+                entry.record.status = RunStatus::Pending;
+                entry.record.worker = None;
+                entry.record.updated_at = Utc::now();
+                entry.lease_until = None;
+                entry.run_after = now + backoff;
+            }
+        }
+        Ok(expired.len())
+    }
+
+    async fn get(&self, run_id: Uuid) -> Result<Option<RunRecord>, QueueError> {
+        Ok(self.lock().runs.get(&run_id).map(|e| e.record.clone()))
+    }
+
+    async fn list(&self, thread_id: Uuid, limit: usize) -> Result<Vec<RunRecord>, QueueError> {
+        let state = self.lock();
+        let mut runs: Vec<&Entry> = state
+            .runs
+            .values()
+            .filter(|e| e.record.thread_id == thread_id)
+            .collect();
+        runs.sort_by_key(|e| std::cmp::Reverse(e.seq));
+        Ok(runs.into_iter().take(limit).map(|e| e.record.clone()).collect())
+    }
+
+    async fn delete(&self, run_id: Uuid) -> Result<bool, QueueError> {
+        let mut state = self.lock();
+        let Some(entry) = state.runs.get(&run_id) else {
+            return Ok(false);
+        };
+        if entry.record.status == RunStatus::Running {
+            return Err(QueueError::Busy {
+                thread_id: entry.record.thread_id,
+                active: run_id,
+            });
+        }
+        let seq = entry.seq;
+        state.active.remove(&seq);
+        state.runs.remove(&run_id);
+        Ok(true)
+    }
+}

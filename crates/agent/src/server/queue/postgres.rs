@@ -1,0 +1,434 @@
+//! [`PostgresQueue`]: the run queue in PostgreSQL, for many `trellis serve` workers sharing one
+//! database. Each operation is one statement or one short transaction; every time is the
+//! database's `now()`, so workers' clocks never matter.
+//!
+//! * A claim takes the oldest due pending run whose thread has no running run with `FOR UPDATE
+//!   SKIP LOCKED` (concurrent claimers skip each other's rows instead of waiting), and a partial
+//!   unique index (`one running run per thread`) makes a second running run of one thread
+//!   impossible even if two claims race on different rows of a thread: the loser's statement fails
+//!   with a unique violation, which [`claim`](RunQueue::claim) treats as "try the next run".
+//! * Heartbeat, finish and release match `(run_id, attempt, status = 'running')` and, for
+//!   heartbeat, an unexpired lease: a worker whose run was reaped matches nothing.
+//! * `enqueue` locks the thread's active runs (`FOR UPDATE`) before applying the multitask
+//!   strategy, and an advisory transaction lock on the thread id serializes two enqueues on a
+//!   thread that has no active run yet (there is no row to lock).
+//!
+//! The schema is applied on [`connect`](PostgresQueue::connect) by versioned migrations, tracked
+//! in `trellis_schema_migrations` (not sqlx's default table, which an application sharing the
+//! database may use for its own).
+//!
+//! Kill -9 of a worker leaves its runs `running` until their lease expires; the next
+//! [`reap`](RunQueue::reap) by any worker requeues them. A database crash keeps every committed
+//! statement (the cluster runs with `fsync` on).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::{Row, SqlSafeStr, postgres::PgConnectOptions};
+use uuid::Uuid;
+
+use super::{
+    CancelAction, Heartbeat, Lease, Multitask, NewRun, Outcome, QueueError, RunQueue, RunRecord, RunStatus,
+};
+
+/// The schema, in order; a released migration is never edited, only followed by another.
+const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "runs", include_str!("migrations/0001_runs.sql"))];
+
+/// Where applied migrations are recorded.
+const MIGRATIONS_TABLE: &str = "trellis_schema_migrations";
+
+/// The columns every read returns (a macro, so statements stay `&'static str` for `concat!`).
+macro_rules! columns {
+    () => {
+        "run_id, thread_id, status, payload, attempt, max_attempts, worker_id, cancel, error, \
+         created_at, updated_at"
+    };
+}
+
+/// The run queue in PostgreSQL, for many workers sharing one database. See [`RunQueue`] for the
+/// contract. A claim takes the oldest due pending run whose thread runs nothing with `FOR UPDATE
+/// SKIP LOCKED`, and a partial unique index makes two running runs of one thread impossible;
+/// heartbeat, finish and release match `(run_id, attempt)` while the run is running, so a worker
+/// whose lease was reaped changes nothing; every time is the database's `now()`. The schema is
+/// applied on [`connect`](Self::connect) by versioned migrations recorded in
+/// `trellis_schema_migrations`.
+#[derive(Debug, Clone)]
+pub struct PostgresQueue {
+    pool: PgPool,
+}
+
+fn unavailable(e: sqlx::Error) -> QueueError {
+    QueueError::Unavailable(e.to_string())
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A `runs` row as a record.
+fn record(row: &PgRow) -> Result<RunRecord, QueueError> {
+    let corrupt = |e: sqlx::Error| QueueError::Corrupt(e.to_string());
+    let status: String = row.try_get("status").map_err(corrupt)?;
+    let cancel: Option<String> = row.try_get("cancel").map_err(corrupt)?;
+    let attempt: i32 = row.try_get("attempt").map_err(corrupt)?;
+    let max_attempts: i32 = row.try_get("max_attempts").map_err(corrupt)?;
+    Ok(RunRecord {
+        run_id: row.try_get("run_id").map_err(corrupt)?,
+        thread_id: row.try_get("thread_id").map_err(corrupt)?,
+        status: RunStatus::parse(&status)
+            .ok_or_else(|| QueueError::Corrupt(format!("unknown run status {status:?}")))?,
+        payload: row.try_get("payload").map_err(corrupt)?,
+        attempt: u32::try_from(attempt).unwrap_or(0),
+        max_attempts: u32::try_from(max_attempts).unwrap_or(1),
+        worker: row.try_get("worker_id").map_err(corrupt)?,
+        cancel: match cancel {
+            None => None,
+            Some(name) => Some(
+                CancelAction::parse(&name)
+                    .ok_or_else(|| QueueError::Corrupt(format!("unknown cancel action {name:?}")))?,
+            ),
+        },
+        error: row.try_get("error").map_err(corrupt)?,
+        created_at: row.try_get::<DateTime<Utc>, _>("created_at").map_err(corrupt)?,
+        updated_at: row.try_get::<DateTime<Utc>, _>("updated_at").map_err(corrupt)?,
+    })
+}
+
+impl PostgresQueue {
+    /// Connects to `url` (`postgres://user:password@host:port/database`, `?sslmode=…` honoured)
+    /// with a pool of at most `connections`, and brings the schema up to date.
+    pub async fn connect(url: &str, connections: u32) -> Result<Self, QueueError> {
+        let options: PgConnectOptions = url
+            .parse()
+            .map_err(|e: sqlx::Error| QueueError::Unavailable(format!("bad database URL: {e}")))?;
+        let options = options.application_name("trellis");
+        let pool = PgPoolOptions::new()
+            .max_connections(connections.max(1))
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await
+            .map_err(unavailable)?;
+        Self::with_pool(pool).await
+    }
+
+    /// Uses `pool`, bringing the schema up to date.
+    pub async fn with_pool(pool: PgPool) -> Result<Self, QueueError> {
+        let migrations = MIGRATIONS
+            .iter()
+            .map(|&(version, name, sql)| {
+                Migration::new(
+                    version,
+                    name.into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect();
+        let mut migrator = Migrator::with_migrations(migrations);
+        migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+        migrator
+            .run(&pool)
+            .await
+            .map_err(|e| QueueError::Unavailable(format!("applying the schema: {e}")))?;
+        Ok(Self { pool })
+    }
+
+    /// The pool, for the server's other tables.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// [`RunQueue::enqueue`]'s statements, in `tx`; the caller commits or rolls back.
+    async fn enqueue_in(
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        run: &NewRun,
+    ) -> Result<RunRecord, QueueError> {
+        // Serializes enqueues on one thread, even before it has a row to lock.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 7341))")
+            .bind(run.thread_id)
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        let active: Vec<(Uuid, String)> = sqlx::query_as(
+            "SELECT run_id, status FROM trellis_runs
+             WHERE thread_id = $1 AND status IN ('pending', 'running')
+             ORDER BY seq FOR UPDATE",
+        )
+        .bind(run.thread_id)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(unavailable)?;
+        if run.multitask == Multitask::Reject
+            && let Some((first, _)) = active.first()
+        {
+            return Err(QueueError::Busy {
+                thread_id: run.thread_id,
+                active: *first,
+            });
+        }
+        if let Some(action) = run.multitask.cancels_with() {
+            sqlx::query(
+                "UPDATE trellis_runs
+                 SET cancel = $2,
+                     status = CASE WHEN status = 'pending' THEN 'interrupted' ELSE status END,
+                     updated_at = now()
+                 WHERE thread_id = $1 AND status IN ('pending', 'running')",
+            )
+            .bind(run.thread_id)
+            .bind(action.as_str())
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        let row = sqlx::query(concat!(
+            "INSERT INTO trellis_runs (run_id, thread_id, payload, multitask, max_attempts)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (run_id) DO NOTHING
+             RETURNING ",
+            columns!(),
+            ""
+        ))
+        .bind(run.run_id)
+        .bind(run.thread_id)
+        .bind(&run.payload)
+        .bind(run.multitask.as_str())
+        .bind(i32::try_from(run.max_attempts.max(1)).unwrap_or(i32::MAX))
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(unavailable)?;
+        let Some(row) = row else {
+            return Err(QueueError::Duplicate(run.run_id));
+        };
+        let stored = record(&row)?;
+        sqlx::query("SELECT pg_notify('trellis_runs', $1::text)")
+            .bind(run.run_id)
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        Ok(stored)
+    }
+
+    /// One claim attempt; `Ok(None)` when nothing is due, `Err(None)` when the chosen run's thread
+    /// was just taken by another claimer (try again).
+    async fn claim_once(&self, worker: &str, lease: Duration) -> Result<Option<Lease>, Option<QueueError>> {
+        let row = sqlx::query(
+            "WITH next AS (
+                 SELECT r.run_id FROM trellis_runs r
+                 WHERE r.status = 'pending' AND r.run_after <= now()
+                   AND NOT EXISTS (SELECT 1 FROM trellis_runs x
+                                   WHERE x.thread_id = r.thread_id AND x.status = 'running')
+                 ORDER BY r.seq
+                 FOR UPDATE SKIP LOCKED
+                 LIMIT 1)
+             UPDATE trellis_runs r
+             SET status = 'running', attempt = r.attempt + 1, worker_id = $1,
+                 lease_until = now() + make_interval(secs => $2::float8 / 1000), updated_at = now()
+             FROM next WHERE r.run_id = next.run_id
+             RETURNING r.run_id, r.thread_id, r.attempt, r.payload",
+        )
+        .bind(worker)
+        .bind(millis(lease))
+        .fetch_optional(&self.pool)
+        .await;
+        match row {
+            Ok(None) => Ok(None),
+            Ok(Some(row)) => {
+                let corrupt = |e: sqlx::Error| Some(QueueError::Corrupt(e.to_string()));
+                let attempt: i32 = row.try_get("attempt").map_err(corrupt)?;
+                Ok(Some(Lease {
+                    run_id: row.try_get("run_id").map_err(corrupt)?,
+                    thread_id: row.try_get("thread_id").map_err(corrupt)?,
+                    attempt: u32::try_from(attempt).unwrap_or(0),
+                    payload: row.try_get("payload").map_err(corrupt)?,
+                }))
+            }
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(None),
+            Err(e) => Err(Some(unavailable(e))),
+        }
+    }
+}
+
+#[async_trait]
+impl RunQueue for PostgresQueue {
+    async fn enqueue(&self, run: NewRun) -> Result<RunRecord, QueueError> {
+        let mut tx = self.pool.begin().await.map_err(unavailable)?;
+        match Self::enqueue_in(&mut tx, &run).await {
+            Ok(stored) => {
+                tx.commit().await.map_err(unavailable)?;
+                Ok(stored)
+            }
+            Err(e) => {
+                // Roll back now: a dropped transaction is rolled back only when its connection is
+                // next used, and until then its row locks make claims skip the thread's runs.
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Lease>, QueueError> {
+        // A unique violation means another claimer took that thread between our scan and our
+        // update: the next scan sees it running and moves on. Bounded, in case of a storm.
+        for _ in 0..16 {
+            match self.claim_once(worker, lease).await {
+                Ok(found) => return Ok(found),
+                Err(Some(e)) => return Err(e),
+                Err(None) => continue,
+            }
+        }
+        Ok(None)
+    }
+
+    async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<Heartbeat, QueueError> {
+        let row: Option<(Option<String>,)> = sqlx::query_as(
+            "UPDATE trellis_runs
+             SET lease_until = now() + make_interval(secs => $3::float8 / 1000), updated_at = now()
+             WHERE run_id = $1 AND attempt = $2 AND status = 'running' AND lease_until > now()
+             RETURNING cancel",
+        )
+        .bind(lease.run_id)
+        .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
+        .bind(millis(extend))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(match row {
+            None => Heartbeat::Lost,
+            Some((cancel,)) => Heartbeat::Held {
+                cancel: cancel.as_deref().and_then(CancelAction::parse),
+            },
+        })
+    }
+
+    async fn finish(&self, lease: &Lease, outcome: Outcome) -> Result<bool, QueueError> {
+        let (status, error) = match outcome {
+            Outcome::Success => (RunStatus::Success, None),
+            Outcome::Error(error) => (RunStatus::Error, Some(error)),
+            Outcome::Interrupted => (RunStatus::Interrupted, None),
+        };
+        let done = sqlx::query(
+            "UPDATE trellis_runs
+             SET status = $3, error = $4, worker_id = NULL, lease_until = NULL, updated_at = now()
+             WHERE run_id = $1 AND attempt = $2 AND status = 'running'",
+        )
+        .bind(lease.run_id)
+        .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
+        .bind(status.as_str())
+        .bind(error)
+        .execute(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, QueueError> {
+        let done = sqlx::query(
+            "UPDATE trellis_runs
+             SET status = 'pending', worker_id = NULL, lease_until = NULL, run_after = now(),
+                 max_attempts = max_attempts + 1, updated_at = now()
+             WHERE run_id = $1 AND attempt = $2 AND status = 'running'",
+        )
+        .bind(lease.run_id)
+        .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
+        .execute(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn cancel(&self, run_id: Uuid, action: CancelAction) -> Result<RunRecord, QueueError> {
+        let row = sqlx::query(concat!(
+            "UPDATE trellis_runs
+             SET cancel = $2,
+                 status = CASE WHEN status = 'pending' THEN 'interrupted' ELSE status END,
+                 updated_at = now()
+             WHERE run_id = $1 AND status IN ('pending', 'running')
+             RETURNING ",
+            columns!(),
+            ""
+        ))
+        .bind(run_id)
+        .bind(action.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        match row {
+            Some(row) => record(&row),
+            None => match self.get(run_id).await? {
+                Some(_) => Err(QueueError::Finished(run_id)),
+                None => Err(QueueError::NotFound(run_id)),
+            },
+        }
+    }
+
+    async fn reap(&self, backoff: Duration) -> Result<usize, QueueError> {
+        let done = sqlx::query(
+            "UPDATE trellis_runs
+             SET status = CASE WHEN attempt >= max_attempts THEN 'error' ELSE 'pending' END,
+                 error = CASE WHEN attempt >= max_attempts
+                              THEN jsonb_build_object('error', 'LeaseExpired', 'message',
+                                   'the run''s worker stopped renewing its lease ' || attempt || ' times')
+                              ELSE error END,
+                 worker_id = NULL, lease_until = NULL,
+                 run_after = now() + make_interval(secs => $1::float8 / 1000), updated_at = now()
+             WHERE status = 'running' AND lease_until <= now()",
+        )
+        .bind(millis(backoff))
+        .execute(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
+    }
+
+    async fn get(&self, run_id: Uuid) -> Result<Option<RunRecord>, QueueError> {
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM trellis_runs WHERE run_id = $1"
+        ))
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        row.as_ref().map(record).transpose()
+    }
+
+    async fn list(&self, thread_id: Uuid, limit: usize) -> Result<Vec<RunRecord>, QueueError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM trellis_runs WHERE thread_id = $1 ORDER BY seq DESC LIMIT $2"
+        ))
+        .bind(thread_id)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(record).collect()
+    }
+
+    async fn delete(&self, run_id: Uuid) -> Result<bool, QueueError> {
+        let row: Option<(Uuid, String)> = sqlx::query_as(
+            "DELETE FROM trellis_runs WHERE run_id = $1 AND status <> 'running'
+             RETURNING thread_id, status",
+        )
+        .bind(run_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        if row.is_some() {
+            return Ok(true);
+        }
+        match self.get(run_id).await? {
+            Some(running) => Err(QueueError::Busy {
+                thread_id: running.thread_id,
+                active: run_id,
+            }),
+            None => Ok(false),
+        }
+    }
+}

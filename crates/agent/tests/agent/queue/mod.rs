@@ -1,0 +1,9 @@
+//! The run queue's conformance suite ([`conformance`]), run on each implementation:
+//! [`MemoryQueue`](trellis_agent::server::queue::MemoryQueue) in this process, and
+//! [`PostgresQueue`](trellis_agent::server::queue::PostgresQueue) on the throwaway PostgreSQL that
+//! `cargo xtask test` starts (`TRELLIS_DATABASE_URL`), one fresh database per test.
+
+mod conformance;
+mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
