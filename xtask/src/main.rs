@@ -57,9 +57,8 @@ commands:
                     run every prompt snapshot test; show a diff on change, or take the new text
   test [-- ARGS]    run the layer check (stop on failure), install + start the emulators,
                     run `cargo test --workspace --all-targets` and `cargo test --workspace
-                    --doc` (ARGS are passed to cargo test), then, unless ARGS pick packages
-                    or targets, the `trellis acp` tests in a build with the `acp` feature;
-                    stop the emulators it started, exit with the tests' status
+                    --doc` (ARGS are passed to cargo test); stop the emulators it started,
+                    exit with the tests' status
   trellis ARGS      build the `trellis` binary with the features the test build uses (so
                     `test` reuses every crate it compiles) and run it with ARGS, e.g.
                     `cargo xtask trellis inspect --skills examples/sales-assistant/skills`

@@ -147,36 +147,11 @@ fn plan(extra: &[String]) -> Vec<(&'static str, Vec<String>)> {
         vec![("tests", build(&[]))]
     } else {
         // `--all-targets` does not include doctests, hence two runs.
-        let mut runs = vec![
+        vec![
             ("tests: --all-targets", build(&["--all-targets"])),
             ("tests: --doc", build(&["--doc"])),
-        ];
-        if !picks_packages {
-            runs.push(("tests: acp (feature acp)", acp_run()));
-        }
-        runs
+        ]
     }
-}
-
-/// The tests of `trellis acp`, whose feature is off by default: its protocol crate turns on
-/// serde_json's `preserve_order` for the whole build, which changes the key order of the JSON
-/// Trellis renders (see docs/acp.md). A build of its own, running only those tests.
-fn acp_run() -> Vec<String> {
-    [
-        "test",
-        "--no-fail-fast",
-        "-p",
-        "trellis-agent",
-        "--features",
-        "acp",
-        "--test",
-        "agent",
-        "--",
-        "acp::",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
 }
 
 #[cfg(test)]
@@ -190,8 +165,7 @@ mod tests {
     #[test]
     fn default_plan_runs_all_targets_and_doctests() {
         let p = plan(&strings(&["--", "--nocapture"]));
-        assert_eq!(p.len(), 3);
-        assert_eq!(p[2].1, acp_run());
+        assert_eq!(p.len(), 2);
         assert_eq!(
             p[0].1,
             strings(&[
@@ -234,6 +208,6 @@ mod tests {
             strings(&["test", "--no-fail-fast", "-p", "trellis-backend", "--test", "s3"])
         );
         // `--test` after `--` is a harness argument, not a target selection.
-        assert_eq!(plan(&strings(&["--", "--test"])).len(), 3);
+        assert_eq!(plan(&strings(&["--", "--test"])).len(), 2);
     }
 }

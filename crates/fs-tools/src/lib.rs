@@ -87,6 +87,7 @@ pub use files::{
     ParentFiles, PermissionError, PermissionRule, Permissions, ReadFileTool, RunSpaces, ThreadFiles,
     UserFiles, UserSpaces, WORKSPACE_DIR, WriteFileTool, evict_if_large, evict_large_output, file_tools,
 };
+pub use tool::canonical;
 pub use tool::{
     DetachedRun, Extensions, FnTool, ImageSource, Slot, SlotValue, Slots, StateError, StateUpdates,
     StateView, Tool, ToolContent, ToolContext, ToolError, ToolOutput, ToolRun, ToolSpec, UserIdentity,

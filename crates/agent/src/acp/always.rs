@@ -12,6 +12,7 @@
 //! process, asks again. A call the remembered pattern does not match is asked about.
 
 use serde_json::Value;
+use trellis_middleware::tools::canonical::Sorted;
 
 /// The key of a remembered approval.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +33,7 @@ impl Pattern {
             .and_then(|f| args.get(f))
             .and_then(Value::as_str)
             .map(str::to_owned)
-            .unwrap_or_else(|| args.to_string());
+            .unwrap_or_else(|| Sorted(args).to_string());
         Self {
             tool: tool.to_owned(),
             what,

@@ -10,8 +10,9 @@
 //! * A `write_todos` call that finished becomes a `plan` (the whole list, priority `medium`: the
 //!   todo list has no priorities).
 //!
-//! Subagent events ([`RunEvent::Subagent`]) are not shown yet. The state here belongs to one turn
-//! of one session (a run and the runs that resume it after approvals).
+//! Subagent events ([`RunEvent::Subagent`]) become the `task` call's progress
+//! ([`crate::acp::progress`]). The state here belongs to one turn of one session (a run and the runs
+//! that resume it after approvals).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,8 @@ use agent_client_protocol::v1::schema::{
 use serde_json::Value;
 use trellis_middleware::runtime::events::RunEvent;
 use trellis_middleware::runtime::stream::ModelDelta;
+
+use crate::acp::progress::Progress;
 
 /// The virtual directory the session's `cwd` is mounted at (as `--workdir` mounts it).
 pub const WORKSPACE: &str = "/workspace";
@@ -138,12 +141,15 @@ pub struct Updates {
     streaming: HashMap<usize, Streaming>,
     /// Arguments of the calls announced, by call id (for the plan).
     args: HashMap<String, Value>,
+    /// The subagents' steps, shown under their `task` calls.
+    progress: Progress,
 }
 
 impl Updates {
     /// The updates of a turn of the session rooted at `cwd`; `turn` makes message ids unique.
     pub fn new(cwd: PathBuf, turn: String) -> Self {
         Self {
+            progress: Progress::new(cwd.clone()),
             cwd,
             attempt: 0,
             turn,
@@ -165,6 +171,12 @@ impl Updates {
                 Vec::new()
             }
             RunEvent::ModelDelta { delta, .. } => self.delta(delta),
+            RunEvent::Subagent {
+                call_id,
+                task_id,
+                subagent_type,
+                inner,
+            } => self.progress.of(call_id, task_id, subagent_type, inner),
             RunEvent::ModelFinished { .. } => {
                 let mut calls: Vec<(usize, Streaming)> = self.streaming.drain().collect();
                 calls.sort_by_key(|(index, _)| *index);

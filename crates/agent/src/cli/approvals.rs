@@ -23,6 +23,7 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::str::FromStr;
+use trellis_middleware::tools::canonical::Sorted;
 
 use anyhow::{Result, bail};
 use trellis_middleware::approvals::{Ask, InterruptOn};
@@ -257,7 +258,7 @@ fn ask_decision(
             }
             DecisionKind::Respond => Ok(ask.ask("Answer for the model: ", "")?.map(Decision::respond)),
             DecisionKind::Edit => {
-                let current = serde_json::to_string(&request.args).unwrap_or_default();
+                let current = serde_json::to_string(&Sorted(&request.args)).unwrap_or_default();
                 loop {
                     let Some(text) = ask.ask("New arguments (one line of JSON): ", &current)? else {
                         return Ok(None);
@@ -288,7 +289,7 @@ pub fn describe(request: &ApprovalRequest, index: usize, total: usize) -> String
     if let Some(why) = &request.description {
         text.push_str(&format!("\n  why: {}", safe(why)));
     }
-    let args = serde_json::to_string_pretty(&request.args).unwrap_or_default();
+    let args = serde_json::to_string_pretty(&Sorted(&request.args)).unwrap_or_default();
     text.push_str("\n  arguments:");
     for line in args.lines() {
         text.push_str("\n    ");

@@ -85,6 +85,11 @@ pub enum Command {
     Acp {
         #[command(flatten)]
         agent: AgentArgs,
+        /// Read and write the text files of each session's working directory through the editor
+        /// (`fs/read_text_file`, `fs/write_text_file`: unsaved buffers, the editor's review of
+        /// edits) when it offers them.
+        #[arg(long)]
+        editor_fs: bool,
         #[command(flatten)]
         otlp: Otlp,
     },

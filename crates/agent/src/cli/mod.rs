@@ -122,7 +122,7 @@ async fn dispatch(command: Command) -> Result<ExitCode> {
             SkillsCommand::Index { url } => skills::index(&url).await,
         },
         #[cfg(feature = "acp")]
-        Command::Acp { agent, .. } => acp::command(agent).await,
+        Command::Acp { agent, editor_fs, .. } => acp::command(agent, editor_fs).await,
         Command::Trust { dir } => config::trust::command(dir),
         Command::Schema {
             what: SchemaKind::AgentFile,

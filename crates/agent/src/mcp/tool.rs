@@ -217,7 +217,7 @@ pub(crate) fn convert(result: CallToolResult, max_chars: usize) -> ToolOutput {
     }
     if blocks.is_empty() {
         let text = match &result.structured_content {
-            Some(value) => value.to_string(),
+            Some(value) => trellis_middleware::tools::canonical::Sorted(value).to_string(),
             None => "(the tool returned nothing)".to_owned(),
         };
         push_text(&mut blocks, text);

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::time::Duration;
+use trellis_middleware::tools::canonical::Sorted;
 
 use bytes::Bytes;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -170,7 +171,8 @@ impl HttpClient {
         body: &Value,
         parse_error: ErrorParser,
     ) -> Result<Bytes, ModelError> {
-        let bytes = serde_json::to_vec(body).map_err(|e| ModelError::Other {
+        // Sorted keys: the same bytes whatever serde_json's map order is in this build.
+        let bytes = serde_json::to_vec(&Sorted(body)).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the request: {e}"),
             http: None,
         })?;

@@ -16,6 +16,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use trellis_middleware::tools::canonical::Sorted;
 
 use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, HeaderValue};
@@ -104,7 +105,8 @@ impl HttpClient {
         accept: HeaderValue,
         parse_error: ErrorParser,
     ) -> Result<reqwest::Response, ModelError> {
-        let bytes = serde_json::to_vec(body).map_err(|e| ModelError::Other {
+        // Sorted keys: the same bytes whatever serde_json's map order is in this build.
+        let bytes = serde_json::to_vec(&Sorted(body)).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the request: {e}"),
             http: None,
         })?;

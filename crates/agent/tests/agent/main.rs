@@ -3,8 +3,7 @@
 //! folders keep what their tests share in their `common` modules; `support.rs` is the one guard for
 //! tests that need the emulators or the Python MCP SDK. The MCP server they start is
 //! `tests/mcp_server/server.py`. `server/` tests `trellis serve` with the Python `langgraph-sdk`;
-//! `acp/` tests `trellis acp` with the TypeScript ACP SDK, built only with the `acp` feature
-//! (`cargo xtask test` runs them in a build of their own).
+//! `acp/` tests `trellis acp` with the TypeScript ACP SDK (the `acp` feature, on by default).
 
 #[cfg(feature = "acp")]
 mod acp;

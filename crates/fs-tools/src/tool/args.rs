@@ -9,7 +9,8 @@ use super::output::{ToolError, ToolOutput};
 
 /// The JSON schema of `T` as a tool's parameters: a self-contained object schema (subschemas
 /// inlined, no `$ref`), without the `$schema` and `title` keys and without `"default": null` on
-/// optional fields, which some providers reject.
+/// optional fields, which some providers reject. Its objects' keys are sorted
+/// ([`super::canonical`]).
 pub fn parameters_schema<T: JsonSchema>() -> Value {
     let generator = schemars::generate::SchemaSettings::draft2020_12()
         .with(|s| s.inline_subschemas = true)
@@ -28,7 +29,7 @@ pub fn parameters_schema<T: JsonSchema>() -> Value {
             }
         }
     }
-    value
+    super::canonical::canonical(value)
 }
 
 /// Parse a tool's arguments into `T`, with an error message the model can fix its call from.
@@ -41,7 +42,8 @@ pub fn parse_args<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
             .map_err(|e| ToolError::InvalidArguments(format!("arguments must be a JSON object ({e})")))?,
         other => other,
     };
-    serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments(e.to_string()))
+    serde_json::from_value(super::canonical::canonical(args))
+        .map_err(|e| ToolError::InvalidArguments(e.to_string()))
 }
 
 /// Parse a file tool's arguments into `T`, the file tools' stricter form of [`parse_args`].
@@ -63,7 +65,9 @@ pub(crate) fn parse_args_described<T: DeserializeOwned>(
         },
         _ => return Err(invalid(tool, schema, "the arguments must be a JSON object")),
     };
-    serde_json::from_value(object).map_err(|e| invalid(tool, schema, &e.to_string()))
+    // Sorted, so the first unknown or missing field named is the same in every build.
+    serde_json::from_value(super::canonical::canonical(object))
+        .map_err(|e| invalid(tool, schema, &e.to_string()))
 }
 
 fn invalid(tool: &str, schema: &Value, problem: &str) -> ToolOutput {

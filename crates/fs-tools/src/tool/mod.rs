@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 mod args;
+pub mod canonical;
 mod context;
 mod extensions;
 mod fn_tool;
@@ -64,7 +65,7 @@ pub trait Tool: Send + Sync + Debug {
         ToolSpec {
             name: self.name().to_owned(),
             description: self.description().to_owned(),
-            parameters: self.parameters().clone(),
+            parameters: canonical::canonical(self.parameters().clone()),
         }
     }
 
@@ -79,6 +80,7 @@ pub struct ToolSpec {
     pub name: String,
     /// What the tool does and when to use it, for the model.
     pub description: String,
-    /// JSON schema of the arguments object.
+    /// JSON schema of the arguments object (written with sorted keys: [`canonical`]).
+    #[serde(serialize_with = "canonical::serialize_sorted")]
     pub parameters: Value,
 }

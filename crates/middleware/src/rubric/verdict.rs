@@ -223,7 +223,8 @@ pub fn verdict_format() -> ResponseFormat {
     strict_compatible(&mut schema);
     ResponseFormat {
         name: VERDICT_FORMAT_NAME.to_owned(),
-        schema,
+        // Keys re-inserted above go back in sorted place.
+        schema: crate::tools::canonical::canonical(schema),
         strict: true,
     }
 }

@@ -69,7 +69,9 @@ pub struct ToolCall {
     /// The tool's name, as the model wrote it (it may name a tool that does not exist).
     pub name: String,
     /// The arguments. A provider that received arguments that are not JSON passes them as a string,
-    /// which the tool then rejects as invalid arguments.
+    /// which the tool then rejects as invalid arguments. Written with sorted keys, in whatever order
+    /// the model wrote them ([`crate::tools::canonical`]).
+    #[serde(serialize_with = "crate::tools::canonical::serialize_sorted")]
     pub args: Value,
 }
 

@@ -113,12 +113,13 @@ impl State {
         self.slots.apply(updates);
     }
 
-    /// What callers and parent agents may see: the messages and the public slots as JSON.
+    /// What callers and parent agents may see: the messages and the public slots as JSON (keys
+    /// sorted, [`crate::tools::canonical`]).
     pub fn public_view(&self) -> Result<PublicState, StateError> {
         let mut slots = BTreeMap::new();
         for entry in self.slots.iter_public_json() {
             let (name, json) = entry?;
-            slots.insert(name.to_owned(), json);
+            slots.insert(name.to_owned(), crate::tools::canonical::canonical(json));
         }
         Ok(PublicState {
             messages: self.messages.clone(),
@@ -146,6 +147,8 @@ impl Serialize for State {
         };
         for entry in self.slots.iter_json() {
             let (name, private, json) = entry.map_err(S::Error::custom)?;
+            // A slot's struct fields in sorted order, as in every build.
+            let json = crate::tools::canonical::canonical(json);
             if private {
                 repr.private_slots.insert(name.to_owned(), json);
             } else {

@@ -164,7 +164,7 @@ Subagent types:",
 /// The child's answer for the parent: its structured output, else its last text, else a note.
 fn answer(out: &RunOutput) -> String {
     if let Some(v) = &out.structured_output {
-        return v.to_string();
+        return crate::tools::canonical::Sorted(v).to_string();
     }
     match out.final_text() {
         Some(text) if !text.trim().is_empty() => text.trim_end().to_owned(),

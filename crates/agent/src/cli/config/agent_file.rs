@@ -174,9 +174,9 @@ pub struct Flags {
     pub ask: Vec<String>,
 }
 
-/// The JSON schema of the agent file, for editors (`trellis schema agent-file`).
+/// The JSON schema of the agent file, for editors (`trellis schema agent-file`), its keys sorted.
 pub fn schema() -> serde_json::Value {
-    schemars::schema_for!(AgentFile).to_value()
+    trellis_middleware::tools::canonical::canonical(schemars::schema_for!(AgentFile).to_value())
 }
 
 /// Read and check an agent file (paths as written, not yet resolved).

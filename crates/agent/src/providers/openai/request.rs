@@ -28,6 +28,7 @@ use std::collections::HashSet;
 use serde_json::Value;
 use trellis_middleware::runtime::message::{ContentBlock, ImageSource};
 use trellis_middleware::runtime::model::ToolChoice;
+use trellis_middleware::tools::canonical::Sorted;
 use trellis_middleware::{Message, ModelRequest};
 
 use super::{InlineSystem, MaxTokensField};
@@ -242,7 +243,7 @@ pub(crate) fn tool_text(content: &[ContentBlock]) -> Cow<'_, str> {
 /// A call's arguments as the JSON object text Chat Completions expects back.
 pub(crate) fn replayed_arguments(args: &Value) -> String {
     match args {
-        Value::Object(_) => args.to_string(),
+        Value::Object(_) => Sorted(args).to_string(),
         Value::String(raw) if serde_json::from_str::<Value>(raw).is_ok_and(|v| v.is_object()) => raw.clone(),
         other => serde_json::json!({ "_raw": other }).to_string(),
     }

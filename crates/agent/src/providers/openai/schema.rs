@@ -13,6 +13,7 @@
 //!   caller, with a warning naming it — one badly written MCP tool must not break every call.
 
 use serde_json::{Map, Value, json};
+use trellis_middleware::tools::canonical::canonical;
 
 /// `format` values strict mode accepts.
 const STRICT_FORMATS: &[&str] = &[
@@ -29,12 +30,13 @@ const STRICT_FORMATS: &[&str] = &[
 
 /// `schema` made acceptable to strict mode, or why it cannot be.
 pub(crate) fn strict(schema: &Value) -> Result<Value, String> {
-    let mut schema = schema.clone();
+    // Sorted first: `required` lists the properties in map order, so every build sends the same.
+    let mut schema = canonical(schema.clone());
     if let Value::Object(root) = &mut schema {
         root.remove("$schema");
     }
     make_strict(&mut schema)?;
-    Ok(schema)
+    Ok(canonical(schema))
 }
 
 fn make_strict(schema: &mut Value) -> Result<(), String> {
@@ -144,7 +146,7 @@ pub(crate) fn function_parameters(schema: &Value) -> Option<Value> {
     }
     map.entry("properties").or_insert_with(|| json!({}));
     add_items(&mut schema);
-    Some(schema)
+    Some(canonical(schema))
 }
 
 fn add_items(schema: &mut Value) {

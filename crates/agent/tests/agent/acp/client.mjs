@@ -7,7 +7,11 @@
 // Environment: TRELLIS_ACP_NODE_MODULES (the node_modules with the SDK and ajv), TRELLIS_BIN,
 // TRELLIS_ARGS (JSON array of the arguments after `acp`), ACP_CWD (the session's cwd), ACP_TURNS or
 // ACP_PROMPTS (a JSON array of prompt texts), ACP_ANSWERS (the permission answers, in order),
-// ACP_SESSION (the session `load` loads).
+// ACP_SESSION (the session `load` loads), ACP_MCP (a JSON array: the mcpServers of session/new),
+// ACP_FS=1 (advertise fs/read_text_file and fs/write_text_file, served from ACP_BUFFERS, a JSON
+// object path → unsaved text, falling back to the disk; writes are kept in `written`, not saved),
+// ACP_MARKER (scenario cancel_exec: cancel once ACP_MIN_MARKED processes whose command lines hold
+// it run).
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { Readable, Writable } from "node:stream";
@@ -34,6 +38,9 @@ const requests = {
   "session/new": ["NewSessionRequest", "NewSessionResponse"],
   "session/prompt": ["PromptRequest", "PromptResponse"],
   "session/request_permission": ["RequestPermissionRequest", "RequestPermissionResponse"],
+  "session/list": ["ListSessionsRequest", "ListSessionsResponse"],
+  "fs/read_text_file": ["ReadTextFileRequest", "ReadTextFileResponse"],
+  "fs/write_text_file": ["WriteTextFileRequest", "WriteTextFileResponse"],
 };
 const notifications = {
   "session/update": "SessionNotification",
@@ -126,6 +133,11 @@ const answers = (process.env.ACP_ANSWERS ?? "").split(",").filter(Boolean);
 let ctxRef;
 let sessionRef;
 const result = { scenario };
+const useFs = process.env.ACP_FS === "1";
+const buffers = JSON.parse(process.env.ACP_BUFFERS ?? "{}");
+const fsCalls = [];
+const written = {};
+const mcpServers = JSON.parse(process.env.ACP_MCP ?? "[]");
 
 const app = acp
   .client({ name: "trellis-test" })
@@ -141,7 +153,35 @@ const app = acp
     }
     const option = params.options.find((o) => o.kind === answer);
     return { outcome: { outcome: "selected", optionId: option.optionId } };
+  })
+  .onRequest(acp.methods.client.fs.readTextFile, async ({ params }) => {
+    fsCalls.push({ method: "read", ...params });
+    const text = written[params.path] ?? buffers[params.path] ?? fs.readFileSync(params.path, "utf8");
+    return { content: text };
+  })
+  .onRequest(acp.methods.client.fs.writeTextFile, async ({ params }) => {
+    fsCalls.push({ method: "write", ...params });
+    written[params.path] = params.content;
+    return {};
   });
+
+// Host processes (not zombies) whose command line contains `marker`.
+function marked(marker) {
+  const pids = [];
+  for (const d of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const cmd = fs.readFileSync(`/proc/${d}/cmdline`, "utf8").replaceAll("\0", " ");
+      if (!cmd.includes(marker)) continue;
+      const stat = fs.readFileSync(`/proc/${d}/stat`, "utf8");
+      const state = stat.slice(stat.lastIndexOf(")") + 2).trim()[0];
+      if (state !== "Z" && state !== "X") pids.push(Number(d));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
 
 async function prompt(ctx, text) {
   const res = await ctx.request(acp.methods.agent.session.prompt, {
@@ -156,7 +196,7 @@ try {
     ctxRef = ctx;
     result.initialize = await ctx.request(acp.methods.agent.initialize, {
       protocolVersion: 1,
-      clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+      clientCapabilities: { fs: { readTextFile: useFs, writeTextFile: useFs }, terminal: false },
       clientInfo: { name: "trellis-test", version: "1" },
     });
     result.stops = [];
@@ -177,13 +217,71 @@ try {
     } else {
       const session = await ctx.request(acp.methods.agent.session.new, {
         cwd: process.env.ACP_CWD,
-        mcpServers: [],
+        mcpServers,
       });
       sessionRef = session.sessionId;
       result.sessionId = session.sessionId;
     }
     if (scenario === "load") {
       // done above
+    } else if (scenario === "cancel_exec") {
+      // Cancel once the sandboxed command runs (a process whose command line holds ACP_MARKER),
+      // then see how long its processes outlive the cancelled turn.
+      const marker = process.env.ACP_MARKER;
+      const turn = prompt(ctx, "run the long command");
+      const deadline = Date.now() + 60000;
+      let pids = [];
+      // The command's own processes, not just bwrap (whose command line holds the command too).
+      const enough = Number(process.env.ACP_MIN_MARKED ?? "1");
+      while ((pids = marked(marker)).length < enough && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      result.markedBeforeCancel = pids;
+      await new Promise((r) => setTimeout(r, 500));
+      const cancelAt = Date.now();
+      await ctx.notify(acp.methods.agent.session.cancel, { sessionId: sessionRef });
+      result.stops.push(await turn);
+      result.replyAfterMs = Date.now() - cancelAt;
+      result.markedAtReply = marked(marker);
+      const gone = Date.now() + 5000;
+      while (marked(marker).length && Date.now() < gone) await new Promise((r) => setTimeout(r, 50));
+      result.goneAfterMs = Date.now() - cancelAt;
+      result.markedAfter = marked(marker);
+    } else if (scenario === "two") {
+      // Session A allows always, session B asks again; then A again (not asked).
+      const a = sessionRef;
+      const b = (await ctx.request(acp.methods.agent.session.new, { cwd: process.env.ACP_CWD, mcpServers: [] })).sessionId;
+      result.sessions = [a, b];
+      result.stops.push(await prompt(ctx, "A: first"));
+      sessionRef = b;
+      result.stops.push(await prompt(ctx, "B: same call"));
+      sessionRef = a;
+      result.stops.push(await prompt(ctx, "A: same call again"));
+      result.stops.push(await prompt(ctx, "A: another tool"));
+      result.stops.push(await prompt(ctx, "A: another path"));
+    } else if (scenario === "list") {
+      // More sessions (one prompt each), then every page of session/list, then one cwd filter.
+      const count = Number(process.env.ACP_SESSIONS ?? "1");
+      result.sessions = [sessionRef];
+      result.stops.push(await prompt(ctx, "title of session 1"));
+      for (let i = 2; i <= count; i++) {
+        sessionRef = (await ctx.request(acp.methods.agent.session.new, { cwd: process.env.ACP_CWD, mcpServers: [] })).sessionId;
+        result.sessions.push(sessionRef);
+        result.stops.push(await prompt(ctx, `title of session ${i}`));
+      }
+      result.pages = [];
+      let cursor = undefined;
+      do {
+        const page = await ctx.request(acp.methods.agent.session.list, cursor ? { cursor } : {});
+        result.pages.push(page);
+        cursor = page.nextCursor ?? undefined;
+      } while (cursor && result.pages.length < 20);
+      result.otherCwd = await ctx.request(acp.methods.agent.session.list, { cwd: "/nonexistent-elsewhere" });
+      try {
+        await ctx.request(acp.methods.agent.session.list, { cursor: "not a cursor" });
+      } catch (e) {
+        result.badCursor = { code: e.code, message: e.message };
+      }
     } else if (scenario === "cancel") {
       const turn = prompt(ctx, "wait");
       await new Promise((r) => setTimeout(r, 1500));
@@ -211,6 +309,8 @@ child.stdin.end();
 await new Promise((r) => child.on("exit", (code) => { result.exit = code; r(); }));
 result.updates = updates;
 result.permissions = permissions;
+result.fsCalls = fsCalls;
+result.written = written;
 result.wire = wire;
 result.invalid = invalid;
 process.stdout.write(JSON.stringify(result) + "\n");

@@ -7,6 +7,11 @@
 //! skip, except under `TRELLIS_EMULATORS=required` or `CI=true`, where they fail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod execute;
+mod fs;
+mod mcp;
+mod sessions;
+mod subagents;
 mod wire;
 
 use std::path::{Path, PathBuf};
@@ -126,7 +131,16 @@ async fn client_with(
         .map(|(_, v)| PathBuf::from(v))
         .unwrap_or_else(|| own_state.path().to_path_buf());
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/agent/acp/client.mjs");
-    let mut args = json!(["--model", MODEL, "--sandbox", "none", "--state-dir", state]);
+    // `--sandbox none` unless the test picks one.
+    let sandbox = if extra.contains(&"--sandbox") {
+        json!([])
+    } else {
+        json!(["--sandbox", "none"])
+    };
+    let mut args = json!(["--model", MODEL, "--state-dir", state]);
+    args.as_array_mut()
+        .unwrap()
+        .extend(sandbox.as_array().unwrap().iter().cloned());
     for arg in extra {
         args.as_array_mut().unwrap().push(json!(arg));
     }
@@ -220,9 +234,13 @@ async fn a_session_streams_shows_diffs_and_asks_for_permission() {
     assert_eq!(init["protocolVersion"], 1);
     assert_eq!(init["agentInfo"]["name"], "trellis");
     assert_eq!(init["agentCapabilities"]["loadSession"], true);
+    assert_eq!(
+        init["agentCapabilities"]["sessionCapabilities"]["list"],
+        json!({})
+    );
     assert!(
         init["agentCapabilities"]["sessionCapabilities"]
-            .get("list")
+            .get("resume")
             .is_none()
     );
     assert_eq!(init["agentCapabilities"]["promptCapabilities"]["image"], false);

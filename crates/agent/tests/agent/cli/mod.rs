@@ -10,7 +10,7 @@ mod end_to_end;
 pub(crate) mod harness;
 mod inspect;
 mod logging;
-mod sandbox;
+pub(crate) mod sandbox;
 mod skills_cache;
 pub(crate) mod streaming;
 mod threads;

@@ -85,7 +85,7 @@ async fn run_with_env(args: &[&str], env: &[(&str, &str)], call: Value, state: &
     }
 }
 
-fn bwrap_or_skip(test: &str) -> bool {
+pub(crate) fn bwrap_or_skip(test: &str) -> bool {
     match trellis_agent::cli::sandbox::select(Some(trellis_agent::cli::sandbox::SandboxChoice::Bwrap)) {
         Ok(_) => true,
         Err(e) if std::env::var("TRELLIS_SANDBOX").as_deref() == Ok("required") => {

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::mcp::common::{alive, script, started};
+use crate::mcp::common::{alive, assert_bound_then_called, bodies, call_transcripts_skill, script, started};
 use crate::support::skip_unless_python;
 
 fn reply(content: Value, stop: &str) -> ResponseTemplate {
@@ -24,13 +24,7 @@ fn reply(content: Value, stop: &str) -> ResponseTemplate {
 async fn run_with_mcp_binds_the_server_to_a_skill() {
     let python = skip_unless_python!();
     let dir = tempfile::tempdir().unwrap();
-    let skills = dir.path().join("team/skills");
-    std::fs::create_dir_all(skills.join("call-transcripts")).unwrap();
-    std::fs::write(
-        skills.join("call-transcripts/SKILL.md"),
-        "---\nname: call-transcripts\ndescription: Search recorded sales calls.\nmetadata:\n  include_tools: mcp:crm\n---\n# Calls\n",
-    )
-    .unwrap();
+    let skills = call_transcripts_skill(dir.path());
     let file = dir.path().join("started");
 
     let server = MockServer::start().await;
@@ -95,19 +89,7 @@ async fn run_with_mcp_binds_the_server_to_a_skill() {
 
     let requests = server.received_requests().await.unwrap();
     assert_eq!(requests.len(), 3);
-    let bodies: Vec<String> = requests
-        .iter()
-        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
-        .collect();
-    assert!(
-        !bodies[0].contains("crm__search_calls"),
-        "hidden before the skill is read"
-    );
-    assert!(bodies[1].contains("\"crm__search_calls\""), "offered after");
-    assert!(
-        bodies[2].contains("[crm] call-1: Acme call 1; call-2: Acme call 2"),
-        "the server's answer reached the model"
-    );
+    assert_bound_then_called(&bodies(&requests));
     let pids = started(&file);
     assert_eq!(pids.len(), 1);
     assert!(!alive(pids[0]), "the server stopped with the command");

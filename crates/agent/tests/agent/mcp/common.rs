@@ -196,3 +196,38 @@ pub fn tool_results(out: &RunOutput) -> Vec<(String, bool)> {
         })
         .collect()
 }
+
+/// The skill `call-transcripts`, which binds the server `crm`, in `<root>/team/skills` (mounted at
+/// `/skills/team`); the skills directory.
+pub fn call_transcripts_skill(root: &Path) -> PathBuf {
+    let skills = root.join("team/skills");
+    std::fs::create_dir_all(skills.join("call-transcripts")).unwrap();
+    std::fs::write(
+        skills.join("call-transcripts/SKILL.md"),
+        "---\nname: call-transcripts\ndescription: Search recorded sales calls.\nmetadata:\n  include_tools: mcp:crm\n---\n# Calls\n",
+    )
+    .unwrap();
+    skills
+}
+
+/// The request bodies a mock model endpoint received, as text.
+pub fn bodies(requests: &[wiremock::Request]) -> Vec<String> {
+    requests
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect()
+}
+
+/// The bodies of a run that read `call-transcripts` (first request), called `crm__search_calls`
+/// for Acme with limit 2 (second): hidden, then offered, then its answer reached the model.
+pub fn assert_bound_then_called(bodies: &[String]) {
+    assert!(
+        !bodies[0].contains("crm__search_calls"),
+        "hidden before the skill is read"
+    );
+    assert!(bodies[1].contains("\"crm__search_calls\""), "offered after");
+    assert!(
+        bodies[2].contains("[crm] call-1: Acme call 1; call-2: Acme call 2"),
+        "the server's answer reached the model"
+    );
+}

@@ -5,7 +5,7 @@
 
 mod agent;
 mod cli;
-mod common;
+pub(crate) mod common;
 mod lifecycle;
 mod sessions;
 mod tool_changes;
