@@ -6,7 +6,7 @@
 //! ones are outside the index of active runs). Finished runs are kept for `get` and `list` up to
 //! [`FINISHED_KEPT`], the oldest forgotten first, so memory stays bounded however long it serves.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -172,23 +172,26 @@ impl RunQueue for MemoryQueue {
     async fn claim(&self, worker: &str, lease: Duration) -> Result<Option<Lease>, QueueError> {
         let mut state = self.lock();
         let now = Instant::now();
-        let busy: Vec<Uuid> = state
+        // Threads that run something, or whose oldest pending run is not due yet: a thread's runs
+        // start in enqueue order, so none of its later runs may start first.
+        let mut blocked: HashSet<Uuid> = state
             .active
             .values()
             .filter_map(|id| state.runs.get(id))
             .filter(|e| e.record.status == RunStatus::Running)
             .map(|e| e.record.thread_id)
             .collect();
-        let next = state
-            .active
-            .values()
-            .filter_map(|id| state.runs.get(id))
-            .find(|e| {
-                e.record.status == RunStatus::Pending
-                    && e.run_after <= now
-                    && !busy.contains(&e.record.thread_id)
-            })
-            .map(|e| e.record.run_id);
+        let mut next = None;
+        for entry in state.active.values().filter_map(|id| state.runs.get(id)) {
+            if entry.record.status != RunStatus::Pending || blocked.contains(&entry.record.thread_id) {
+                continue;
+            }
+            if entry.run_after <= now {
+                next = Some(entry.record.run_id);
+                break;
+            }
+            blocked.insert(entry.record.thread_id);
+        }
         let Some(run_id) = next else {
             return Ok(None);
         };

@@ -6,8 +6,9 @@
 //!
 //! # The contract
 //!
-//! * **One running run per thread.** [`claim`](RunQueue::claim) takes the oldest pending run whose
-//!   thread has no running run; runs of one thread run in the order they were enqueued.
+//! * **One running run per thread, in order.** [`claim`](RunQueue::claim) takes the oldest due
+//!   pending run whose thread runs nothing; runs of one thread start in the order they were
+//!   enqueued (a later run never starts before an earlier one, even one waiting out a backoff).
 //! * **Leases and attempts.** A claim holds its run for a lease; the worker renews it with
 //!   [`heartbeat`](RunQueue::heartbeat). Every claim adds one to the run's `attempt`, and
 //!   `(run_id, attempt)` — a [`Lease`] — is the fencing token: heartbeat, finish and release act

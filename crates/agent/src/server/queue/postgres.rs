@@ -2,7 +2,8 @@
 //! database. Each operation is one statement or one short transaction; every time is the
 //! database's `now()`, so workers' clocks never matter.
 //!
-//! * A claim takes the oldest due pending run whose thread has no running run with `FOR UPDATE
+//! * A claim takes the oldest due pending run that is the oldest pending run of its thread and
+//!   whose thread has no running run, with `FOR UPDATE
 //!   SKIP LOCKED` (concurrent claimers skip each other's rows instead of waiting), and a partial
 //!   unique index (`one running run per thread`) makes a second running run of one thread
 //!   impossible even if two claims race on different rows of a thread: the loser's statement fails
@@ -221,6 +222,11 @@ impl PostgresQueue {
                  WHERE r.status = 'pending' AND r.run_after <= now()
                    AND NOT EXISTS (SELECT 1 FROM trellis_runs x
                                    WHERE x.thread_id = r.thread_id AND x.status = 'running')
+                   -- Only the oldest pending run of its thread: another claimer's lock on that
+                   -- one makes SKIP LOCKED pass over it, and the next run must not jump ahead.
+                   AND NOT EXISTS (SELECT 1 FROM trellis_runs y
+                                   WHERE y.thread_id = r.thread_id AND y.status = 'pending'
+                                     AND y.seq < r.seq)
                  ORDER BY r.seq
                  FOR UPDATE SKIP LOCKED
                  LIMIT 1)

@@ -25,6 +25,7 @@ macro_rules! suite {
         $crate::queue::conformance::suite!(@tests $make;
             claims_take_runs_in_order_and_finish_once,
             one_running_run_per_thread,
+            a_later_run_never_starts_before_an_earlier_one,
             reject_refuses_while_a_run_is_active,
             interrupt_and_rollback_cancel_the_active_runs,
             an_expired_lease_is_reaped_and_the_old_worker_is_fenced,
@@ -114,6 +115,25 @@ pub async fn one_running_run_per_thread(q: Arc<dyn RunQueue>) {
     let third = claim(&q, LONG).await.expect("a2 once a1 finished");
     assert_eq!(third.run_id, a2.run_id);
     assert_eq!(status(&q, a1.run_id).await, RunStatus::Interrupted);
+}
+
+pub async fn a_later_run_never_starts_before_an_earlier_one(q: Arc<dyn RunQueue>) {
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let first = q.enqueue(run(a, 1)).await.unwrap();
+    let second = q.enqueue(run(a, 2)).await.unwrap();
+    let lease = claim(&q, SHORT).await.unwrap();
+    assert_eq!(lease.run_id, first.run_id);
+    tokio::time::sleep(PAST_SHORT).await;
+    // The first run is back, but not due for 30 s: the second must still wait for it.
+    assert_eq!(q.reap(Duration::from_secs(30)).await.unwrap(), 1);
+    assert!(
+        claim(&q, LONG).await.is_none(),
+        "the thread's later run started before its earlier one"
+    );
+    assert_eq!(status(&q, second.run_id).await, RunStatus::Pending);
+    // Another thread is not held up by it.
+    let other = q.enqueue(run(b, 3)).await.unwrap();
+    assert_eq!(claim(&q, LONG).await.unwrap().run_id, other.run_id);
 }
 
 pub async fn reject_refuses_while_a_run_is_active(q: Arc<dyn RunQueue>) {
