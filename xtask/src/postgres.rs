@@ -1,6 +1,6 @@
 //! A throwaway PostgreSQL cluster for the tests of the PostgreSQL run queue: Debian's `postgresql`
 //! package (installed with apt-get when missing and this runs as root, as on CI), a cluster in
-//! `target/emulators/postgres/data` made by `initdb`, listening on 127.0.0.1:[`PORT`] only, with
+//! `target/emulators/postgres/data` (see [`cluster_dir`] for when it cannot be there) made by `initdb`, listening on 127.0.0.1:[`PORT`] only, with
 //! `trust` authentication (loopback only, data nobody keeps). `initdb` refuses to run as root, so
 //! as root the cluster belongs to the package's unprivileged `postgres` user and every command runs
 //! through `runuser`. `fsync` stays on: the crash tests kill the database and must find what it
@@ -122,30 +122,39 @@ impl Drop for Cluster {
     }
 }
 
-/// Every directory above `dir` must let `user` through, or its server cannot reach its data.
-fn check_reachable(dir: &Path, user: &str) -> Result<()> {
-    let ok = Command::new("runuser")
+/// Whether `user` can enter `dir` (every directory above it lets others through).
+fn reachable(dir: &Path, user: &str) -> bool {
+    Command::new("runuser")
         .args(["-u", user, "--", "test", "-x"])
         .arg(dir)
         .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        bail!(
-            "the `{user}` user cannot enter {} (a directory above it is not searchable by others); \
-             the PostgreSQL cluster of the tests lives there",
-            dir.display()
-        );
+        .is_ok_and(|s| s.success())
+}
+
+/// Where the cluster lives: `target/emulators/postgres`, unless (as root) the `postgres` user
+/// cannot enter `target/emulators` — a checkout under a home directory of mode 0700, say — in
+/// which case a directory of the temporary folder named after the checkout, so each checkout has
+/// its own and `emulators stop` finds it again.
+fn cluster_dir(layout: &Layout, owner: Option<&str>) -> PathBuf {
+    let under_target = layout.dir.join("postgres");
+    match owner {
+        Some(user) if !reachable(&layout.dir, user) => {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            layout.dir.hash(&mut hasher);
+            std::env::temp_dir().join(format!("trellis-postgres-{:016x}", hasher.finish()))
+        }
+        _ => under_target,
     }
-    Ok(())
 }
 
 /// Creates the cluster if needed and starts it, or finds it running.
 pub fn start(layout: &Layout, timings: &mut Timings) -> Result<Cluster> {
     let bin = bin_dir().context("PostgreSQL is not installed (run `cargo xtask emulators start`)")?;
-    let dir = layout.dir.join("postgres");
+    let owner = is_root().then(|| "postgres".to_owned());
+    let dir = cluster_dir(layout, owner.as_deref());
     let data = dir.join("data");
     let sockets = dir.join("run");
-    let owner = is_root().then(|| "postgres".to_owned());
     let mut cluster = Cluster {
         bin,
         data,
@@ -162,7 +171,12 @@ pub fn start(layout: &Layout, timings: &mut Timings) -> Result<Cluster> {
         if !status.success() {
             bail!("chown -R {user} {} failed", dir.display());
         }
-        check_reachable(&dir, user)?;
+        if !reachable(&dir, user) {
+            bail!(
+                "the `{user}` user cannot enter {}, where the PostgreSQL cluster of the tests lives",
+                dir.display()
+            );
+        }
     }
     if !cluster.data.join("PG_VERSION").exists() {
         let start = Instant::now();
@@ -211,14 +225,15 @@ pub fn start(layout: &Layout, timings: &mut Timings) -> Result<Cluster> {
 /// `emulators stop`: stops the cluster if it runs.
 pub fn stop_command(layout: &Layout) {
     let Some(bin) = bin_dir() else { return };
-    let data = layout.dir.join("postgres").join("data");
+    let owner = is_root().then(|| "postgres".to_owned());
+    let data = cluster_dir(layout, owner.as_deref()).join("data");
     if !data.join("PG_VERSION").exists() {
         return;
     }
     let mut cluster = Cluster {
         bin,
         data,
-        owner: is_root().then(|| "postgres".to_owned()),
+        owner,
         started_here: true,
         keep: false,
     };
