@@ -25,7 +25,8 @@
 //! | [`execute`] | a run from its checked body to its end: `multitask_strategy`, cancel, rollback, thread status |
 //! | [`resume`] | `command.resume` (human-in-the-loop decisions) → Trellis decisions |
 //! | [`cancel`] | cancel (`interrupt`, `rollback`), delete, `on_disconnect` |
-//! | [`run_registry`] | the runs in memory: status, stream parts, result, each thread's queue of runs |
+//! | [`run_handle`] | one run in memory: status, stream parts, usage, result |
+//! | [`run_registry`] | the runs in memory by id, each thread's queue of runs, which finished runs are forgotten |
 //! | [`run_usage`] | what a run used and cost, in its record (a Trellis extension) |
 //! | [`queue`] | the run queue: one trait, in memory and on PostgreSQL (not used by the routes yet) |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
@@ -66,6 +67,7 @@ pub mod files;
 pub mod messages;
 pub mod queue;
 pub mod resume;
+pub mod run_handle;
 pub mod run_registry;
 pub mod run_usage;
 pub mod runs;

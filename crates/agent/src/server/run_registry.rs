@@ -1,7 +1,6 @@
-//! The runs of the server, in memory: each run's [`RunHandle`] (what it was asked, its status,
-//! the stream parts it produced so far and its result, with a watch channel its followers wait
-//! on) and the [`RunRegistry`] (every run by id, and each thread's queue of runs not ended: the
-//! first runs, the others wait `pending`, at most [`MAX_QUEUED_RUNS`]).
+//! The runs of the server, in memory: the [`RunRegistry`] of every run's [`RunHandle`] (see
+//! `run_handle.rs`) by id, and each thread's queue of runs not ended (the first runs, the others
+//! wait `pending`, at most [`MAX_QUEUED_RUNS`]).
 //!
 //! A run belongs to its thread: it is found only through that thread, and forgotten when the
 //! thread is deleted, when [`MAX_FINISHED_RUNS`] newer runs have finished or the finished runs'
@@ -13,24 +12,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
-use futures::Stream;
-use serde_json::{Map, Value, json};
-use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::server::assistants;
 pub use crate::server::cancel::{CancelAction, Strategy};
 use crate::server::error::{ApiError, ApiResult};
-use crate::server::run_usage::RunUsage;
-use crate::server::stream::{Mode, Part};
-use crate::server::threads::time;
-use crate::usage::Prices;
-use trellis_middleware::runtime::events::RunEvent;
-
-/// Bytes of stream parts a run keeps; past it, further `messages` and `updates` parts are
-/// dropped (with a warning) and only `values` and the final parts are kept.
-pub const MAX_PART_BYTES: usize = 64 * 1024 * 1024;
+pub use crate::server::run_handle::{MAX_PART_BYTES, RunHandle, Status};
 
 /// Finished runs kept in memory (with their parts, for get, join and replay); when one more
 /// finishes, the oldest is forgotten (404 afterwards).
@@ -42,276 +28,6 @@ pub const MAX_QUEUED_RUNS: usize = 32;
 /// Bytes of parts all finished runs keep together; past it the oldest finished runs are forgotten
 /// (the newest one is always kept, at most [`MAX_PART_BYTES`]).
 pub const MAX_FINISHED_PART_BYTES: usize = 256 * 1024 * 1024;
-
-/// The next [`RunHandle`]'s creation order.
-static NEXT_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// A run's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    /// Created, not started.
-    Pending,
-    /// Running.
-    Running,
-    /// Finished (or stopped for approvals).
-    Success,
-    /// Failed.
-    Error,
-    /// Cancelled ([`CancelAction`]), or by a newer run's `multitask_strategy`.
-    Interrupted,
-}
-
-impl Status {
-    /// Its name in the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Running => "running",
-            Self::Success => "success",
-            Self::Error => "error",
-            Self::Interrupted => "interrupted",
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Progress {
-    status: Status,
-    updated_at: DateTime<Utc>,
-    parts: Vec<Arc<Part>>,
-    bytes: usize,
-    dropping: bool,
-    result: Option<Value>,
-    done: bool,
-}
-
-/// One run: what it was asked, its status, its parts so far and its result.
-#[derive(Debug)]
-pub struct RunHandle {
-    /// The run.
-    pub run_id: Uuid,
-    /// Its thread.
-    pub thread_id: Uuid,
-    /// The graph it runs.
-    pub graph: String,
-    /// The stream modes it was created with (what a join streams by default).
-    pub modes: Vec<Mode>,
-    /// Created with `stream_resumable`: its streams carry `id:` lines.
-    pub resumable: bool,
-    created_at: DateTime<Utc>,
-    /// Order of creation in this process (times can tie).
-    seq: u64,
-    metadata: Map<String, Value>,
-    kwargs: Value,
-    strategy: Strategy,
-    /// Set once when the run is cancelled.
-    cancel: watch::Sender<Option<CancelAction>>,
-    progress: Mutex<Progress>,
-    /// What it used so far ([`RunUsage`]).
-    usage: Mutex<RunUsage>,
-    /// The number of parts so far, bumped on every change.
-    changed: watch::Sender<usize>,
-}
-
-impl RunHandle {
-    /// A new `pending` run of `graph` on `thread_id`, created with `strategy`.
-    pub fn new(
-        thread_id: Uuid,
-        graph: String,
-        (modes, resumable, strategy): (Vec<Mode>, bool, Strategy),
-        metadata: Map<String, Value>,
-        kwargs: Value,
-    ) -> Self {
-        let now = Utc::now();
-        Self {
-            run_id: Uuid::new_v4(),
-            thread_id,
-            graph,
-            modes,
-            resumable,
-            created_at: now,
-            seq: NEXT_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            metadata,
-            kwargs,
-            strategy,
-            cancel: watch::channel(None).0,
-            progress: Mutex::new(Progress {
-                status: Status::Pending,
-                updated_at: now,
-                parts: Vec::new(),
-                bytes: 0,
-                dropping: false,
-                result: None,
-                done: false,
-            }),
-            changed: watch::channel(0).0,
-            usage: Mutex::new(RunUsage::default()),
-        }
-    }
-
-    fn usage(&self) -> std::sync::MutexGuard<'_, RunUsage> {
-        self.usage
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Count `event` of the run in its usage.
-    pub(crate) fn count(&self, event: &RunEvent, prices: &Prices) {
-        self.usage().add(event, prices);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
-        self.progress
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn notify(&self) {
-        self.changed.send_modify(|n| *n += 1);
-    }
-
-    pub(crate) fn set_status(&self, status: Status) {
-        if status == Status::Running {
-            self.usage().started();
-        }
-        let mut p = self.lock();
-        p.status = status;
-        p.updated_at = Utc::now();
-    }
-
-    /// Keep `part` for the followers (see [`MAX_PART_BYTES`]); `always` parts are kept past it.
-    pub(crate) fn push(&self, part: Part, always: bool) {
-        {
-            let mut p = self.lock();
-            if p.bytes + part.data.len() > MAX_PART_BYTES && !always && part.mode != Some(Mode::Values) {
-                if !p.dropping {
-                    tracing::warn!(
-                        "run {}: stream over {MAX_PART_BYTES} bytes, dropping parts",
-                        self.run_id
-                    );
-                    p.dropping = true;
-                }
-                return;
-            }
-            p.bytes += part.data.len();
-            p.parts.push(Arc::new(part));
-        }
-        self.notify();
-    }
-
-    pub(crate) fn finish(&self, status: Status, result: Value) {
-        self.usage().ended();
-        {
-            let mut p = self.lock();
-            p.status = status;
-            p.updated_at = Utc::now();
-            p.result = Some(result);
-            p.done = true;
-        }
-        self.notify();
-    }
-
-    /// The `Run` JSON, with Trellis's `started_at`, `ended_at`, `usage` and `subagent_runs`
-    /// ([`RunUsage`]).
-    pub fn to_json(&self) -> Value {
-        let extension = self.usage().fields();
-        let p = self.lock();
-        let mut run = json!({
-            "run_id": self.run_id,
-            "thread_id": self.thread_id,
-            "assistant_id": assistants::assistant_id(&self.graph),
-            "created_at": time(&self.created_at),
-            "updated_at": time(&p.updated_at),
-            "status": p.status.as_str(),
-            "metadata": self.metadata,
-            "multitask_strategy": self.strategy.as_str(),
-            "kwargs": self.kwargs,
-        });
-        for (key, value) in extension {
-            run[key] = value;
-        }
-        run
-    }
-
-    /// Ask the run to stop with `action` (the first request wins); a run that has ended is left
-    /// as it is. Returns false when it had already ended.
-    pub fn cancel(&self, action: CancelAction) -> bool {
-        if self.is_done() {
-            return false;
-        }
-        self.cancel.send_if_modified(|current| {
-            if current.is_some() {
-                return false;
-            }
-            *current = Some(action);
-            true
-        });
-        true
-    }
-
-    /// How the run was asked to stop, if it was.
-    pub fn cancelled_with(&self) -> Option<CancelAction> {
-        *self.cancel.borrow()
-    }
-
-    /// Completes when the run is asked to stop, with how.
-    pub async fn cancelled(&self) -> CancelAction {
-        let mut rx = self.cancel.subscribe();
-        let action = rx.wait_for(Option::is_some).await.ok().and_then(|a| *a);
-        match action {
-            Some(action) => action,
-            // The sender lives as long as `self`: never reached while it is borrowed.
-            None => std::future::pending().await,
-        }
-    }
-
-    /// True once the run has ended (its result is set).
-    pub fn is_done(&self) -> bool {
-        self.lock().done
-    }
-
-    /// The run's status.
-    pub fn status(&self) -> Status {
-        self.lock().status
-    }
-
-    /// The number of parts so far.
-    pub fn parts_len(&self) -> usize {
-        self.lock().parts.len()
-    }
-
-    /// Every part from index `from` on, with its index, as they come; ends when the run has ended.
-    pub fn follow(self: Arc<Self>, from: usize) -> impl Stream<Item = (usize, Arc<Part>)> + Send + 'static {
-        let rx = self.changed.subscribe();
-        futures::stream::unfold((self, rx, from), |(run, mut rx, next)| async move {
-            loop {
-                let (part, done) = {
-                    let p = run.lock();
-                    (p.parts.get(next).cloned(), p.done)
-                };
-                if let Some(part) = part {
-                    return Some(((next, part), (run, rx, next + 1)));
-                }
-                if done || rx.changed().await.is_err() {
-                    return None;
-                }
-            }
-        })
-    }
-
-    /// Wait for the run to end; its result (the final values, or `{"__error__": …}`).
-    pub async fn result(&self) -> Value {
-        let mut rx = self.changed.subscribe();
-        loop {
-            if let Some(result) = self.lock().result.clone() {
-                return result;
-            }
-            if rx.changed().await.is_err() {
-                return json!({"__error__": {"error": "RunLost", "message": "the run ended without a result"}});
-            }
-        }
-    }
-}
 
 /// A finished run, as [`to_forget`] weighs it.
 #[derive(Debug, Clone, Copy)]
@@ -475,7 +191,10 @@ impl RunRegistry {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use serde_json::{Map, Value};
+
     use super::*;
+    use crate::server::stream::{Mode, Part};
 
     fn run() -> Arc<RunHandle> {
         Arc::new(RunHandle::new(
