@@ -2,6 +2,7 @@
 
 mod at;
 mod beneath;
+mod list;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +17,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use tokio::io::AsyncWriteExt;
 
 use self::beneath::{Beneath, Opened, read_range};
+use self::list::list_dir;
 use crate::backend::{
     Backend, ByteRange, Capabilities, Entry, EntryKind, ReadOutput, Version, WriteMode, WriteOutcome,
 };
@@ -566,43 +568,4 @@ impl Backend for FilesystemBackend {
             .await
             .map_err(|e| BackendError::from_io(path, e))
     }
-}
-
-/// The children of `real` (a canonical directory inside `root`), sorted; links that lead out of the
-/// root, broken links, names that are not valid paths and special files are left out.
-fn list_dir(real: &Path, root: &Path, dir: &VirtualPath) -> Result<Vec<(VirtualPath, std::fs::Metadata)>> {
-    let reader = std::fs::read_dir(real).map_err(|e| BackendError::from_io(dir, e))?;
-    let mut out = Vec::new();
-    for item in reader {
-        let item = item.map_err(|e| BackendError::from_io(dir, e))?;
-        let name = item.file_name();
-        let Some(name) = name.to_str() else {
-            tracing::warn!(dir = %dir, name = ?item.file_name(), "skipping a name that is not UTF-8");
-            continue;
-        };
-        let Ok(child) = dir.join(name) else {
-            tracing::warn!(dir = %dir, name, "skipping a name that is not a valid virtual path");
-            continue;
-        };
-        let Ok(kind) = item.file_type() else { continue };
-        let meta = if kind.is_symlink() {
-            match std::fs::canonicalize(item.path()) {
-                Ok(target) if target.starts_with(root) => match std::fs::metadata(&target) {
-                    Ok(m) => m,
-                    Err(_) => continue,
-                },
-                _ => continue,
-            }
-        } else {
-            match item.metadata() {
-                Ok(m) => m,
-                Err(_) => continue,
-            }
-        };
-        if meta.is_dir() || meta.is_file() {
-            out.push((child, meta));
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
 }
