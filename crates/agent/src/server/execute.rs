@@ -490,8 +490,12 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
 }
 
 /// Give `translator` the thread's files as they are now (`values.files`, as Deep Agents' state has
-/// them); a read that fails leaves the last ones, with a warning.
+/// them), when a tool may have changed them since the last read; a read that fails leaves the
+/// last ones, with a warning.
 async fn read_files(server: &Shared, run: &RunHandle, translator: &mut Translator) {
+    if !translator.files_stale() {
+        return;
+    }
     match files::files_of(server, &run.thread_id).await {
         Ok(files) => translator.files(files),
         Err(e) => tracing::warn!("run {}: cannot list its thread's files: {}", run.run_id, e.detail),
@@ -504,6 +508,7 @@ async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator,
     run.count(event, &server.prices);
     match event {
         RunEvent::ModelStarted { step, messages, .. } => translator.reply_started(*step, *messages),
+        RunEvent::ToolFinished { .. } => translator.tool_ran(),
         RunEvent::ModelDelta { delta, .. } => {
             if let Some(part) = translator.delta(delta) {
                 run.push(part, false);

@@ -199,6 +199,8 @@ pub struct Translator {
     step: u32,
     /// The thread's files as `values.files`, as last read ([`Translator::files`]).
     files: Option<Value>,
+    /// Whether a tool ran since the files were read (they are read again only then).
+    files_stale: bool,
 }
 
 impl Translator {
@@ -216,12 +218,27 @@ impl Translator {
             reply_id: message_id(&thread, messages, None),
             step: 0,
             files: None,
+            files_stale: true,
         }
     }
 
     /// The thread's files as last read (`values.files`), for the `values` parts from now on.
     pub fn files(&mut self, files: Value) {
         self.files = Some(files);
+        self.files_stale = false;
+    }
+
+    /// A tool ran: the thread's files may have changed.
+    pub fn tool_ran(&mut self) {
+        self.files_stale = true;
+    }
+
+    /// Whether the files must be read (again) before the next `values`: never read yet, or a tool
+    /// ran since. A run changes its thread's files only through tools, so a step that ran none
+    /// reuses the last listing instead of listing and reading the files again (a file uploaded
+    /// through the API meanwhile shows from the next read).
+    pub fn files_stale(&self) -> bool {
+        self.files_stale
     }
 
     /// The thread's values from `state`, with its files when they were read.
