@@ -328,3 +328,46 @@ impl RunQueue for MemoryQueue {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Finished runs are remembered up to [`FINISHED_KEPT`], the oldest forgotten first; active
+    /// runs are never forgotten.
+    #[tokio::test]
+    async fn finished_runs_are_kept_up_to_the_bound() {
+        let q = MemoryQueue::new();
+        let thread = Uuid::new_v4();
+        let waiting = q.enqueue(NewRun::new(Uuid::new_v4(), json!(0))).await.unwrap();
+        let mut ids = Vec::new();
+        for n in 0..FINISHED_KEPT + 5 {
+            let run = q.enqueue(NewRun::new(thread, json!(n))).await.unwrap();
+            let lease = q.claim("w", Duration::from_secs(60)).await.unwrap().unwrap();
+            if lease.run_id == waiting.run_id {
+                // The other thread's run is claimed first once: leave it running.
+                let lease = q.claim("w", Duration::from_secs(60)).await.unwrap().unwrap();
+                assert!(q.finish(&lease, Outcome::Success).await.unwrap());
+            } else {
+                assert!(q.finish(&lease, Outcome::Success).await.unwrap());
+            }
+            ids.push(run.run_id);
+        }
+        assert!(
+            q.get(ids[0]).await.unwrap().is_none(),
+            "the oldest finished run is forgotten"
+        );
+        assert!(q.get(ids[4]).await.unwrap().is_none());
+        assert!(q.get(ids[5]).await.unwrap().is_some());
+        assert!(q.get(*ids.last().unwrap()).await.unwrap().is_some());
+        assert_eq!(
+            q.get(waiting.run_id).await.unwrap().unwrap().status,
+            RunStatus::Running,
+            "a running run is never forgotten"
+        );
+        assert_eq!(q.lock().runs.len(), FINISHED_KEPT + 1);
+    }
+}
