@@ -115,10 +115,19 @@ impl RunConfig {
         let path = state_dir.run_config_file(thread);
         let dir = state_dir.runs_dir();
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let tmp = dir.join(format!(".{thread}.json.tmp"));
-        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+        // A temporary file of its own per save (two runs of one served thread may save at once:
+        // a shared temporary name let one rename take the other's file away), renamed over the
+        // old one, so a reader sees one whole configuration or the other.
+        let mut tmp = tempfile::Builder::new()
+            .prefix(&format!(".{thread}."))
+            .suffix(".json.tmp")
+            .tempfile_in(&dir)
+            .with_context(|| format!("cannot write in {}", dir.display()))?;
+        std::io::Write::write_all(&mut tmp, &serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("cannot write {}", tmp.path().display()))?;
+        tmp.persist(&path)
+            .map_err(|e| e.error)
+            .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(())
     }
 
@@ -196,6 +205,26 @@ mod tests {
         );
         assert_eq!(c.memory, ["/home/me/project/AGENTS.md"]);
         assert_eq!(c.workdir, Some(PathBuf::from("/home/me/project/work")));
+    }
+
+    /// Two runs of one thread save its configuration at once (`trellis serve` checks a new run's
+    /// input while the run before it starts): every save succeeds and the file reads back whole.
+    #[test]
+    fn concurrent_saves_of_one_thread_all_succeed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path());
+        let thread = ThreadId::new("t-1").unwrap();
+        std::thread::scope(|s| {
+            let saves: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..200).try_for_each(|_| config().save(&dir, &thread))))
+                .collect();
+            for save in saves {
+                save.join().unwrap().unwrap();
+            }
+        });
+        assert_eq!(RunConfig::load(&dir, &thread).unwrap(), config());
+        let left: Vec<_> = std::fs::read_dir(dir.runs_dir()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file is left: {left:?}");
     }
 
     #[test]

@@ -446,11 +446,12 @@ async fn a_kill_mid_run_leaves_the_thread_idle_with_its_checkpoints() {
     };
     let (_, thread) = send(c.post(format!("{u}/threads")).json(&json!({}))).await;
     let tid = thread["thread_id"].as_str().unwrap().to_owned();
-    let (_, first) = send(
+    let (status, first) = send(
         c.post(format!("{u}/threads/{tid}/runs"))
             .json(&say("slow please", "reject")),
     )
     .await;
+    assert_eq!(status, 200, "{first}");
     let (status, queued) = send(
         c.post(format!("{u}/threads/{tid}/runs"))
             .json(&say("after", "enqueue")),
@@ -475,7 +476,8 @@ async fn a_kill_mid_run_leaves_the_thread_idle_with_its_checkpoints() {
         }
         assert!(
             started.elapsed() < Duration::from_secs(20),
-            "never checkpointed: {state}"
+            "never checkpointed: {state}\nruns: {}",
+            send(c.get(format!("{u}/threads/{tid}/runs"))).await.1
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
