@@ -209,6 +209,9 @@ pub fn configure(
     if let Some(n) = config.max_steps {
         builder = builder.max_steps(n);
     }
+    if config.todos {
+        builder = builder.middleware(trellis_middleware::TodoListMiddleware::new());
+    }
     builder = match config
         .summarization
         .config()

@@ -79,6 +79,10 @@ pub struct AgentFile {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub max_steps: Option<u32>,
+    /// Give the agent Deep Agents' todo list: the `write_todos` tool, its prompt, and `todos` in the
+    /// thread's state (shown by `trellis serve`'s page). Off by default.
+    #[serde(default)]
+    pub todos: bool,
     /// MCP servers skills can bind with `include_tools: mcp:NAME`.
     #[serde(default)]
     pub mcp: McpSection,
@@ -347,6 +351,7 @@ pub fn resolve_checked(
         system_prompt: file.system_prompt,
         memory_budget_chars: file.memory_budget_chars,
         max_steps: file.max_steps,
+        todos: file.todos,
         permissions: file.permissions,
         summarization: file.summarization,
         limits: file.limits,

@@ -61,6 +61,9 @@ pub struct RunConfig {
     /// `max_steps`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u32>,
+    /// `todos`: the todo list middleware.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub todos: bool,
     /// `[[permissions]]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub permissions: Vec<PermissionSpec>,
@@ -177,6 +180,7 @@ mod tests {
             system_prompt: None,
             memory_budget_chars: None,
             max_steps: None,
+            todos: false,
             permissions: Vec::new(),
             summarization: SummarizationSettings::default(),
             limits: LimitsSettings::default(),

@@ -187,3 +187,8 @@ pub(crate) fn http() -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// The JSON body of the answer to `request`.
+pub(crate) async fn json_of(request: reqwest::RequestBuilder) -> serde_json::Value {
+    request.send().await.unwrap().json().await.unwrap()
+}

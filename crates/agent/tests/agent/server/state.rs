@@ -262,3 +262,45 @@ asyncio.run(main())
     let out = python(&py, &served, &format!("{PRELUDE}{body}")).await;
     assert!(out.starts_with("ok"), "{out}");
 }
+
+/// An agent file with `todos = true` gives the served agent `write_todos`: the todos it writes are
+/// in the thread's values; without it the model is not offered the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn todos_true_gives_the_agent_write_todos_and_its_todos_are_in_the_values() {
+    use serde_json::{Value, json};
+
+    use super::harness::json_of;
+
+    let todos = json!([{"content": "Write the report", "status": "in_progress"}]);
+    let call = json!({"type": "tool_use", "id": "toolu_t", "name": "write_todos", "input": {"todos": todos}});
+    for on in [true, false] {
+        let model = crate::cli::harness::calls_then_done(vec![call.clone()]).await;
+        let dir = tempfile::tempdir().unwrap();
+        let file = if on {
+            format!("todos = true\n{AGENT_FILE}")
+        } else {
+            AGENT_FILE.to_owned()
+        };
+        let served = Served::with_agent_file(dir.path(), &model, None, &file);
+        let c = super::harness::http();
+        let thread: Value = json_of(c.post(format!("{}/threads", served.url)).json(&json!({}))).await;
+        let tid = thread["thread_id"].as_str().unwrap();
+        let body =
+            json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "plan"}]}});
+        let out: Value = json_of(
+            c.post(format!("{}/threads/{tid}/runs/wait", served.url))
+                .json(&body),
+        )
+        .await;
+        let first = model.received_requests().await.unwrap().remove(0);
+        let offered = String::from_utf8_lossy(&first.body).contains("\"write_todos\"");
+        assert_eq!(offered, on, "write_todos offered: {out}");
+        if on {
+            assert_eq!(out["todos"], todos, "{out}");
+            let state: Value = json_of(c.get(format!("{}/threads/{tid}/state", served.url))).await;
+            assert_eq!(state["values"]["todos"], todos, "{state}");
+        } else {
+            assert_eq!(out.get("todos"), None, "{out}");
+        }
+    }
+}
