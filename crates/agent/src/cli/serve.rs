@@ -50,6 +50,9 @@ pub struct ServeArgs {
     /// tokens (as `trellis run --prices`).
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
+    /// Do not serve the web page at `/` (the API alone; `/` is then a 404).
+    #[arg(long)]
+    pub no_ui: bool,
 }
 
 /// `NAME=FILE` or `FILE` → (graph id, file).
@@ -199,6 +202,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         let overrides = crate::usage::Prices::read_overrides(path)?;
         server = server.prices(crate::usage::Prices::default().with(overrides));
     }
+    server = server.ui(!args.no_ui);
     let graphs: Vec<String> = server.graph_ids().map(str::to_owned).collect();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -31,6 +31,7 @@
 //! | [`queue`] | the run queue: one trait, in memory and on PostgreSQL (not used by the routes yet) |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
 //! | [`messages`] | Trellis messages ↔ LangChain message dicts |
+//! | [`ui`] | the web page at `/` (a client of these routes, embedded in the binary) |
 //!
 //! # Scopes: who owns what
 //! | state | belongs to | kept | survives a restart |
@@ -74,6 +75,7 @@ pub mod runs;
 pub mod stream;
 pub mod threads;
 pub mod transfer;
+pub mod ui;
 pub mod update;
 
 use std::collections::BTreeMap;
@@ -128,6 +130,7 @@ pub struct Server {
     body_limit: usize,
     prices: crate::usage::Prices,
     started: chrono::DateTime<chrono::Utc>,
+    ui: bool,
 }
 
 impl Server {
@@ -143,6 +146,7 @@ impl Server {
             body_limit: DEFAULT_BODY_LIMIT,
             prices: crate::usage::Prices::default(),
             started: chrono::Utc::now(),
+            ui: true,
         })
     }
 
@@ -170,6 +174,13 @@ impl Server {
         self
     }
 
+    /// Whether the router serves the web page at `/` ([`ui`]; default on). Off, `/` and `/ui/…`
+    /// are 404 like any unknown route.
+    pub fn ui(mut self, on: bool) -> Self {
+        self.ui = on;
+        self
+    }
+
     /// The graph ids served.
     pub fn graph_ids(&self) -> impl Iterator<Item = &str> {
         self.graphs.keys().map(String::as_str)
@@ -180,12 +191,14 @@ impl Server {
 pub type Shared = Arc<Server>;
 
 /// The routes of the API subset (see docs/server.md for the list and what is not built yet),
-/// with the authentication layer and the body limit.
+/// with the authentication layer and the body limit; and the web page ([`ui`]) unless turned off,
+/// outside the key check (the page asks for a key and sends it with its API calls).
 pub fn router(server: Server) -> Router {
     let keys = server.keys.clone();
     let limit = server.body_limit;
+    let page = server.ui;
     let server: Shared = Arc::new(server);
-    Router::new()
+    let api = Router::new()
         .route("/ok", get(assistants::ok))
         .route("/info", get(assistants::info))
         .route("/assistants/search", post(assistants::search))
@@ -247,5 +260,6 @@ pub fn router(server: Server) -> Router {
         })
         .with_state(server)
         .layer(axum::middleware::from_fn_with_state(keys, auth::authenticate))
-        .layer(DefaultBodyLimit::max(limit))
+        .layer(DefaultBodyLimit::max(limit));
+    if page { ui::routes().merge(api) } else { api }
 }

@@ -192,3 +192,24 @@ pub(crate) fn http() -> reqwest::Client {
 pub(crate) async fn json_of(request: reqwest::RequestBuilder) -> serde_json::Value {
     request.send().await.unwrap().json().await.unwrap()
 }
+
+/// Run `command` (a Node script printing one JSON report on stdout) for up to 180 s; assert it
+/// exits 0, showing its stderr and `served`'s log when not; its report. `what` names it in
+/// failures.
+pub(crate) async fn node_report(mut command: Command, what: &str, served: &Served) -> serde_json::Value {
+    let output = tokio::time::timeout(
+        Duration::from_secs(180),
+        tokio::task::spawn_blocking(move || command.output().expect("node runs")),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{what} finished within 180 s"))
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{what} failed: {stderr}\n--- server\n{}",
+        served.stderr()
+    );
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{what} printed no report ({e}): {stderr}"))
+}

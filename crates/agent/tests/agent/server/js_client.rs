@@ -7,11 +7,10 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::harness::{Served, ls_then_streamed_answer};
+use super::harness::{Served, ls_then_streamed_answer, node_report};
 use crate::support::require_env;
 
 /// Run `use_stream.mjs` against `served`; its JSON report.
@@ -22,21 +21,7 @@ async fn use_stream(modules: &str, served: &Served) -> Value {
         .arg(script)
         .env("TRELLIS_LANGGRAPH_NODE_MODULES", modules)
         .env("URL", &served.url);
-    let output = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::task::spawn_blocking(move || command.output().expect("node runs")),
-    )
-    .await
-    .expect("use_stream.mjs finished within 120 s")
-    .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "use_stream.mjs failed: {stderr}\n--- server\n{}",
-        served.stderr()
-    );
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("use_stream.mjs printed no report ({e}): {stderr}"))
+    node_report(command, "use_stream.mjs", served).await
 }
 
 /// How many different ids the messages in `messages` (a JSON array) have.

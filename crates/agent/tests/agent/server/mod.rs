@@ -5,7 +5,7 @@
 //! axum app ([`mount`]); `command.resume` ([`resume`]) and the run lifecycle — cancel, delete,
 //! multitask strategies, `on_disconnect`, stateless runs ([`lifecycle`]); thread state, history,
 //! updates and copies ([`state`]); files in state, uploads and downloads ([`files`]); run records
-//! with usage and cost ([`run_records`]); and side by side with the reference server, `langgraph dev`
+//! with usage and cost ([`run_records`]); the web page in headless Chromium ([`ui`]); and side by side with the reference server, `langgraph dev`
 //! ([`differential`]). [`harness`] starts the server.
 
 mod differential;
@@ -19,3 +19,4 @@ mod resume;
 mod run_records;
 mod sdk;
 mod state;
+mod ui;

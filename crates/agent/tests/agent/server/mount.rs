@@ -1,6 +1,7 @@
 //! `trellis_agent::server::router` mounted under a prefix of a larger axum app, with a graph of
 //! the app's own (a scripted model, an in-memory checkpointer): the API answers under the prefix,
-//! the app's own routes still answer, and a run's result comes back through `/wait`.
+//! the app's own routes still answer, the web page names the prefix as its `<base>`, and a run's
+//! result comes back through `/wait`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -60,6 +61,13 @@ async fn the_router_mounts_under_a_prefix_of_another_app() {
             .unwrap(),
         "app ok"
     );
+    // The page, with a <base> that points its relative URLs under the prefix.
+    let page = c.get(format!("{base}/agents")).send().await.unwrap();
+    assert_eq!(page.status().as_u16(), 200);
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<base href=\"/agents/\">"), "{html}");
+    let module = c.get(format!("{base}/agents/ui/app.js")).send().await.unwrap();
+    assert_eq!(module.status().as_u16(), 200);
     let ok: Value = json_of(c.get(format!("{base}/agents/ok"))).await;
     assert_eq!(ok, json!({"ok": true}));
     let assistant: Value = json_of(c.get(format!("{base}/agents/assistants/helper"))).await;

@@ -1,0 +1,182 @@
+// The page's entry: asks for the API key when the server wants one, then wires the thread list,
+// the conversation (streamed runs, approvals) and the side panels (todos, files, runs) to the open
+// thread. The open thread is in the URL's hash (#thread=ID), so a reload reopens it and rejoins
+// its running run.
+import { $, say } from "./dom.js";
+import { call, ApiError } from "./api.js";
+import { currentKey, setKey } from "./key.js";
+import { Conversation } from "./conversation.js";
+import { MessageView } from "./cards.js";
+import { Runner } from "./runner.js";
+import { renderApprovals } from "./approvals.js";
+import { renderTodos } from "./todos.js";
+import { renderFiles, wireFiles } from "./files.js";
+import { loadRuns, subagentsOf } from "./runs.js";
+import { loadThreads, newThread } from "./threads.js";
+
+const conversation = new Conversation();
+const view = new MessageView($("messages"));
+let thread = null; // the open thread's id
+let frame = 0;
+
+/** Redraw the conversation, approvals and panels from the conversation (once per frame). */
+function draw() {
+  if (frame) return;
+  frame = requestAnimationFrame(() => {
+    frame = 0;
+    const interrupt = runner.busy() ? null : conversation.interrupt();
+    view.waiting = new Set((interrupt?.value?.action_requests ?? []).map((_, i) => waitingCall(i)).filter(Boolean));
+    view.render(conversation.messages());
+    renderApprovals($("approvals"), interrupt, resume);
+    renderTodos(conversation.values.todos);
+    renderFiles(thread, conversation.values.files);
+  });
+}
+
+/** The id of the i-th call without a result (the calls an interrupt waits on, in order). */
+function waitingCall(i) {
+  const messages = conversation.messages();
+  const done = new Set(messages.filter((m) => m.type === "tool").map((m) => m.tool_call_id));
+  const open = messages.flatMap((m) => m.tool_calls ?? []).filter((c) => !done.has(c.id));
+  return open[i]?.id;
+}
+
+const runner = new Runner(conversation, draw, async (error) => {
+  $("run-error").textContent = error ? `The run failed: ${error.detail ?? error.message}` : "";
+  busy(false);
+  await refresh();
+});
+
+/** Show whether a run is being followed. */
+function busy(on) {
+  $("send").disabled = on;
+  $("stop").hidden = !on;
+  say(on ? "Running…" : "");
+}
+
+/** Reload the open thread's state, its runs and the thread list. */
+async function refresh() {
+  if (thread && !runner.busy()) {
+    const state = await call("GET", `/threads/${thread}/state`);
+    conversation.setValues(state.values);
+    if (state.interrupts?.length && !conversation.values.__interrupt__) {
+      conversation.values.__interrupt__ = state.interrupts;
+    }
+  }
+  const runs = thread ? await loadRuns(thread) : [];
+  view.subagents = subagentsOf(runs);
+  draw();
+  await listThreads();
+  return runs;
+}
+
+const listThreads = () => loadThreads(thread, openThread, removed);
+
+/** Open thread `id` (or none): its state, panels, and its running run if any. */
+async function openThread(id) {
+  runner.detach();
+  thread = id;
+  history.replaceState(null, "", id ? `#thread=${id}` : "#");
+  conversation.reset();
+  $("run-error").textContent = "";
+  $("thread-title").textContent = id ? `Thread ${id}` : "No thread selected.";
+  const runs = await refresh();
+  const going = runs.find((r) => r.status === "running") ?? runs.find((r) => r.status === "pending");
+  if (id && going) {
+    busy(true);
+    await runner.join(id, going.run_id);
+  }
+}
+
+function removed(id) {
+  if (id === thread) openThread(null);
+  else listThreads();
+}
+
+/** Send the message box's text as a new run (on a new thread when none is open). */
+async function send() {
+  const text = $("composer-text").value.trim();
+  if (!text || runner.busy()) return;
+  if (!thread) await openThread(await newThread(text.slice(0, 60), $("graph").value));
+  const message = { type: "human", content: text, id: crypto.randomUUID() };
+  $("composer-text").value = "";
+  conversation.addLocal(message);
+  draw();
+  busy(true);
+  await runner.start(thread, { assistant_id: $("graph").value, input: { messages: [message] } });
+}
+
+/** Send the approvals' decisions as `command.resume`. */
+async function resume(answer) {
+  if (runner.busy()) return;
+  conversation.values.__interrupt__ = undefined;
+  busy(true);
+  draw();
+  await runner.start(thread, { assistant_id: $("graph").value, command: { resume: answer } });
+}
+
+/** Check the key (401: ask for one), then load the graphs and the threads. */
+async function boot() {
+  try {
+    await call("GET", "/info");
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) {
+      $("key-error").textContent = currentKey() ? "That key was refused." : "";
+      $("key-form").hidden = false;
+      $("app").hidden = true;
+      $("key-input").focus();
+      return;
+    }
+    throw e;
+  }
+  $("key-form").hidden = true;
+  $("app").hidden = false;
+  $("change-key").hidden = !currentKey();
+  const assistants = await call("POST", "/assistants/search", { limit: 100 });
+  $("graph").replaceChildren(...assistants.map((a) => new Option(a.graph_id, a.graph_id)));
+  const id = new URLSearchParams(location.hash.slice(1)).get("thread");
+  try {
+    await openThread(id);
+  } catch (e) {
+    if (!(e instanceof ApiError && e.status === 404)) throw e;
+    await openThread(null); // not a thread of this key's user
+    say("That thread does not exist for this key.");
+  }
+}
+
+$("key-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  setKey($("key-input").value.trim());
+  $("key-input").value = "";
+  boot();
+});
+$("change-key").addEventListener("click", () => {
+  setKey(null);
+  runner.detach();
+  thread = null;
+  history.replaceState(null, "", "#");
+  boot();
+});
+$("composer").addEventListener("submit", (event) => {
+  event.preventDefault();
+  send();
+});
+$("composer-text").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+    event.preventDefault();
+    send();
+  }
+});
+$("stop").addEventListener("click", () => runner.cancel().catch((e) => say(`Stop failed: ${e.message}`)));
+$("new-thread").addEventListener("click", async () => {
+  if (runner.busy()) runner.detach();
+  await openThread(await newThread("New thread", $("graph").value));
+  $("composer-text").focus();
+});
+$("thread-search").addEventListener("submit", (event) => {
+  event.preventDefault();
+  listThreads().catch((e) => say(`Search failed: ${e.message}`));
+});
+wireFiles(() => thread, refresh);
+
+boot().catch((e) => say(`Cannot reach the server: ${e.message}`));

@@ -1,0 +1,88 @@
+// The conversation of the open thread: the thread's last `values` (authoritative, from the state
+// or a stream's `values` event) plus what is still streaming (token deltas of a reply and tool
+// results of the `messages-tuple` mode, and the message the user just sent), kept by message id.
+// A streamed message whose id is in the values is dropped, so a message never shows twice, and a
+// stream replayed from its start after a reload rebuilds what the page had missed exactly once.
+
+export class Conversation {
+  constructor() {
+    this.reset();
+  }
+
+  /** Forget everything (another thread was opened). */
+  reset() {
+    this.values = { messages: [] };
+    this.streaming = new Map();
+  }
+
+  /** The ids in the values. */
+  known() {
+    return new Set((this.values.messages ?? []).map((m) => m.id));
+  }
+
+  /** A `values` event or a state's values: they replace what streamed for the same messages. */
+  setValues(values) {
+    this.values = values && typeof values === "object" ? values : { messages: [] };
+    const known = this.known();
+    for (const id of [...this.streaming.keys()]) if (known.has(id)) this.streaming.delete(id);
+  }
+
+  /** The user's message, shown before the server has saved it (same id: the server keeps it). */
+  addLocal(message) {
+    this.streaming.set(message.id, message);
+  }
+
+  /** One `messages` event's message: an AIMessageChunk delta or a whole (tool) message. */
+  chunk(message) {
+    if (!message || !message.id || this.known().has(message.id)) return;
+    if (message.type !== "AIMessageChunk") {
+      this.streaming.set(message.id, message);
+      return;
+    }
+    let reply = this.streaming.get(message.id);
+    if (!reply) {
+      reply = { id: message.id, type: "ai", content: "", tool_calls: [], partial: true };
+      this.streaming.set(message.id, reply);
+    }
+    if (typeof message.content === "string") reply.content += message.content;
+    for (const piece of message.tool_call_chunks ?? []) {
+      let call = reply.tool_calls[piece.index ?? reply.tool_calls.length];
+      if (!call) {
+        call = { id: null, name: "", argsText: "", args: {} };
+        reply.tool_calls[piece.index ?? reply.tool_calls.length] = call;
+      }
+      if (piece.id) call.id = piece.id;
+      if (piece.name) call.name = piece.name;
+      if (piece.args) {
+        call.argsText += piece.args;
+        try {
+          call.args = JSON.parse(call.argsText);
+        } catch {
+          call.args = call.argsText; // still arriving
+        }
+      }
+    }
+  }
+
+  /** Every message to show, in order: the values', then what is still streaming. */
+  messages() {
+    const known = this.known();
+    const rest = [...this.streaming.values()].filter((m) => !known.has(m.id));
+    return [...(this.values.messages ?? []), ...rest];
+  }
+
+  /** The interrupt the thread waits on, from the values (`__interrupt__`), or null. */
+  interrupt() {
+    const list = this.values.__interrupt__;
+    return Array.isArray(list) && list.length ? list[0] : null;
+  }
+}
+
+/** The text of a message's content: a string, or the text of its blocks. */
+export function textOf(content) {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return content
+    .map((block) => (typeof block === "string" ? block : block?.text ?? ""))
+    .join("");
+}

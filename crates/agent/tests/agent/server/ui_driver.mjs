@@ -1,0 +1,232 @@
+// The browser tests of the page `trellis serve` serves at `/`: Debian's Chromium, headless, driven
+// by playwright-core (pinned by `cargo xtask`), against a real `trellis serve` whose model is a
+// scripted mock (ui.rs). One scenario per run: `node ui_driver.mjs SCENARIO`. It fails (exit 1,
+// the reason on stderr) when the page does not show what the scenario expects, and prints one
+// JSON report on stdout for the Rust side's own assertions. Screenshots of the panels go to SHOTS.
+//
+// Environment: TRELLIS_UI_NODE_MODULES (node_modules with playwright-core), TRELLIS_CHROMIUM (the
+// browser), URL (the server), SHOTS (a folder), KEYS (for `users`: "KEY_A KEY_B").
+import { createRequire } from "node:module";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+
+const require = createRequire(path.join(process.env.TRELLIS_UI_NODE_MODULES, "noop.js"));
+const { chromium } = require("playwright-core");
+
+const URL = process.env.URL;
+const SHOTS = process.env.SHOTS;
+const scenario = process.argv[2];
+const TIMEOUT = 30_000;
+
+/** Fail the scenario with `message` unless `condition`. */
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+/** Chromium as the closed network needs it: no first-run, no background traffic, no QUIC. */
+async function launch() {
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), "trellis-ui-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.TRELLIS_CHROMIUM,
+    headless: true,
+    acceptDownloads: true,
+    viewport: { width: 1280, height: 860 },
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+  });
+  context.setDefaultTimeout(TIMEOUT);
+  const page = context.pages()[0] ?? (await context.newPage());
+  const problems = [];
+  // A 401 or 404 answer is logged by the browser as a failed resource; the page handles those.
+  page.on("console", (m) => m.type() === "error" && !m.text().startsWith("Failed to load resource") && problems.push(`console: ${m.text()}`));
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  // The page may reach nothing but the server.
+  page.on("request", (r) => r.url().startsWith(URL) || r.url().startsWith("blob:") || problems.push(`request to ${r.url()}`));
+  return { context, page, problems, profile };
+}
+
+/** A screenshot of `selector` as SHOTS/NAME.png. */
+async function shot(page, selector, name) {
+  await page.locator(selector).first().screenshot({ path: path.join(SHOTS, `${name}.png`) });
+}
+
+/** Type `text` in the message box and send it with the keyboard (Ctrl+Enter). */
+async function send(page, text) {
+  await page.locator("#composer-text").fill(text);
+  await page.locator("#composer-text").press("Control+Enter");
+}
+
+/** The page's conversation: each message item's role and text, and each card. */
+async function transcript(page) {
+  return page.locator("#messages").evaluate((list) =>
+    [...list.children].map((li) => ({
+      id: li.dataset.id,
+      role: li.className,
+      text: li.querySelector(".text")?.textContent ?? "",
+      cards: [...li.querySelectorAll(".card")].map((c) => ({
+        tool: c.dataset.tool,
+        status: c.querySelector(".badge")?.textContent,
+        args: c.querySelector(".args")?.textContent,
+        result: c.querySelector(".result")?.textContent ?? null,
+      })),
+    })),
+  );
+}
+
+/** Wait until the run is over (the Send button is enabled again). */
+const idle = (page) => page.locator("#send:enabled").waitFor();
+
+const scenarios = {
+  /** Send a message with the keyboard; the answer streams in; thread list, runs panel. */
+  async stream(page) {
+    await page.goto(URL);
+    await page.locator("#composer-text").waitFor();
+    await send(page, "S-STREAM hello");
+    await page.locator(".msg-ai .text", { hasText: "Streamed answer." }).waitFor();
+    await idle(page);
+    await page.locator("#runs tbody tr[data-status=success]").waitFor();
+    const messages = await transcript(page);
+    await shot(page, ".conversation", "conversation");
+    await shot(page, ".threads", "threads");
+    await shot(page, "#runs-panel", "runs");
+    const threads = await page.locator("#thread-list .thread").count();
+    const usage = await page.locator("#usage-total").textContent();
+    return { messages, threads, usage };
+  },
+
+  /** Two calls wait; approve one, reject the other with a reason; both results show. */
+  async approvals(page) {
+    await page.goto(URL);
+    await send(page, "S-APPROVE write and list");
+    const form = page.locator("form.approvals");
+    await form.waitFor();
+    const waiting = await form.locator("fieldset").evaluateAll((fs) => fs.map((f) => f.dataset.tool));
+    await shot(page, ".conversation", "approvals");
+    // First call: approve (the default). Second: reject with a reason.
+    const second = form.locator("fieldset").nth(1);
+    await second.getByLabel("Reject", { exact: true }).check();
+    await second.getByLabel("Reason or answer (Reject, Respond)").fill("not this time");
+    await form.getByRole("button", { name: "Send decisions" }).click();
+    await page.locator(".msg-ai .text", { hasText: "Both calls handled." }).waitFor();
+    await idle(page);
+    const messages = await transcript(page);
+    await shot(page, ".conversation", "cards");
+    return { waiting, messages, approvalsLeft: await page.locator("form.approvals").count() };
+  },
+
+  /** A todo goes from in progress to completed while the run streams. */
+  async todos(page) {
+    await page.goto(URL);
+    await send(page, "S-TODOS plan it");
+    const seen = [];
+    await page.locator("#todos li[data-status=in_progress]").waitFor();
+    seen.push(await page.locator("#todos li").first().getAttribute("data-status"));
+    await page.locator("#todos li[data-status=completed]").waitFor();
+    seen.push(await page.locator("#todos li").first().getAttribute("data-status"));
+    await idle(page);
+    await shot(page, "#todos-panel", "todos");
+    return { seen, text: await page.locator("#todos").textContent() };
+  },
+
+  /** Upload a CSV, the agent reads it and writes a summary, which is downloaded. */
+  async files(page) {
+    await page.goto(URL);
+    await page.getByRole("button", { name: "New thread" }).click();
+    await page.locator("#thread-title", { hasText: "Thread " }).waitFor();
+    await page.locator("#upload-input").setInputFiles({
+      name: "data.csv",
+      mimeType: "text/csv",
+      buffer: Buffer.from("region,sales\nnorth,10\nsouth,20\neast,30\n"),
+    });
+    await page.getByRole("button", { name: "Upload", exact: true }).click();
+    await page.locator('#files li[data-path="/uploads/data.csv"]').waitFor();
+    await send(page, "S-FILES summarize the upload");
+    await page.locator('#files li[data-path="/summary.txt"]').waitFor();
+    await idle(page);
+    await page.getByRole("button", { name: "View /uploads/data.csv" }).click();
+    const viewed = await page.locator("#file-view-text").textContent();
+    await shot(page, "#files-panel", "files");
+    const [download] = await Promise.all([
+      page.waitForEvent("download"),
+      page.getByRole("button", { name: "Download /summary.txt" }).click(),
+    ]);
+    const saved = fs.readFileSync(await download.path(), "utf8");
+    return { viewed, downloaded: saved, name: download.suggestedFilename() };
+  },
+
+  /** Reload while the run waits for the model; the page rejoins it; nothing missed or repeated. */
+  async reload(page) {
+    await page.goto(URL);
+    await send(page, "S-SLOW look then answer");
+    // The ls call has its result: the run now waits seconds for the model's next reply.
+    await page.locator('.card[data-tool="ls"] .result').waitFor();
+    const before = await transcript(page);
+    await page.reload();
+    // Record every render after the reload until the answer is there.
+    const renders = [];
+    for (let i = 0; i < 600; i++) {
+      const now = await transcript(page);
+      renders.push(now);
+      if (now.some((m) => m.text.includes("Final answer after the wait."))) break;
+      await page.waitForTimeout(50);
+    }
+    await idle(page);
+    const after = await transcript(page);
+    for (const render of renders) {
+      const ids = render.map((m) => m.id);
+      check(new Set(ids).size === ids.length, `a message shown twice: ${JSON.stringify(render)}`);
+    }
+    return { before, after, renders: renders.length, url: page.url() };
+  },
+
+  /** With keys: the page asks for one; the second user sees none of the first user's threads. */
+  async users(page) {
+    const [first, second] = process.env.KEYS.split(" ");
+    await page.goto(URL);
+    await page.locator("#key-form").waitFor();
+    await shot(page, "#key-form", "key");
+    await page.getByLabel("API key").fill(first);
+    await page.getByRole("button", { name: "Use key" }).click();
+    await send(page, "S-STREAM from the first user");
+    await page.locator(".msg-ai .text", { hasText: "Streamed answer." }).waitFor();
+    await idle(page);
+    const firstThreads = await page.locator("#thread-list .thread").count();
+    const firstUrl = page.url();
+    await page.getByRole("button", { name: "Change API key" }).click();
+    await page.getByLabel("API key").fill(second);
+    await page.getByRole("button", { name: "Use key" }).click();
+    await page.locator("#thread-list li.muted", { hasText: "No threads." }).waitFor();
+    const secondThreads = await page.locator("#thread-list .thread").count();
+    // The first user's thread, opened by its address with the second key: not there.
+    await page.goto(firstUrl);
+    await page.reload();
+    await page.locator("#status", { hasText: "does not exist" }).waitFor();
+    const shown = await transcript(page);
+    return { firstThreads, secondThreads, shown };
+  },
+};
+
+const { context, page, problems, profile } = await launch();
+let report;
+try {
+  check(scenarios[scenario], `unknown scenario ${scenario}`);
+  report = await scenarios[scenario](page);
+  check(!problems.length, `the page had problems: ${problems.join("; ")}`);
+} catch (e) {
+  const html = await page.content().catch(() => "");
+  console.error(`${scenario}: ${e.stack}\nproblems: ${problems.join("\n")}\n--- page\n${html.slice(0, 20000)}`);
+  process.exitCode = 1;
+} finally {
+  await context.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+}
+if (report) console.log(JSON.stringify(report));
