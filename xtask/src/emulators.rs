@@ -131,6 +131,13 @@ pub fn contract_env(layout: &Layout) -> Vec<(&'static str, String)> {
             "TRELLIS_LANGGRAPH_NODE_MODULES",
             install::node_modules(layout).display().to_string(),
         ),
+        // The same node_modules hold playwright-core, and the browser it drives, for the browser
+        // tests of `trellis serve`'s page.
+        (
+            "TRELLIS_UI_NODE_MODULES",
+            install::node_modules(layout).display().to_string(),
+        ),
+        ("TRELLIS_CHROMIUM", install::CHROMIUM.to_string()),
     ]
 }
 
@@ -554,6 +561,8 @@ mod tests {
                 "TRELLIS_REFERENCE_PYTHON",
                 "TRELLIS_ACP_NODE_MODULES",
                 "TRELLIS_LANGGRAPH_NODE_MODULES",
+                "TRELLIS_UI_NODE_MODULES",
+                "TRELLIS_CHROMIUM",
             ]
         );
         Ok(())

@@ -2,8 +2,9 @@
 //! fake-gcs-server wheel, the MCP SDK, the LangGraph SDK, the OpenTelemetry protobuf definitions), a
 //! second venv with the reference Agent Server (`langgraph dev` and Deep Agents) for the `trellis
 //! serve` differential test, and a node folder (azurite; the ACP TypeScript SDK and ajv for the
-//! `trellis acp` tests; the LangGraph JS client and React for the `useStream` test). A pinned version
-//! that is already installed is not installed again.
+//! `trellis acp` tests; the LangGraph JS client and React for the `useStream` test; playwright-core
+//! for the browser tests of `trellis serve`'s page), and Debian's `chromium` (apt-get, when missing)
+//! that those tests drive. A pinned version that is already installed is not installed again.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -116,6 +117,14 @@ pub fn ensure_all(layout: &Layout, timings: &mut Timings) -> Result<()> {
     ensure_azurite(layout, timings)?;
     ensure_acp_client(layout, timings)?;
     ensure_langgraph_js_client(layout, timings)?;
+    ensure_npm(
+        layout,
+        timings,
+        PLAYWRIGHT_PACKAGE,
+        PLAYWRIGHT_VERSION,
+        &node_modules(layout).join(PLAYWRIGHT_PACKAGE).join("index.js"),
+    )?;
+    ensure_chromium(layout, timings)?;
     ensure_bubblewrap(layout, timings)?;
     crate::postgres::ensure_installed(layout, timings)?;
     Ok(())
@@ -151,6 +160,35 @@ pub(crate) fn apt_install(layout: &Layout, package: &str) -> Result<()> {
         &format!("apt-get install {package}"),
         None,
     )
+}
+
+/// The browser tests of `trellis serve`'s page drive Chromium with playwright-core (the library
+/// alone: it downloads no browser; the tests launch Debian's).
+const PLAYWRIGHT_PACKAGE: &str = "playwright-core";
+const PLAYWRIGHT_VERSION: &str = "1.65.2";
+
+/// The browser the page's tests run (Debian package `chromium`).
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Debian's `chromium` for the page's browser tests: installed with apt-get when missing and this
+/// runs as root (as on CI); otherwise the fix is printed.
+fn ensure_chromium(layout: &Layout, timings: &mut Timings) -> Result<()> {
+    if Path::new(CHROMIUM).is_file() {
+        timings.note("install: chromium", "already there");
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "the browser tests of `trellis serve`'s page need Chromium at {CHROMIUM}: install it (`sudo apt-get install -y chromium`) and run again"
+        );
+    }
+    let start = Instant::now();
+    apt_install(layout, "chromium")?;
+    if !Path::new(CHROMIUM).is_file() {
+        bail!("after apt-get install chromium, there is still no {CHROMIUM}");
+    }
+    timings.since("install: chromium", start);
+    Ok(())
 }
 
 /// The sandbox tests run commands under `bwrap` (Debian package `bubblewrap`). Installed with
@@ -287,7 +325,8 @@ const AJV_PACKAGE: &str = "ajv";
 const AJV_VERSION: &str = "8.20.0";
 
 /// The `node_modules` every npm package above goes into: the tests find the ACP SDK and ajv there
-/// (`TRELLIS_ACP_NODE_MODULES`) and the LangGraph JS client (`TRELLIS_LANGGRAPH_NODE_MODULES`).
+/// (`TRELLIS_ACP_NODE_MODULES`), the LangGraph JS client (`TRELLIS_LANGGRAPH_NODE_MODULES`) and
+/// playwright-core (`TRELLIS_UI_NODE_MODULES`).
 pub fn node_modules(layout: &Layout) -> PathBuf {
     layout.node_dir().join("node_modules")
 }
