@@ -61,6 +61,17 @@ impl wiremock::Respond for Script {
                 _ => text("Both calls handled."),
             };
         }
+        // The parent's requests name the scenario; the subagent's carry only the task text.
+        if body.contains("S-TASK") {
+            let task = json!({"description": "S-SUB count the rows", "subagent_type": "general-purpose"});
+            return match step {
+                0 => calls(vec![tool_use("toolu_task", "task", task)]),
+                _ => text("The subagent answered."),
+            };
+        }
+        if body.contains("S-SUB") {
+            return text("There are 3 rows.");
+        }
         if body.contains("S-TODOS") {
             return match step {
                 0 => todo("in_progress"),
@@ -171,6 +182,11 @@ async fn a_message_is_sent_and_its_answer_streams_in() {
         report["usage"].as_str().unwrap().contains("1 run, 1 model calls"),
         "{report:#}"
     );
+    assert_eq!(
+        report["audit"],
+        json!([]),
+        "labels, names and contrast: {report:#}"
+    );
     for name in ["conversation", "threads", "runs"] {
         assert!(is_png(&shots.join(format!("{name}.png"))), "{name}.png");
     }
@@ -190,6 +206,11 @@ async fn one_call_is_approved_and_another_rejected_with_a_reason() {
     };
     assert_eq!(report["waiting"], json!(["write_file", "ls"]), "{report:#}");
     assert_eq!(report["approvalsLeft"], 0, "{report:#}");
+    assert_eq!(
+        report["audit"],
+        json!([]),
+        "labels, names and contrast: {report:#}"
+    );
     let messages = report["messages"].as_array().unwrap();
     let cards: Vec<&Value> = messages
         .iter()
@@ -210,6 +231,30 @@ async fn one_call_is_approved_and_another_rejected_with_a_reason() {
     let last = model.received_requests().await.unwrap().pop().unwrap();
     assert!(String::from_utf8_lossy(&last.body).contains("not this time"));
     assert!(is_png(&shots.join("approvals.png")) && is_png(&shots.join("cards.png")));
+}
+
+/// A `task` call's card carries the subagent's run record: its type, status and usage; the
+/// subagent's answer is the card's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_card_shows_its_subagents_run() {
+    let model = scripted_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path(), &model, None);
+    let shots = shots(dir.path());
+    let Some(report) = drive("subagent", &served, &shots, None).await else {
+        return;
+    };
+    let subagent = report["subagent"].as_str().unwrap();
+    assert!(subagent.contains("general-purpose"), "{report:#}");
+    assert!(subagent.contains("success, "), "{report:#}");
+    assert!(subagent.contains("1 model calls"), "{report:#}");
+    let card = &report["messages"][1]["cards"][0];
+    assert_eq!(card["tool"], "task", "{report:#}");
+    assert!(
+        card["result"].as_str().unwrap().contains("There are 3 rows."),
+        "{report:#}"
+    );
+    assert!(is_png(&shots.join("subagent.png")));
 }
 
 /// The todos panel shows the agent's todo (an agent file with `todos = true`) in progress, then

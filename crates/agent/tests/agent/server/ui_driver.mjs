@@ -82,6 +82,48 @@ async function transcript(page) {
   );
 }
 
+/**
+ * What keyboard and screen-reader users would miss, and WCAG AA contrast: every visible form
+ * field has a label, every button a name, and every visible text is at least 4.5:1 against the
+ * background it is drawn on. Returns the problems found.
+ */
+async function audit(page) {
+  return page.evaluate(() => {
+    const problems = [];
+    for (const el of document.querySelectorAll("input, textarea, select")) {
+      if (!el.checkVisibility()) continue;
+      if (!el.labels?.length && !el.getAttribute("aria-label")) problems.push(`unlabelled ${el.outerHTML.slice(0, 80)}`);
+    }
+    for (const el of document.querySelectorAll("button")) {
+      if (!el.textContent.trim() && !el.getAttribute("aria-label")) problems.push(`unnamed ${el.outerHTML.slice(0, 80)}`);
+    }
+    const parse = (c) => (c.match(/[\d.]+/g) ?? []).map(Number);
+    const luminance = (rgb) => {
+      const [r, g, b] = rgb.map((v) => {
+        v /= 255;
+        return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+      });
+      return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    };
+    const background = (el) => {
+      for (let e = el; e; e = e.parentElement) {
+        const c = parse(getComputedStyle(e).backgroundColor);
+        if (c.length === 3 || (c.length === 4 && c[3] > 0)) return c.slice(0, 3);
+      }
+      return [255, 255, 255];
+    };
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const el = node.parentElement;
+      if (!node.textContent.trim() || !el.checkVisibility()) continue;
+      const [hi, lo] = [luminance(parse(getComputedStyle(el).color).slice(0, 3)), luminance(background(el))].sort((a, b) => b - a);
+      const ratio = (hi + 0.05) / (lo + 0.05);
+      if (ratio < 4.5) problems.push(`contrast ${ratio.toFixed(2)}:1 of "${node.textContent.trim().slice(0, 40)}"`);
+    }
+    return problems;
+  });
+}
+
 /** Wait until the run is over (the Send button is enabled again). */
 const idle = (page) => page.locator("#send:enabled").waitFor();
 
@@ -90,7 +132,12 @@ const scenarios = {
   async stream(page) {
     await page.goto(URL);
     await page.locator("#composer-text").waitFor();
-    await send(page, "S-STREAM hello");
+    // Keyboard only: the first Tab reaches the skip link, which leads to the message box.
+    await page.keyboard.press("Tab");
+    await page.keyboard.press("Enter");
+    check(await page.evaluate(() => document.activeElement?.id) === "composer-text", "the skip link leads to the message box");
+    await page.keyboard.type("S-STREAM hello");
+    await page.keyboard.press("Control+Enter");
     await page.locator(".msg-ai .text", { hasText: "Streamed answer." }).waitFor();
     await idle(page);
     await page.locator("#runs tbody tr[data-status=success]").waitFor();
@@ -100,7 +147,7 @@ const scenarios = {
     await shot(page, "#runs-panel", "runs");
     const threads = await page.locator("#thread-list .thread").count();
     const usage = await page.locator("#usage-total").textContent();
-    return { messages, threads, usage };
+    return { messages, threads, usage, audit: await audit(page) };
   },
 
   /** Two calls wait; approve one, reject the other with a reason; both results show. */
@@ -110,6 +157,7 @@ const scenarios = {
     const form = page.locator("form.approvals");
     await form.waitFor();
     const waiting = await form.locator("fieldset").evaluateAll((fs) => fs.map((f) => f.dataset.tool));
+    const problems = await audit(page);
     await shot(page, ".conversation", "approvals");
     // First call: approve (the default). Second: reject with a reason.
     const second = form.locator("fieldset").nth(1);
@@ -120,7 +168,18 @@ const scenarios = {
     await idle(page);
     const messages = await transcript(page);
     await shot(page, ".conversation", "cards");
-    return { waiting, messages, approvalsLeft: await page.locator("form.approvals").count() };
+    return { waiting, messages, approvalsLeft: await page.locator("form.approvals").count(), audit: problems };
+  },
+
+  /** A `task` call's card shows the subagent's run record under it. */
+  async subagent(page) {
+    await page.goto(URL);
+    await send(page, "S-TASK delegate the count");
+    await page.locator(".msg-ai .text", { hasText: "The subagent answered." }).waitFor();
+    await idle(page);
+    await page.locator('.card[data-tool="task"] .subagent').waitFor();
+    await shot(page, '.card[data-tool="task"]', "subagent");
+    return { messages: await transcript(page), subagent: await page.locator(".subagent").textContent() };
   },
 
   /** A todo goes from in progress to completed while the run streams. */
