@@ -41,7 +41,12 @@ function waitingCall(i) {
   return open[i]?.id;
 }
 
-const runner = new Runner(conversation, draw, async (error) => {
+/** The open thread's runs, again (a run started: its record shows as running). */
+async function reloadRuns() {
+  if (thread) view.subagents = subagentsOf(await loadRuns(thread));
+}
+
+const runner = new Runner(conversation, draw, () => reloadRuns().catch(() => {}), async (error) => {
   $("run-error").textContent = error ? `The run failed: ${error.detail ?? error.message}` : "";
   busy(false);
   await refresh();
@@ -75,6 +80,7 @@ const listThreads = () => loadThreads(thread, openThread, removed);
 /** Open thread `id` (or none): its state, panels, and its running run if any. */
 async function openThread(id) {
   runner.detach();
+  busy(false);
   thread = id;
   history.replaceState(null, "", id ? `#thread=${id}` : "#");
   conversation.reset();

@@ -7,9 +7,17 @@ import { h, fill, pretty } from "./dom.js";
 
 const LABELS = { approve: "Approve", edit: "Edit arguments", reject: "Reject", respond: "Respond" };
 
-/** Show `interrupt` (or nothing when null) in `box`; `send(resume)` sends the decisions. */
+/**
+ * Show `interrupt` (or nothing when null) in `box`; `send(resume)` sends the decisions. The form
+ * of an interrupt already shown is left as it is, so a redraw never loses what was typed.
+ */
 export function renderApprovals(box, interrupt, send) {
-  if (!interrupt) return fill(box);
+  if (!interrupt) {
+    delete box.dataset.interrupt;
+    return fill(box);
+  }
+  if (box.dataset.interrupt === interrupt.id) return;
+  box.dataset.interrupt = interrupt.id;
   const requests = interrupt.value?.action_requests ?? [];
   const reviews = interrupt.value?.review_configs ?? [];
   const rows = requests.map((request, i) => row(request, reviews[i], i));

@@ -11,12 +11,14 @@ const REJOINS = 3;
 
 export class Runner {
   /**
-   * `conversation`: the Conversation to feed; `changed()` after every event; `ended(error)` when
-   * the run's stream ends (error: the run's `error` event or a failure, else null).
+   * `conversation`: the Conversation to feed; `changed()` after every event; `started()` once the
+   * run's id is known; `ended(error)` when the run's stream ends (error: the run's `error` event
+   * or a failure, else null). A run that was detached from ends silently.
    */
-  constructor(conversation, changed, ended) {
+  constructor(conversation, changed, started, ended) {
     this.conversation = conversation;
     this.changed = changed;
+    this.started = started;
     this.ended = ended;
     this.active = null; // {thread, run, last, abort}
   }
@@ -29,7 +31,8 @@ export class Runner {
   /** Start a run on `thread` with `body` (input or command, assistant_id) and follow it. */
   async start(thread, body) {
     const abort = new AbortController();
-    this.active = { thread, run: null, last: null, abort };
+    const active = { thread, run: null, last: null, abort };
+    this.active = active;
     const request = { ...body, stream_mode: MODES, stream_resumable: true };
     try {
       const response = await raw(`/threads/${thread}/runs/stream`, {
@@ -40,7 +43,7 @@ export class Runner {
       });
       await this.follow(response);
     } catch (e) {
-      return this.finish(e);
+      return this.finish(active, e);
     }
   }
 
@@ -67,29 +70,32 @@ export class Runner {
           if (event.id !== null) active.last = event.id;
           error = this.handle(active, event) ?? error;
         }
-        return this.finish(error);
+        return this.finish(active, error);
       } catch (e) {
-        if (active.abort.signal.aborted || !active.run || e instanceof ApiError) return this.finish(e);
+        if (active.abort.signal.aborted || !active.run || e instanceof ApiError) return this.finish(active, e);
         response = null; // cut: rejoin from the last event seen
       }
     }
-    return this.finish(new Error("the run's stream was cut and could not be rejoined"));
+    return this.finish(active, new Error("the run's stream was cut and could not be rejoined"));
   }
 
   /** One event; returns an error when the run reports one. */
   handle(active, { event, data }) {
-    if (event === "metadata") active.run = data.run_id;
-    else if (event === "values") this.conversation.setValues(data);
+    if (event === "metadata") {
+      active.run = data.run_id;
+      this.started();
+    } else if (event === "values") this.conversation.setValues(data);
     else if (event === "messages" && Array.isArray(data)) this.conversation.chunk(data[0]);
     else if (event === "error") return new Error(`${data.error}: ${data.message}`);
     this.changed();
     return null;
   }
 
-  finish(error) {
-    const aborted = this.active?.abort.signal.aborted;
+  /** `active`'s stream ended; nothing to tell when it was detached (another thread opened). */
+  finish(active, error) {
+    if (this.active !== active || active.abort.signal.aborted) return;
     this.active = null;
-    this.ended(aborted ? null : error);
+    this.ended(error);
   }
 
   /** Ask the server to stop the active run (its stream then ends by itself). */
@@ -102,5 +108,6 @@ export class Runner {
   /** Stop following (another thread was opened); the run goes on on the server. */
   detach() {
     this.active?.abort.abort();
+    this.active = null;
   }
 }

@@ -257,6 +257,53 @@ async fn a_task_card_shows_its_subagents_run() {
     assert!(is_png(&shots.join("subagent.png")));
 }
 
+/// *Stop run* cancels the run while it waits for the model: its record is `interrupted`, the
+/// answer it was waiting for is not shown, the page is ready for the next message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_run_cancels_it() {
+    let model = scripted_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path(), &model, None);
+    let Some(report) = drive("stop", &served, &shots(dir.path()), None).await else {
+        return;
+    };
+    assert_eq!(report["stopHidden"], true, "{report:#}");
+    let texts: Vec<&Value> = report["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["text"])
+        .collect();
+    assert_eq!(
+        texts,
+        [&json!("S-SLOW look then stop"), &json!("Looking first.")],
+        "{report:#}"
+    );
+}
+
+/// The thread list: a thread is found by the start of its id and by `key=value` metadata, and
+/// deleted from the list (and from the server: it is gone after the search reloads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_are_searched_by_id_and_metadata_and_deleted() {
+    let model = scripted_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path(), &model, None);
+    let Some(report) = drive("threads", &served, &shots(dir.path()), None).await else {
+        return;
+    };
+    assert_eq!(report["all"], 2, "{report:#}");
+    assert_eq!(report["byId"], json!([report["first"]]), "{report:#}");
+    assert_eq!(report["byMetadata"], 1, "{report:#}");
+    assert_eq!(report["left"], 1, "{report:#}");
+    let first = report["first"].as_str().unwrap();
+    let gone = http()
+        .get(format!("{}/threads/{first}", served.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(gone.status().as_u16(), 404);
+}
+
 /// The todos panel shows the agent's todo (an agent file with `todos = true`) in progress, then
 /// completed, while the run goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -182,6 +182,42 @@ const scenarios = {
     return { messages: await transcript(page), subagent: await page.locator(".subagent").textContent() };
   },
 
+  /** Stop run cancels the run: its record says interrupted, the page is ready again. */
+  async stop(page) {
+    await page.goto(URL);
+    await send(page, "S-SLOW look then stop");
+    await page.locator('.card[data-tool="ls"] .result').waitFor();
+    await page.getByRole("button", { name: "Stop run" }).click();
+    await idle(page);
+    await page.locator("#runs tbody tr[data-status=interrupted]").waitFor();
+    return { messages: await transcript(page), stopHidden: await page.locator("#stop").isHidden() };
+  },
+
+  /** Threads: two made, found by the start of an id and by metadata, one deleted. */
+  async threads(page) {
+    await page.goto(URL);
+    await send(page, "S-STREAM first thread");
+    await idle(page);
+    const first = new URLSearchParams(new globalThis.URL(page.url()).hash.slice(1)).get("thread");
+    await page.getByRole("button", { name: "New thread" }).click();
+    await page.locator("#thread-list .thread").nth(1).waitFor();
+    const all = await page.locator("#thread-list .thread").count();
+    await page.getByLabel("Search by id or key=value").fill(first.slice(0, 8));
+    await page.getByLabel("Search by id or key=value").press("Enter");
+    await page.locator("#thread-list .thread").nth(1).waitFor({ state: "detached" });
+    const byId = await page.locator("#thread-list .thread").evaluateAll((ts) => ts.map((t) => t.dataset.id));
+    await page.getByLabel("Search by id or key=value").fill("title=New thread");
+    await page.getByRole("button", { name: "Search", exact: true }).click();
+    await page.locator(`#thread-list .thread[data-id="${first}"]`).waitFor({ state: "detached" });
+    const byMetadata = await page.locator("#thread-list .thread").count();
+    await page.getByLabel("Search by id or key=value").fill("");
+    await page.getByRole("button", { name: "Search", exact: true }).click();
+    await page.locator("#thread-list .thread").nth(1).waitFor();
+    await page.getByRole("button", { name: "Delete S-STREAM first thread" }).click();
+    await page.locator(`#thread-list .thread[data-id="${first}"]`).waitFor({ state: "detached" });
+    return { first, all, byId, byMetadata, left: await page.locator("#thread-list .thread").count() };
+  },
+
   /** A todo goes from in progress to completed while the run streams. */
   async todos(page) {
     await page.goto(URL);
