@@ -210,6 +210,9 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     let addr = listener.local_addr()?;
     eprintln!("trellis serve: graphs {}", graphs.join(", "));
     eprintln!("trellis serve: listening on http://{addr}");
+    if !args.no_ui {
+        eprintln!("trellis serve: the web page is at http://{addr}/");
+    }
     axum::serve(listener, server::router(server))
         .with_graceful_shutdown(shutdown())
         .await?;

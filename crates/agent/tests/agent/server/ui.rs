@@ -257,6 +257,37 @@ async fn a_task_card_shows_its_subagents_run() {
     assert!(is_png(&shots.join("subagent.png")));
 }
 
+/// The other decisions: the first call's arguments edited (the file is written where the edit
+/// says, and its card shows the edited arguments) and the second answered with a response (its
+/// result, a success).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_call_is_edited_and_another_answered() {
+    let model = scripted_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::with_agent_file(dir.path(), &model, None, &asks_before_write_and_ls());
+    let Some(report) = drive("edit", &served, &shots(dir.path()), None).await else {
+        return;
+    };
+    let cards = &report["messages"][1]["cards"];
+    assert_eq!(cards[0]["tool"], "write_file", "{report:#}");
+    assert!(
+        cards[0]["args"].as_str().unwrap().contains("/edited.txt"),
+        "{report:#}"
+    );
+    assert!(
+        cards[0]["result"].as_str().unwrap().contains("/edited.txt"),
+        "{report:#}"
+    );
+    assert_eq!(cards[1]["tool"], "ls");
+    assert_eq!(cards[1]["status"], "done", "{report:#}");
+    assert_eq!(cards[1]["result"], "pretend listing", "{report:#}");
+    assert_eq!(
+        report["files"],
+        json!(["/edited.txt"]),
+        "nothing at /notes.txt: {report:#}"
+    );
+}
+
 /// *Stop run* cancels the run while it waits for the model: its record is `interrupted`, the
 /// answer it was waiting for is not shown, the page is ready for the next message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

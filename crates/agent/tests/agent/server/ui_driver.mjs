@@ -182,6 +182,25 @@ const scenarios = {
     return { messages: await transcript(page), subagent: await page.locator(".subagent").textContent() };
   },
 
+  /** The other two decisions: edit one call's arguments, respond to the other with an answer. */
+  async edit(page) {
+    await page.goto(URL);
+    await send(page, "S-APPROVE write and list");
+    const form = page.locator("form.approvals");
+    await form.waitFor();
+    const first = form.locator("fieldset").nth(0);
+    await first.getByLabel("Edit arguments", { exact: true }).check();
+    await first.getByLabel("Arguments (used by Edit)").fill('{"file_path": "/edited.txt", "content": "edited\\n"}');
+    const second = form.locator("fieldset").nth(1);
+    await second.getByLabel("Respond", { exact: true }).check();
+    await second.getByLabel("Reason or answer (Reject, Respond)").fill("pretend listing");
+    await form.getByRole("button", { name: "Send decisions" }).click();
+    await page.locator(".msg-ai .text", { hasText: "Both calls handled." }).waitFor();
+    await idle(page);
+    await page.locator('#files li[data-path="/edited.txt"]').waitFor();
+    return { messages: await transcript(page), files: await page.locator("#files .path").allTextContents() };
+  },
+
   /** Stop run cancels the run: its record says interrupted, the page is ready again. */
   async stop(page) {
     await page.goto(URL);
