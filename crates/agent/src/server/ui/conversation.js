@@ -41,15 +41,19 @@ export class Conversation {
     }
     let reply = this.streaming.get(message.id);
     if (!reply) {
-      reply = { id: message.id, type: "ai", content: "", tool_calls: [], partial: true };
+      reply = { id: message.id, type: "ai", content: "", tool_calls: [], partial: true, calls: new Map() };
       this.streaming.set(message.id, reply);
     }
     if (typeof message.content === "string") reply.content += message.content;
+    // A chunk's `index` is the block's place in the reply (text blocks count too), so calls are
+    // kept by index and listed in the order they started.
     for (const piece of message.tool_call_chunks ?? []) {
-      let call = reply.tool_calls[piece.index ?? reply.tool_calls.length];
+      const index = piece.index ?? reply.calls.size;
+      let call = reply.calls.get(index);
       if (!call) {
         call = { id: null, name: "", argsText: "", args: {} };
-        reply.tool_calls[piece.index ?? reply.tool_calls.length] = call;
+        reply.calls.set(index, call);
+        reply.tool_calls.push(call);
       }
       if (piece.id) call.id = piece.id;
       if (piece.name) call.name = piece.name;

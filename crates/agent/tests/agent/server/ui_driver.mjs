@@ -216,6 +216,7 @@ const scenarios = {
   async threads(page) {
     await page.goto(URL);
     await send(page, "S-STREAM first thread");
+    await page.locator(".msg-ai .text", { hasText: "Streamed answer." }).waitFor();
     await idle(page);
     const first = new URLSearchParams(new globalThis.URL(page.url()).hash.slice(1)).get("thread");
     await page.getByRole("button", { name: "New thread" }).click();
