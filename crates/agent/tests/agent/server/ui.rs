@@ -102,7 +102,7 @@ impl wiremock::Respond for Script {
                     "tool_use",
                 ),
                 // The page is reloaded while the run waits for this reply.
-                _ => text("Final answer after the wait.").set_delay(Duration::from_secs(5)),
+                _ => text("Final answer after the wait.").set_delay(Duration::from_secs(8)),
             };
         }
         ResponseTemplate::new(200)
@@ -419,6 +419,8 @@ async fn a_reload_mid_run_rejoins_without_missing_or_repeating_a_message() {
     // The ids before the reload are the ids after it (the same messages, not copies).
     assert_eq!(field("before", "id")[..], field("after", "id")[..2], "{report:#}");
     assert!(report["url"].as_str().unwrap().contains("#thread="), "{report:#}");
+    // The page rejoined the running run's stream from its start, once.
+    assert_eq!(report["joins"], json!(["-1"]), "{report:#}");
 }
 
 /// With `--api-keys` the page asks for a key; a second user's key sees none of the first user's

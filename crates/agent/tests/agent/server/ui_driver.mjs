@@ -285,6 +285,12 @@ const scenarios = {
     // The ls call has its result: the run now waits seconds for the model's next reply.
     await page.locator('.card[data-tool="ls"] .result').waitFor();
     const before = await transcript(page);
+    const joins = [];
+    page.on("request", (r) => {
+      if (r.method() === "GET" && /\/runs\/[^/]+\/stream$/.test(new globalThis.URL(r.url()).pathname)) {
+        joins.push(r.headers()["last-event-id"] ?? null);
+      }
+    });
     await page.reload();
     // Record every render after the reload until the answer is there.
     const renders = [];
@@ -300,7 +306,7 @@ const scenarios = {
       const ids = render.map((m) => m.id);
       check(new Set(ids).size === ids.length, `a message shown twice: ${JSON.stringify(render)}`);
     }
-    return { before, after, renders: renders.length, url: page.url() };
+    return { before, after, renders: renders.length, url: page.url(), joins };
   },
 
   /** With keys: the page asks for one; the second user sees none of the first user's threads. */
