@@ -41,9 +41,10 @@ function waitingCall(i) {
   return open[i]?.id;
 }
 
-/** The open thread's runs, again (a run started: its record shows as running). */
+/** The open thread's runs and the thread list, again (a run started: both show it running). */
 async function reloadRuns() {
   if (thread) view.subagents = subagentsOf(await loadRuns(thread));
+  await listThreads();
 }
 
 const runner = new Runner(conversation, draw, () => reloadRuns().catch(() => {}), async (error) => {

@@ -73,7 +73,8 @@ export class Runner {
         return this.finish(active, error);
       } catch (e) {
         if (active.abort.signal.aborted || !active.run || e instanceof ApiError) return this.finish(active, e);
-        response = null; // cut: rejoin from the last event seen
+        response = null; // cut: rejoin from the last event seen, after a pause that grows
+        await new Promise((resolve) => setTimeout(resolve, 1000 * (attempt + 1)));
       }
     }
     return this.finish(active, new Error("the run's stream was cut and could not be rejoined"));
