@@ -5,9 +5,10 @@
 //! axum app ([`mount`]); `command.resume` ([`resume`]) and the run lifecycle — cancel, delete,
 //! multitask strategies, `on_disconnect`, stateless runs ([`lifecycle`]); thread state, history,
 //! updates and copies ([`state`]); files in state, uploads and downloads ([`files`]); run records
-//! with usage and cost ([`run_records`]); the web page in headless Chromium ([`ui`]); and side by side with the reference server, `langgraph dev`
+//! with usage and cost ([`run_records`]); the web page in headless Chromium ([`ui`]; its message model under Node, [`ui_model`]; connections dropped by [`cut_proxy`]); and side by side with the reference server, `langgraph dev`
 //! ([`differential`]). [`harness`] starts the server.
 
+mod cut_proxy;
 mod differential;
 mod files;
 mod harness;
@@ -20,3 +21,4 @@ mod run_records;
 mod sdk;
 mod state;
 mod ui;
+mod ui_model;

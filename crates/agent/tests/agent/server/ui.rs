@@ -423,6 +423,53 @@ async fn a_reload_mid_run_rejoins_without_missing_or_repeating_a_message() {
     assert_eq!(report["joins"], json!(["-1"]), "{report:#}");
 }
 
+/// The network drops while the run waits for the model: the page rejoins the run's stream from
+/// the last event id it saw (not from the start) and shows every message once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_connection_is_rejoined_from_the_last_event() {
+    let model = scripted_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut served = Served::start(dir.path(), &model, None);
+    let proxy = super::cut_proxy::CutProxy::start(&served.url).await;
+    served.url = proxy.url.clone();
+    // Once the run waits for the model's second reply, every connection is dropped.
+    let cutter = async {
+        for _ in 0..600 {
+            if model.received_requests().await.unwrap().len() >= 2 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                proxy.cut();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let shots = shots(dir.path());
+    let (report, ()) = tokio::join!(drive("cut", &served, &shots, None), cutter);
+    let Some(report) = report else {
+        return;
+    };
+    let joins = report["joins"].as_array().unwrap();
+    assert!(!joins.is_empty(), "the page rejoined: {report:#}");
+    let id: u64 = joins[0].as_str().unwrap().parse().unwrap();
+    assert!(id > 0, "from the last event seen: {report:#}");
+    let texts: Vec<&Value> = report["after"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["text"])
+        .collect();
+    let want = [
+        "S-SLOW look then answer",
+        "Looking first.",
+        "Final answer after the wait.",
+    ];
+    assert_eq!(
+        texts,
+        want.map(|t| json!(t)).iter().collect::<Vec<_>>(),
+        "{report:#}"
+    );
+}
+
 /// With `--api-keys` the page asks for a key; a second user's key sees none of the first user's
 /// threads, not even by the first thread's address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -493,70 +540,4 @@ async fn the_page_is_served_with_a_strict_policy_and_no_ui_turns_it_off() {
     }
     let ok = c.get(format!("{}/ok", served.url)).send().await.unwrap();
     assert_eq!(ok.status().as_u16(), 200, "the API is still there");
-}
-
-/// The page's message model (`conversation.js`, run under Node without a browser): a reply's
-/// tool call whose chunk index counts a text block before it is kept in a dense list (a hole
-/// there broke every render in the middle of such a reply), and pieces of a message the values
-/// already hold are ignored, so a replayed stream never doubles a message's text.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_conversation_model_keeps_calls_dense_and_ignores_replayed_pieces() {
-    let Some([_]) = env_or_skip(
-        "the_conversation_model_keeps_calls_dense_and_ignores_replayed_pieces",
-        ["TRELLIS_UI_NODE_MODULES"],
-    ) else {
-        return;
-    };
-    let module = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/server/ui/conversation.js");
-    let script = format!(
-        r#"
-import {{ Conversation }} from {module:?};
-const c = new Conversation();
-const chunk = (content, calls = []) => ({{ type: "AIMessageChunk", id: "a", content, tool_call_chunks: calls }});
-c.addLocal({{ id: "h", type: "human", content: "hi" }});
-c.chunk(chunk("Look"));
-c.chunk(chunk("", [{{ index: 1, id: "t1", name: "ls", args: "" }}]));
-c.chunk(chunk("", [{{ index: 1, id: null, name: null, args: '{{"path":' }}]));
-c.chunk(chunk("", [{{ index: 1, id: null, name: null, args: '"/"}}' }}]));
-const during = structuredClone(c.messages().map(({{ calls, ...m }}) => m));
-c.chunk({{ type: "tool", id: "r", tool_call_id: "t1", content: "x" }});
-c.setValues({{ messages: [{{ id: "h", type: "human", content: "hi" }},
-  {{ id: "a", type: "ai", content: "Look", tool_calls: [{{ id: "t1", name: "ls", args: {{ path: "/" }} }}] }}] }});
-c.chunk(chunk("Look"));
-console.log(JSON.stringify({{ during, after: c.messages() }}));
-"#,
-        module = format!("file://{}", module.display())
-    );
-    let output = Command::new("node")
-        .args(["--input-type=module", "-e", &script])
-        .output()
-        .expect("node runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let during = &report["during"];
-    assert_eq!(during[1]["content"], "Look", "{report:#}");
-    assert_eq!(
-        during[1]["tool_calls"],
-        json!([{"id": "t1", "name": "ls", "argsText": "{\"path\":\"/\"}", "args": {"path": "/"}}]),
-        "{report:#}"
-    );
-    let after: Vec<(&Value, &Value)> = report["after"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| (&m["id"], &m["content"]))
-        .collect();
-    assert_eq!(
-        after,
-        [
-            (&json!("h"), &json!("hi")),
-            (&json!("a"), &json!("Look")),
-            (&json!("r"), &json!("x"))
-        ],
-        "{report:#}"
-    );
 }

@@ -309,6 +309,23 @@ const scenarios = {
     return { before, after, renders: renders.length, url: page.url(), joins };
   },
 
+  /** The network drops mid-run: the page rejoins from the last event it saw. */
+  async cut(page) {
+    await page.goto(URL);
+    const joins = [];
+    page.on("request", (r) => {
+      if (r.method() === "GET" && /\/runs\/[^/]+\/stream$/.test(new globalThis.URL(r.url()).pathname)) {
+        joins.push(r.headers()["last-event-id"] ?? null);
+      }
+    });
+    await send(page, "S-SLOW look then answer");
+    await page.locator('.card[data-tool="ls"] .result').waitFor();
+    // ui.rs's proxy drops the connection now; the page has to rejoin to see the answer.
+    await page.locator(".msg-ai .text", { hasText: "Final answer after the wait." }).waitFor();
+    await idle(page);
+    return { joins, after: await transcript(page) };
+  },
+
   /** With keys: the page asks for one; the second user sees none of the first user's threads. */
   async users(page) {
     const [first, second] = process.env.KEYS.split(" ");
