@@ -96,6 +96,15 @@ const REFERENCE_SERVER: [PipPin; 5] = [
     },
 ];
 
+/// schemathesis, the property-based API tester the `/openapi.json` test runs against `trellis
+/// serve` (crates/agent/tests/agent/server/openapi.rs). In a venv of its own, as the reference
+/// server, so its dependency tree (hypothesis, jsonschema, requests, …) moves nothing else.
+const SCHEMATHESIS: PipPin = PipPin {
+    dist: "schemathesis",
+    spec: "schemathesis==4.32.5",
+    version: "4.32.5",
+};
+
 /// 3.35.0 is the newest azurite that runs on Node 20 (3.36 wants Node >= 21).
 const AZURITE_PACKAGE: &str = "azurite";
 const AZURITE_VERSION: &str = "3.35.0";
@@ -113,6 +122,8 @@ pub fn ensure_all(layout: &Layout, timings: &mut Timings) -> Result<()> {
     ensure_venv(layout, &layout.reference_venv(), timings)?;
     let reference: Vec<&PipPin> = REFERENCE_SERVER.iter().collect();
     ensure_pip(layout, &layout.reference_venv(), &reference, timings)?;
+    ensure_venv(layout, &layout.schemathesis_venv(), timings)?;
+    ensure_pip(layout, &layout.schemathesis_venv(), &[&SCHEMATHESIS], timings)?;
     ensure_azurite(layout, timings)?;
     ensure_acp_client(layout, timings)?;
     ensure_langgraph_js_client(layout, timings)?;

@@ -29,13 +29,13 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::server::Shared;
 use crate::server::cancel::{CancelOnDrop, flag};
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::execute::{self, Started, Target};
 use crate::server::extract::{JsonBody, User, parse_uuid};
 use crate::server::run_registry::RunHandle;
 use crate::server::stream::Mode;
+use crate::server::{Shared, shapes};
 
 /// How often `/wait` and `/join` write a newline while the run goes on, so proxies and the
 /// clients' read timeouts (300 s in the Python client) do not cut a long run; JSON parsers skip
@@ -46,11 +46,12 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// The body of a run-create (stream, wait, background). Every field the clients send is named;
 /// those not built are refused with a 422 when set to anything but their default.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunCreate {
     pub(crate) assistant_id: String,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::RunInput>")]
     pub(crate) input: Option<Value>,
     #[serde(default)]
     pub(crate) command: Option<Value>,
@@ -61,30 +62,47 @@ pub struct RunCreate {
     #[serde(default)]
     pub(crate) metadata: Option<Map<String, Value>>,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::StreamModes>")]
     pub(crate) stream_mode: Option<Value>,
     #[serde(default)]
     pub(crate) stream_subgraphs: Option<bool>,
     #[serde(default)]
     pub(crate) stream_resumable: Option<bool>,
+    /// Not supported yet: null only.
     #[serde(default)]
+    #[schemars(with = "()")]
     pub(crate) interrupt_before: Option<Value>,
+    /// Not supported yet: null only.
     #[serde(default)]
+    #[schemars(with = "()")]
     pub(crate) interrupt_after: Option<Value>,
+    /// Not supported yet: null only.
     #[serde(default)]
+    #[schemars(with = "()")]
     pub(crate) checkpoint: Option<Value>,
+    /// Not supported yet: null only.
     #[serde(default)]
+    #[schemars(with = "()")]
     pub(crate) checkpoint_id: Option<Value>,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::MultitaskStrategy>")]
     pub(crate) multitask_strategy: Option<String>,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::IfNotExists>")]
     pub(crate) if_not_exists: Option<String>,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::OnDisconnect>")]
     pub(crate) on_disconnect: Option<String>,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::OnCompletion>")]
     pub(crate) on_completion: Option<String>,
+    /// Not supported yet: null or 0 only.
     #[serde(default)]
+    #[schemars(range(max = 0.0))]
     pub(crate) after_seconds: Option<f64>,
+    /// Not supported yet: null only.
     #[serde(default)]
+    #[schemars(with = "()")]
     pub(crate) webhook: Option<Value>,
     #[serde(default)]
     pub(crate) feedback_keys: Option<Value>,
@@ -439,7 +457,7 @@ pub async fn join(
 }
 
 /// `GET /threads/{thread_id}/runs` query.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ListQuery {
     #[serde(default)]
     limit: Option<usize>,
