@@ -25,6 +25,7 @@ use uuid::Uuid;
 
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::User;
+use crate::server::introspection::Introspection;
 use crate::server::messages::input_messages;
 use crate::server::run_registry::{CancelAction, RunHandle, Status, Strategy};
 use crate::server::runs::RunCreate;
@@ -428,12 +429,13 @@ type Outcome = Result<(Vec<Part>, Value, Option<Value>), Failure>;
 async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User, input: Input) -> Outcome {
     let failed = |kind: &str, message: String| Failure::Failed(kind.to_owned(), message);
     let tid = thread_id(&run.thread_id);
-    let before = server
+    let head = server
         .checkpointer
         .peek(&tid)
         .await
-        .map_err(|e| failed("CheckpointError", e.to_string()))?
-        .map_or(0, |s| s.checkpoint.state.messages.len());
+        .map_err(|e| failed("CheckpointError", e.to_string()))?;
+    let before = head.as_ref().map_or(0, |s| s.checkpoint.state.messages.len());
+    let next_seq = head.as_ref().map_or(0, |s| s.checkpoint.seq + 1);
     let metadata = json!({
         "run_id": run.run_id, "thread_id": run.thread_id, "graph_id": run.graph,
         "assistant_id": assistants::assistant_id(&run.graph),
@@ -452,6 +454,8 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
     };
     run_input = run_input.thread(tid.clone()).events(sink);
     let mut translator = Translator::new(run.thread_id, before + added, metadata);
+    let mut introspection =
+        Introspection::new(run.thread_id, run.run_id, &run.modes, next_seq, before + added);
     let (agent, run_input) = graph
         .prepare(user.id(), &tid, run_input)
         .await
@@ -462,12 +466,12 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
     tokio::pin!(running);
     let result = loop {
         tokio::select! {
-            Some(event) = events.recv() => on_event(server, run, &mut translator, &event).await,
+            Some(event) = events.recv() => on_event(server, run, (&mut translator, &mut introspection), &event).await,
             result = &mut running => break result,
         }
     };
     while let Ok(event) = events.try_recv() {
-        on_event(server, run, &mut translator, &event).await;
+        on_event(server, run, (&mut translator, &mut introspection), &event).await;
     }
     let out = match result {
         Ok(out) => out,
@@ -504,10 +508,35 @@ async fn read_files(server: &Shared, run: &RunHandle, translator: &mut Translato
 
 /// One event of the run: counted in its usage (a subagent's too), and, for the top-level agent's,
 /// turned into parts (a subagent's events are not streamed).
-async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator, event: &RunEvent) {
+async fn on_event(
+    server: &Shared,
+    run: &RunHandle,
+    (translator, introspection): (&mut Translator, &mut Option<Introspection>),
+    event: &RunEvent,
+) {
     run.count(event, &server.prices);
+    let push_all = |parts: Vec<Part>| parts.into_iter().for_each(|p| run.push(p, false));
     match event {
-        RunEvent::ModelStarted { step, messages, .. } => translator.reply_started(*step, *messages),
+        RunEvent::ModelStarted { step, messages, .. } => {
+            translator.reply_started(*step, *messages);
+            if let Some(introspection) = introspection {
+                push_all(introspection.model_started(*step));
+            }
+        }
+        RunEvent::ToolStarted { call_id, name, .. } => {
+            if let Some(introspection) = introspection {
+                push_all(introspection.tool_started(call_id, name));
+            }
+        }
+        RunEvent::Middleware {
+            middleware,
+            kind,
+            data,
+        } => {
+            if let Some(introspection) = introspection {
+                push_all(introspection.middleware(middleware, kind, data));
+            }
+        }
         RunEvent::ToolFinished { .. } => translator.tool_ran(),
         RunEvent::ModelDelta { delta, .. } => {
             if let Some(part) = translator.delta(delta) {
@@ -530,10 +559,16 @@ async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator,
             };
             read_files(server, run, translator).await;
             match state {
-                Ok(state) => translator
-                    .checkpoint(&state)
-                    .into_iter()
-                    .for_each(|p| run.push(p, false)),
+                Ok(state) => {
+                    let parts = translator.checkpoint(&state);
+                    if let Some(introspection) = introspection {
+                        let values = translator.values_with_files(&state);
+                        push_all(parts);
+                        push_all(introspection.checkpoint(&state, &values));
+                    } else {
+                        push_all(parts);
+                    }
+                }
                 Err(e) => tracing::warn!("run {}: cannot read its checkpoint: {e}", run.run_id),
             }
         }

@@ -33,6 +33,7 @@
 //! | [`openapi`] | `/openapi.json`, built from that table; request schemas from the handlers' types |
 //! | [`shapes`] | the shapes of the JSON answers, for the document |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
+//! | [`introspection`] | the stream modes `tasks`, `checkpoints`, `debug` and `custom` |
 //! | [`messages`] | Trellis messages ↔ LangChain message dicts |
 //!
 //! # Scopes: who owns what
@@ -67,6 +68,7 @@ pub mod error;
 pub mod execute;
 pub mod extract;
 pub mod files;
+pub mod introspection;
 pub mod messages;
 pub mod openapi;
 pub mod queue;

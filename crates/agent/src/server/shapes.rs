@@ -229,6 +229,10 @@ pub enum StreamMode {
     Values,
     Updates,
     MessagesTuple,
+    Tasks,
+    Checkpoints,
+    Debug,
+    Custom,
 }
 
 /// `stream_mode`: one mode or several.

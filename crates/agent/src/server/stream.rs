@@ -6,6 +6,7 @@
 //! | `values` | `values` | after every checkpoint of the run: the whole state; last, the final state (with `__interrupt__` when the run stopped for approvals) |
 //! | `updates` | `updates` | after every checkpoint that added model or tool messages: `{"model" or "tools": {"messages": [the new ones], "todos"?}}`; `{"__interrupt__": […]}` when the run stopped for approvals |
 //! | `messages-tuple` | `messages` | every piece of the model's reply as it streams (`AIMessageChunk` deltas: text, `tool_call_chunks`), each tool result once whole, as `[message, metadata]` |
+//! | `tasks`, `checkpoints`, `debug`, `custom` | the same | how the run proceeds: [`crate::server::introspection`] |
 //!
 //! Only the top-level agent's events are translated: a subagent's model calls and steps are not
 //! streamed (its result arrives as the `task` tool's message). A model call that is retried starts
@@ -33,6 +34,14 @@ pub enum Mode {
     Updates,
     /// `messages-tuple` (event name `messages`).
     Messages,
+    /// `tasks` ([`crate::server::introspection`]).
+    Tasks,
+    /// `checkpoints`.
+    Checkpoints,
+    /// `debug`.
+    Debug,
+    /// `custom`: what middlewares report.
+    Custom,
 }
 
 impl Mode {
@@ -42,8 +51,12 @@ impl Mode {
             "values" => Ok(Self::Values),
             "updates" => Ok(Self::Updates),
             "messages-tuple" => Ok(Self::Messages),
+            "tasks" => Ok(Self::Tasks),
+            "checkpoints" => Ok(Self::Checkpoints),
+            "debug" => Ok(Self::Debug),
+            "custom" => Ok(Self::Custom),
             other => Err(ApiError::unprocessable(format!(
-                "stream mode {other:?} is not supported: use values, updates or messages-tuple"
+                "stream mode {other:?} is not supported: use values, updates, messages-tuple, tasks, checkpoints, debug or custom"
             ))),
         }
     }
@@ -54,6 +67,10 @@ impl Mode {
             Self::Values => "values",
             Self::Updates => "updates",
             Self::Messages => "messages",
+            Self::Tasks => "tasks",
+            Self::Checkpoints => "checkpoints",
+            Self::Debug => "debug",
+            Self::Custom => "custom",
         }
     }
 }
@@ -242,7 +259,7 @@ impl Translator {
     }
 
     /// The thread's values from `state`, with its files when they were read.
-    fn values_with_files(&self, state: &PublicState) -> Value {
+    pub fn values_with_files(&self, state: &PublicState) -> Value {
         let mut values = values_of(&self.thread, state);
         if let Some(files) = &self.files {
             values["files"] = files.clone();

@@ -5,13 +5,14 @@
 //! axum app ([`mount`]); `command.resume` ([`resume`]) and the run lifecycle — cancel, delete,
 //! multitask strategies, `on_disconnect`, stateless runs ([`lifecycle`]); thread state, history,
 //! updates and copies ([`state`]); files in state, uploads and downloads ([`files`]); run records
-//! with usage and cost ([`run_records`]); `/openapi.json` and schemathesis against it ([`openapi`]); and side by side with the reference server, `langgraph dev`
+//! with usage and cost ([`run_records`]); `/openapi.json` and schemathesis against it ([`openapi`]); the `tasks`, `checkpoints`, `debug` and `custom` stream modes ([`introspection`]); and side by side with the reference server, `langgraph dev`
 //! ([`differential`]). [`harness`] starts the server.
 
 mod differential;
 mod files;
 mod harness;
 mod http;
+mod introspection;
 mod js_client;
 mod lifecycle;
 mod mount;
