@@ -93,6 +93,8 @@ pub(crate) async fn start(
                 "give input or command, not both: a thread waiting for decisions takes command.resume alone",
             ));
         }
+        // From an older checkpoint, no input runs the model again there (a regenerate).
+        (None, None) if body.names_checkpoint() => Some(Vec::new()),
         (None, None) => {
             return Err(ApiError::unprocessable(
                 "input is required: {\"messages\": [...]}, or command: {\"resume\": ...}",
@@ -114,7 +116,29 @@ pub(crate) async fn start(
             }
         },
     };
-    let input = check_input(server, graph.as_ref(), user, &thread, exists, messages, command).await?;
+    let from = match (exists, body.names_checkpoint(), command.is_some()) {
+        (_, false, _) => None,
+        (_, true, true) => {
+            return Err(ApiError::unprocessable(
+                "a resume continues the thread's latest checkpoint: give no checkpoint",
+            ));
+        }
+        (false, true, false) => {
+            return Err(ApiError::unprocessable(
+                "a new thread has no checkpoints to start from",
+            ));
+        }
+        (true, true, false) => branch_point(server, &thread, &body).await?,
+    };
+    let input = check_input(
+        server,
+        graph.as_ref(),
+        user,
+        (&thread, exists, from.is_some()),
+        messages,
+        command,
+    )
+    .await?;
     if !exists {
         let now = Utc::now();
         let record = ThreadRecord {
@@ -161,11 +185,33 @@ pub(crate) async fn start(
         server.clone(),
         run.clone(),
         (graph, user.clone()),
-        input,
+        (input, from),
         ahead,
         delete_after,
     ));
     Ok(Started { run, modes })
+}
+
+/// The older checkpoint of `thread` a run starts from, when the body names one; `None` for its
+/// latest (or none named). 404 for an id of none of its checkpoints.
+async fn branch_point(server: &Shared, thread: &Uuid, body: &RunCreate) -> ApiResult<Option<u64>> {
+    let Some(seq) = body.start_from(thread)? else {
+        return Ok(None);
+    };
+    let head = server
+        .checkpointer
+        .peek(&thread_id(thread))
+        .await
+        .map_err(|e| ApiError::internal("reading a thread's checkpoints", e))?
+        .map(|s| s.checkpoint.seq);
+    match head {
+        Some(head) if seq == head => Ok(None),
+        Some(head) if seq < head => Ok(Some(seq)),
+        _ => Err(ApiError::not_found(format!(
+            "checkpoint {} of thread {thread}",
+            crate::server::checkpoints::checkpoint_id(thread, seq)
+        ))),
+    }
 }
 
 /// The run's input: its messages, or the decisions `command` gives for what the thread waits on.
@@ -175,12 +221,12 @@ async fn check_input(
     server: &Shared,
     graph: &dyn Graph,
     user: &User,
-    thread: &Uuid,
-    exists: bool,
+    (thread, exists, branching): (&Uuid, bool, bool),
     messages: Option<Vec<Message>>,
     command: Option<&Value>,
 ) -> ApiResult<Input> {
-    let pending = if exists {
+    // A branch starts from an older checkpoint: what the latest waits for does not matter.
+    let pending = if exists && !branching {
         // The agent only reads the thread here; the run builds its own input later.
         match graph
             .prepare(user.id(), &thread_id(thread), RunInput::new())
@@ -235,7 +281,7 @@ async fn execute(
     server: Shared,
     run: Arc<RunHandle>,
     (graph, user): (Arc<dyn Graph>, User),
-    input: Input,
+    (input, from): (Input, Option<u64>),
     ahead: Vec<Arc<RunHandle>>,
     delete_after: bool,
 ) {
@@ -273,6 +319,16 @@ async fn execute(
             return finish_thread(&server, &run, delete_after).await;
         }
     };
+    if let Some(seq) = from
+        && let Err(e) = roll_back(&server, &tid, Some(seq)).await
+    {
+        // The branch could not be made: the run fails before it changed anything.
+        let message = format!("{e:#}");
+        run.push(Part::error("CheckpointError", &message), true);
+        let result = json!({"__error__": {"error": "CheckpointError", "message": message}});
+        end(&server, &run, Status::Error, result, false);
+        return finish_thread(&server, &run, delete_after).await;
+    }
     let outcome = drive(&server, &run, graph.as_ref(), &user, input).await;
     let (status, result, forget) = match outcome {
         Ok((parts, result, interrupts)) => {
@@ -390,7 +446,7 @@ async fn delete_thread(server: &Shared, id: &Uuid) -> ApiResult<()> {
 }
 
 /// Put thread `tid` back to its checkpoint `start` (`None`: it had none, so back to an empty
-/// state). The checkpoint store keeps every checkpoint and has no way to drop the newest, so the
+/// state): a rollback, or the branch point of a run started from an older checkpoint. The checkpoint store keeps every checkpoint and has no way to drop the newest, so the
 /// state before the run is saved again as the newest checkpoint: the thread's state, values and
 /// pending interrupt are as before the run, its history shows the run's checkpoints followed by
 /// the restored one. Files the run wrote in the thread's file space stay (files are not versioned

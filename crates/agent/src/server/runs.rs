@@ -30,6 +30,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::server::cancel::{CancelOnDrop, flag};
+use crate::server::checkpoints::CheckpointRef;
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::execute::{self, Started, Target};
 use crate::server::extract::{JsonBody, User, parse_uuid};
@@ -76,13 +77,13 @@ pub struct RunCreate {
     #[serde(default)]
     #[schemars(with = "()")]
     pub(crate) interrupt_after: Option<Value>,
-    /// Not supported yet: null only.
+    /// Start from this checkpoint of the thread (a branch: see docs/server.md).
     #[serde(default)]
-    #[schemars(with = "()")]
+    #[schemars(with = "Option<CheckpointRef>")]
     pub(crate) checkpoint: Option<Value>,
-    /// Not supported yet: null only.
+    /// Start from the thread's checkpoint with this id.
     #[serde(default)]
-    #[schemars(with = "()")]
+    #[schemars(with = "Option<String>")]
     pub(crate) checkpoint_id: Option<Value>,
     #[serde(default)]
     #[schemars(with = "Option<shapes::MultitaskStrategy>")]
@@ -143,14 +144,37 @@ impl RunCreate {
         self.on_disconnect.as_deref() == Some("cancel")
     }
 
+    /// The checkpoint of `thread` the run starts from (`checkpoint`, or `checkpoint_id`): its
+    /// number, `None` for the thread's latest. 404 for an id of none of its checkpoints, 422 for a
+    /// malformed one.
+    pub(crate) fn start_from(&self, thread: &uuid::Uuid) -> ApiResult<Option<u64>> {
+        let reference = match (&self.checkpoint, &self.checkpoint_id) {
+            (Some(c), _) if !c.is_null() => serde_json::from_value::<CheckpointRef>(c.clone())
+                .map_err(|e| ApiError::unprocessable(format!("checkpoint: {e}")))?,
+            (_, Some(Value::String(id))) => CheckpointRef {
+                checkpoint_id: Some(id.clone()),
+                checkpoint_ns: None,
+                checkpoint_map: None,
+                thread_id: None,
+            },
+            (_, Some(id)) if !id.is_null() => {
+                return Err(ApiError::unprocessable("checkpoint_id must be a string"));
+            }
+            _ => return Ok(None),
+        };
+        reference.seq(thread)
+    }
+
+    /// Whether the body names a checkpoint to start from.
+    pub(crate) fn names_checkpoint(&self) -> bool {
+        set(&self.checkpoint) || set(&self.checkpoint_id)
+    }
+
     /// 422 for every option set that is not built yet.
     pub(crate) fn refuse_unbuilt(&self) -> ApiResult<()> {
         let not_built = |what: &str| Err(ApiError::unprocessable(format!("{what} is not supported yet")));
         if set(&self.interrupt_before) || set(&self.interrupt_after) {
             return not_built("interrupt_before / interrupt_after");
-        }
-        if set(&self.checkpoint) || set(&self.checkpoint_id) {
-            return not_built("starting from a checkpoint");
         }
         if set(&self.webhook) {
             return not_built("webhook");
