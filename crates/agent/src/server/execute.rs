@@ -30,6 +30,7 @@ use crate::server::messages::input_messages;
 use crate::server::run_registry::{CancelAction, RunHandle, Status, Strategy};
 use crate::server::runs::RunCreate;
 use crate::server::stream::{Mode, Part, Translator, interrupt_json, thread_values};
+use crate::server::subgraphs::Subgraphs;
 use crate::server::threads::{Rest, ThreadRecord, thread_id};
 use crate::server::{Graph, Shared, assistants, files, resume};
 
@@ -509,9 +510,13 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
         Input::Resume(decisions) => (RunInput::resume(decisions), 0),
     };
     run_input = run_input.thread(tid.clone()).events(sink);
-    let mut translator = Translator::new(run.thread_id, before + added, metadata);
-    let mut introspection =
-        Introspection::new(run.thread_id, run.run_id, &run.modes, next_seq, before + added);
+    let subgraphs =
+        (run.kwargs()["stream_subgraphs"] == true).then(|| Subgraphs::new(run.run_id, metadata.clone()));
+    let mut streams = Streams {
+        main: Translator::new(run.thread_id, before + added, metadata),
+        introspection: Introspection::new(run.thread_id, run.run_id, &run.modes, next_seq, before + added),
+        subgraphs,
+    };
     let (agent, run_input) = graph
         .prepare(user.id(), &tid, run_input)
         .await
@@ -522,12 +527,12 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
     tokio::pin!(running);
     let result = loop {
         tokio::select! {
-            Some(event) = events.recv() => on_event(server, run, (&mut translator, &mut introspection), &event).await,
+            Some(event) = events.recv() => on_event(server, run, &mut streams, &event).await,
             result = &mut running => break result,
         }
     };
     while let Ok(event) = events.try_recv() {
-        on_event(server, run, (&mut translator, &mut introspection), &event).await;
+        on_event(server, run, &mut streams, &event).await;
     }
     let out = match result {
         Ok(out) => out,
@@ -543,8 +548,8 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
         Err(AgentError::Decision(e)) => return Err(Failure::Refused(e.to_string())),
         Err(e) => return Err(failed("AgentError", e.to_string())),
     };
-    read_files(server, run, &mut translator).await;
-    let (parts, values) = translator.finish(&out.state, out.interrupt.as_ref());
+    read_files(server, run, &mut streams.main).await;
+    let (parts, values) = streams.main.finish(&out.state, out.interrupt.as_ref());
     let interrupts = out.interrupt.as_ref().map(|i| interrupt_json(&run.thread_id, i));
     Ok((parts, values, interrupts))
 }
@@ -562,17 +567,30 @@ async fn read_files(server: &Shared, run: &RunHandle, translator: &mut Translato
     }
 }
 
+/// What turns a run's events into parts: its own agent's ([`Translator`]), the `tasks` /
+/// `checkpoints` / `debug` / `custom` modes when asked for, its subagents' with `stream_subgraphs`.
+struct Streams {
+    main: Translator,
+    introspection: Option<Introspection>,
+    subgraphs: Option<Subgraphs>,
+}
+
 /// One event of the run: counted in its usage (a subagent's too), and, for the top-level agent's,
 /// turned into parts (a subagent's events are not streamed).
-async fn on_event(
-    server: &Shared,
-    run: &RunHandle,
-    (translator, introspection): (&mut Translator, &mut Option<Introspection>),
-    event: &RunEvent,
-) {
+async fn on_event(server: &Shared, run: &RunHandle, streams: &mut Streams, event: &RunEvent) {
     run.count(event, &server.prices);
     let push_all = |parts: Vec<Part>| parts.into_iter().for_each(|p| run.push(p, false));
+    let Streams {
+        main: translator,
+        introspection,
+        subgraphs,
+    } = streams;
     match event {
+        RunEvent::Subagent { .. } => {
+            if let Some(subgraphs) = subgraphs {
+                push_all(subgraphs.event(event));
+            }
+        }
         RunEvent::ModelStarted { step, messages, .. } => {
             translator.reply_started(*step, *messages);
             if let Some(introspection) = introspection {

@@ -34,6 +34,7 @@
 //! | [`shapes`] | the shapes of the JSON answers, for the document |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
 //! | [`introspection`] | the stream modes `tasks`, `checkpoints`, `debug` and `custom` |
+//! | [`subgraphs`] | `stream_subgraphs`: subagents' events under `tools:<task id>` namespaces |
 //! | [`messages`] | Trellis messages ↔ LangChain message dicts |
 //!
 //! # Scopes: who owns what
@@ -80,6 +81,7 @@ pub mod run_usage;
 pub mod runs;
 pub mod shapes;
 pub mod stream;
+pub mod subgraphs;
 pub mod threads;
 pub mod transfer;
 pub mod update;

@@ -310,7 +310,7 @@ fn sse(run: Arc<RunHandle>, modes: Vec<Mode>, from: Resume, cancel: bool) -> Res
         .follow(start)
         .filter(move |(_, part)| std::future::ready(part.mode.is_none_or(|m| modes.contains(&m))))
         .map(move |(index, part)| {
-            let event = Event::default().event(part.event).data(part.data.as_str());
+            let event = Event::default().event(part.event_name()).data(part.data.as_str());
             if ids {
                 event.id((index + 1).to_string())
             } else {

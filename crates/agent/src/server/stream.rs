@@ -8,10 +8,12 @@
 //! | `messages-tuple` | `messages` | every piece of the model's reply as it streams (`AIMessageChunk` deltas: text, `tool_call_chunks`), each tool result once whole, as `[message, metadata]` |
 //! | `tasks`, `checkpoints`, `debug`, `custom` | the same | how the run proceeds: [`crate::server::introspection`] |
 //!
-//! Only the top-level agent's events are translated: a subagent's model calls and steps are not
-//! streamed (its result arrives as the `task` tool's message). A model call that is retried starts
+//! A subagent's events are translated the same way, for a run that asked for `stream_subgraphs`,
+//! by [`crate::server::subgraphs`]; otherwise its work arrives as the `task` tool's result. A model call that is retried starts
 //! a new reply under the same message id; the chunks already sent for the failed attempt are not
 //! withdrawn.
+
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use trellis_middleware::Message;
@@ -85,6 +87,9 @@ pub struct Part {
     pub event: &'static str,
     /// Compact JSON (no raw newlines).
     pub data: String,
+    /// The subagent it comes from (`stream_subgraphs`): `tools:<task id>`, nested ones joined with
+    /// `|`; `None` for the run's own agent.
+    pub namespace: Option<Arc<str>>,
 }
 
 impl Part {
@@ -94,6 +99,7 @@ impl Part {
             mode: Some(mode),
             event: mode.event(),
             data: data.to_string(),
+            namespace: None,
         }
     }
 
@@ -103,6 +109,15 @@ impl Part {
             mode: None,
             event: "error",
             data: json!({"error": kind, "message": message}).to_string(),
+            namespace: None,
+        }
+    }
+
+    /// The SSE event name: the mode's, then the namespace (`updates|tools:3f1c…`).
+    pub fn event_name(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{}|{ns}", self.event),
+            None => self.event.to_owned(),
         }
     }
 }
@@ -265,6 +280,11 @@ impl Translator {
             values["files"] = files.clone();
         }
         values
+    }
+
+    /// The metadata every `messages` part of this translator carries from now on gets `key`.
+    pub fn metadata(&mut self, key: &str, value: Value) {
+        self.metadata[key] = value;
     }
 
     fn tuple_metadata(&self, node: &str) -> Value {

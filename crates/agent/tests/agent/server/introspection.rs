@@ -1,13 +1,13 @@
 //! The stream modes that show how a run proceeds — `tasks`, `checkpoints`, `debug`, `custom` —
 //! through the official Python client, on a run that retries its first model call, calls `ls`
-//! and answers.
+//! and answers; and a subagent's events under its namespace with `stream_subgraphs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::json;
 use wiremock::{MockServer, ResponseTemplate};
 
 use super::sdk::script;
-use crate::cli::harness::{messages, reply};
+use crate::cli::harness::{calls_then_done, messages, reply};
 use crate::support::skip_unless_langgraph;
 
 /// A model that is overloaded once (529, retried), then calls `ls` on `/`, then answers `done`.
@@ -100,6 +100,48 @@ async def main():
                               stream_mode=["values"])
     seen = [p.event async for p in c.runs.join_stream(tid, run["run_id"], stream_mode=["tasks", "checkpoints", "values"])]
     assert "tasks" not in seen and "checkpoints" not in seen, seen
+    print("ok")
+
+asyncio.run(main())
+"#).await;
+}
+
+/// `stream_subgraphs`: the subagent a `task` call starts streams its reply, updates and values as
+/// `<mode>|tools:<id>`, where the id is the `task` call's task id in the `tasks` mode, and its
+/// message metadata names the namespace; the run's own events keep their plain names, and a run
+/// without `stream_subgraphs` sends no namespaced event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_streams_under_its_namespace_with_stream_subgraphs() {
+    let py = skip_unless_langgraph!();
+    let task = json!({"type": "tool_use", "id": "toolu_task", "name": "task",
+        "input": {"description": "Say done.", "subagent_type": "general-purpose"}});
+    script(&py, calls_then_done(vec![task]).await, None, r#"
+async def main():
+    c = get_client(url=URL, api_key=None)
+    tid = (await c.threads.create())["thread_id"]
+    parts = []
+    async for part in c.runs.stream(tid, "agent", input={"messages": [{"role": "user", "content": "delegate"}]},
+                                    stream_mode=["values", "updates", "messages-tuple", "tasks"], stream_subgraphs=True):
+        assert part.event != "error", part.data
+        parts.append((part.event, part.data))
+    task_id = next(d["id"] for e, d in parts if e == "tasks" and d.get("input", {}) and d["input"].get("id") == "toolu_task")
+    ns = f"tools:{task_id}"
+    nested = [(e, d) for e, d in parts if "|" in e]
+    assert nested, [e for e, _ in parts]
+    assert {e.split("|", 1)[1] for e, _ in nested} == {ns}, [e for e, _ in nested]
+    assert {e.split("|")[0] for e, _ in nested} == {"values", "updates", "messages"}, [e for e, _ in nested]
+    sub_values = [d for e, d in nested if e == f"values|{ns}"][-1]
+    assert [(m["type"], m["content"]) for m in sub_values["messages"]] == [("human", "Say done."), ("ai", "done")], sub_values
+    chunks = [d for e, d in nested if e == f"messages|{ns}"]
+    assert all(meta["langgraph_checkpoint_ns"] == ns for _, meta in chunks), chunks
+    assert "".join(ch["content"] for ch, _ in chunks if isinstance(ch["content"], str)) == "done", chunks
+    # The parent's own parts keep their names; its final values hold the task's result.
+    final = [d for e, d in parts if e == "values"][-1]
+    assert [m["type"] for m in final["messages"]] == ["human", "ai", "tool", "ai"], final
+    # Without stream_subgraphs, nothing namespaced.
+    events = [p.event async for p in c.runs.stream(tid, "agent", input={"messages": [{"role": "user", "content": "again"}]},
+                                                   stream_mode=["values", "messages-tuple"])]
+    assert not any("|" in e for e in events), events
     print("ok")
 
 asyncio.run(main())
