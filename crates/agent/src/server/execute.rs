@@ -63,14 +63,19 @@ pub(crate) enum Target {
     },
 }
 
-/// Check a run-create of `user` on `target`, register it and start it on a task of its own.
-/// Nothing is changed when it is refused.
-pub(crate) async fn start(
-    server: &Shared,
-    user: &User,
-    target: Target,
-    body: RunCreate,
-) -> ApiResult<Started> {
+/// A run-create body as checked before anything changes.
+struct Checked {
+    modes: Vec<Mode>,
+    strategy: Strategy,
+    graph_id: String,
+    graph: Arc<dyn Graph>,
+    /// The new messages (`None`: a resume).
+    messages: Option<Vec<Message>>,
+}
+
+/// Check `body` for a run on `target` without changing anything: every refusal a body alone can
+/// earn (a batch checks all its runs before it starts any).
+fn check(server: &Shared, target: &Target, body: &RunCreate) -> ApiResult<Checked> {
     body.refuse_unbuilt()?;
     let modes = body.modes()?;
     let strategy = Strategy::parse(body.multitask_strategy.as_deref())?;
@@ -86,6 +91,11 @@ pub(crate) async fn start(
         return Err(ApiError::new(
             axum::http::StatusCode::BAD_REQUEST,
             "You must provide a thread_id when resuming",
+        ));
+    }
+    if body.names_checkpoint() && matches!(target, Target::Stateless { .. }) {
+        return Err(ApiError::unprocessable(
+            "a new thread has no checkpoints to start from",
         ));
     }
     let messages = match (input, command) {
@@ -104,6 +114,41 @@ pub(crate) async fn start(
         (Some(input), None) => Some(input_messages(input)?),
         (None, Some(_)) => None,
     };
+    Ok(Checked {
+        modes,
+        strategy,
+        graph_id,
+        graph,
+        messages,
+    })
+}
+
+/// Check a batch of stateless run-creates: the first refusal, before any run starts.
+pub(crate) fn check_batch(server: &Shared, bodies: &[RunCreate]) -> ApiResult<()> {
+    let target = Target::Stateless { delete: true };
+    for (i, body) in bodies.iter().enumerate() {
+        check(server, &target, body)
+            .map_err(|e| ApiError::new(e.status, format!("run {i}: {}", e.detail)))?;
+    }
+    Ok(())
+}
+
+/// Check a run-create of `user` on `target`, register it and start it on a task of its own.
+/// Nothing is changed when it is refused.
+pub(crate) async fn start(
+    server: &Shared,
+    user: &User,
+    target: Target,
+    body: RunCreate,
+) -> ApiResult<Started> {
+    let Checked {
+        modes,
+        strategy,
+        graph_id,
+        graph,
+        messages,
+    } = check(server, &target, &body)?;
+    let command = body.command.as_ref().filter(|c| !c.is_null());
     let (thread, exists) = match target {
         Target::Stateless { .. } => (Uuid::new_v4(), false),
         Target::Thread(thread) => match (server.threads.get(user, &thread), body.if_not_exists.as_deref()) {

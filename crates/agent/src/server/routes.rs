@@ -288,6 +288,15 @@ pub(crate) fn routes(openapi: MethodRouter<crate::server::Shared>) -> Vec<Route>
         route(
             runs_tag,
             M::POST,
+            "/runs/batch",
+            post(runs::stateless_batch),
+            "Start stateless background runs, all checked before any starts",
+        )
+        .body::<Vec<runs::RunCreate>>()
+        .reply::<Vec<Run>>(200),
+        route(
+            runs_tag,
+            M::POST,
             "/runs/cancel",
             post(cancel::cancel_many),
             "Cancel runs by id or by status",

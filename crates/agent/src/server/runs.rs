@@ -236,6 +236,32 @@ async fn begin(server: &Shared, user: &User, thread: Option<&str>, body: RunCrea
     execute::start(server, user, target, body).await
 }
 
+/// Most runs one `POST /runs/batch` starts.
+pub const MAX_BATCH: usize = 100;
+
+/// `POST /runs/batch`: stateless background runs, one per body (1 to [`MAX_BATCH`]), answered as
+/// their records in order. Every body is checked before any run starts: the first refusal answers
+/// (naming the run's index) and none starts.
+pub async fn stateless_batch(
+    State(server): State<Shared>,
+    Extension(user): Extension<User>,
+    JsonBody(bodies): JsonBody<Vec<RunCreate>>,
+) -> ApiResult<Json<Value>> {
+    if bodies.is_empty() || bodies.len() > MAX_BATCH {
+        return Err(ApiError::unprocessable(format!(
+            "a batch takes 1 to {MAX_BATCH} runs, not {}",
+            bodies.len()
+        )));
+    }
+    execute::check_batch(&server, &bodies)?;
+    let mut runs = Vec::with_capacity(bodies.len());
+    for body in bodies {
+        let Started { run, .. } = begin(&server, &user, None, body).await?;
+        runs.push(run.to_json());
+    }
+    Ok(Json(Value::Array(runs)))
+}
+
 /// `POST /threads/{thread_id}/runs/stream`: start a run and stream its parts as SSE — `metadata`
 /// (`{"run_id", "attempt"}`) first, then the parts of the requested modes, `error` if it fails;
 /// the response ends with the run. With `stream_resumable`, events carry ids and `Location` names
