@@ -123,9 +123,14 @@ pub struct SandboxSection {
     /// development only).
     #[serde(default)]
     pub kind: Option<SandboxChoice>,
-    /// Let commands use the network (default false).
+    /// Let commands use the host's whole network (default false; unsafe with untrusted
+    /// commands: prefer `allow_domains`).
     #[serde(default)]
     pub network: bool,
+    /// Domains commands may reach over HTTP(S) through Trellis's proxy, and nothing else
+    /// (`example.com`, `*.example.com`, or an IP address; default none).
+    #[serde(default)]
+    pub allow_domains: Vec<String>,
     /// Only simple commands starting with one of these prefixes may run (default: any).
     #[serde(default)]
     pub allow_commands: Vec<String>,
@@ -168,6 +173,8 @@ pub struct Flags {
     pub sandbox: Option<SandboxChoice>,
     /// `--sandbox-network`.
     pub sandbox_network: bool,
+    /// `--allow-domain`.
+    pub allow_domain: Vec<String>,
     /// `--allow-command`.
     pub allow_command: Vec<String>,
     /// `--ask`.
@@ -336,6 +343,7 @@ pub fn resolve_checked(
         writable_skills: flags.writable_skills || file.writable_skills,
         sandbox: flags.sandbox.or(file.sandbox.kind),
         sandbox_network: flags.sandbox_network || file.sandbox.network,
+        allow_domain: either(flags.allow_domain, file.sandbox.allow_domains),
         allow_command: either(flags.allow_command, file.sandbox.allow_commands),
         ask: either(
             flags.ask,

@@ -11,6 +11,7 @@
 //! | `mcp.servers.NAME` | always (a command runs on the host; a URL receives tool calls) |
 //! | `sandbox.kind` | `unsandboxed` |
 //! | `sandbox.network` | `true` |
+//! | `sandbox.allow_domains` | not empty (commands could send the folder's files there) |
 //! | `approvals.ask` | it leaves out a tool the default asks about (`none` included) |
 //! | `skills`, `memory`, `workdir`, `subagents[i].skills` | a local path outside the file's folder (symlinks followed) |
 //!
@@ -93,6 +94,17 @@ pub(crate) fn restricted(file: &AgentFile, text: &str, dir: &Path, flags: &Flags
         push(
             "sandbox.network".into(),
             line_of_key(text, "sandbox", 0, "network"),
+            why,
+        );
+    }
+    if flags.allow_domain.is_empty() && !file.sandbox.allow_domains.is_empty() {
+        let why = format!(
+            "lets the agent's commands reach {} over the network",
+            file.sandbox.allow_domains.join(", ")
+        );
+        push(
+            "sandbox.allow_domains".into(),
+            line_of_key(text, "sandbox", 0, "allow_domains"),
             why,
         );
     }

@@ -144,6 +144,12 @@ const KEYS: &[(&str, &str, Check, &str)] = &[
         "[sandbox]\nnetwork = 1",
     ),
     (
+        "sandbox.allow_domains",
+        "[sandbox]\nallow_domains = [\"*.example.com\"]",
+        |c, _| c.allow_domain == ["*.example.com"],
+        "[sandbox]\nallow_domains = \"example.com\"",
+    ),
+    (
         "sandbox.allow_commands",
         "[sandbox]\nallow_commands = [\"python3 /skills/\"]",
         |c, _| c.allow_command == ["python3 /skills/"],

@@ -29,6 +29,7 @@ mod cgroup;
 mod folder_cache;
 mod namespace_init;
 mod process;
+mod proxy;
 mod reach;
 mod runner;
 mod seccomp;
@@ -37,6 +38,7 @@ pub mod workdir;
 
 pub use bubblewrap::{BubblewrapConfig, BubblewrapSandbox};
 pub use folder_cache::FolderCache;
+pub use proxy::bridge;
 pub use unsandboxed::UnsandboxedShell;
 
 /// `1073741824` as `1 GiB`, for reports.

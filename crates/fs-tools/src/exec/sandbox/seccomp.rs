@@ -20,6 +20,8 @@
 //!   hypervisor or of the host outside every namespace), and of any domain but `AF_UNIX` when the
 //!   request has no network ([`Network::None`]): the network namespace already has nothing but its
 //!   own loopback, and with the filter a command cannot open raw, netlink or packet sockets either;
+//!   with allowed domains ([`Network::Domains`]) `AF_INET` and `AF_INET6` are allowed too, for the
+//!   proxy on the namespace's own loopback (`proxy`), and every other domain still refused;
 //! * on x86_64, every system call of the x32 ABI (numbers with bit `0x40000000` set): they share
 //!   the x86_64 architecture value, so the numbers above, which are x86_64's, would not match them.
 //!
@@ -88,6 +90,9 @@ impl Launch {
 pub(crate) struct SyscallFilter {
     /// For a request without network: every socket domain but `AF_UNIX` refused.
     no_network: Vec<u8>,
+    /// For a request with allowed domains: every socket domain but `AF_UNIX`, `AF_INET` and
+    /// `AF_INET6` refused.
+    domains: Vec<u8>,
     /// For a request with the host's network: only `AF_VSOCK` refused.
     host_network: Vec<u8>,
     arch: &'static str,
@@ -97,16 +102,18 @@ impl SyscallFilter {
     /// The filter for the architecture Trellis was built for, or why there is none.
     pub(crate) fn for_host() -> Result<Self, String> {
         Ok(Self {
-            no_network: imp::program(Network::None)?,
-            host_network: imp::program(Network::Host)?,
+            no_network: imp::program(&Network::None)?,
+            domains: imp::program(&Network::Domains(Default::default()))?,
+            host_network: imp::program(&Network::Host)?,
             arch: std::env::consts::ARCH,
         })
     }
 
     /// The program for a request with `network`.
-    pub(crate) fn program(&self, network: Network) -> &[u8] {
+    pub(crate) fn program(&self, network: &Network) -> &[u8] {
         match network {
             Network::None => &self.no_network,
+            Network::Domains(_) => &self.domains,
             Network::Host => &self.host_network,
         }
     }
@@ -122,7 +129,7 @@ impl SyscallFilter {
         &self,
         bwrap: &Path,
         args: Vec<OsString>,
-        network: Network,
+        network: &Network,
     ) -> std::io::Result<Launch> {
         let stdin = self.file(network)?;
         let mut wrapped: Vec<OsString> = Vec::with_capacity(args.len() + 4);
@@ -143,7 +150,7 @@ impl SyscallFilter {
     /// An anonymous in-memory file holding the program for `network`, positioned at its start
     /// (for `bwrap --seccomp`, which reads the descriptor to its end). Close-on-exec: it reaches a
     /// child only as one of its standard descriptors.
-    fn file(&self, network: Network) -> std::io::Result<File> {
+    fn file(&self, network: &Network) -> std::io::Result<File> {
         use std::os::unix::fs::FileExt;
         let file = imp::anonymous_file()?;
         // `write_all_at` leaves the offset at 0, where bwrap starts reading.
@@ -202,17 +209,27 @@ mod imp {
     const ARCH: TargetArch = TargetArch::aarch64;
 
     /// The program for a request with `network`, as bytes.
-    pub(super) fn program(network: Network) -> Result<Vec<u8>, String> {
-        let socket_rule = |domain_test: SeccompCmpOp, domain: libc::c_int| {
-            let domain = u64::try_from(domain).map_err(|e| e.to_string())?;
-            let condition = SeccompCondition::new(0, SeccompCmpArgLen::Dword, domain_test, domain)
-                .map_err(|e| e.to_string())?;
-            SeccompRule::new(vec![condition]).map_err(|e| e.to_string())
+    pub(super) fn program(network: &Network) -> Result<Vec<u8>, String> {
+        // The conditions of one rule must all hold (a logical and).
+        let socket_rule = |domain_test: SeccompCmpOp, domains: &[libc::c_int]| {
+            let conditions = domains
+                .iter()
+                .map(|&domain| {
+                    let domain = u64::try_from(domain).map_err(|e| e.to_string())?;
+                    SeccompCondition::new(0, SeccompCmpArgLen::Dword, domain_test.clone(), domain)
+                        .map_err(|e| e.to_string())
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            SeccompRule::new(conditions).map_err(|e| e.to_string())
         };
         let socket = match network {
             // Any domain but AF_UNIX (which includes AF_VSOCK).
-            Network::None => socket_rule(SeccompCmpOp::Ne, libc::AF_UNIX)?,
-            Network::Host => socket_rule(SeccompCmpOp::Eq, libc::AF_VSOCK)?,
+            Network::None => socket_rule(SeccompCmpOp::Ne, &[libc::AF_UNIX])?,
+            // The proxy is on the namespace's own loopback: IP sockets, nothing else.
+            Network::Domains(_) => {
+                socket_rule(SeccompCmpOp::Ne, &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6])?
+            }
+            Network::Host => socket_rule(SeccompCmpOp::Eq, &[libc::AF_VSOCK])?,
         };
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
         rules.insert(libc::SYS_socket, vec![socket.clone()]);
@@ -311,11 +328,15 @@ mod imp {
 
         #[test]
         fn programs_are_whole_instructions_and_differ_by_network() {
-            let off = program(Network::None).unwrap();
-            let on = program(Network::Host).unwrap();
+            let off = program(&Network::None).unwrap();
+            let on = program(&Network::Host).unwrap();
+            let proxied = program(&Network::Domains(Default::default())).unwrap();
             assert_eq!(off.len() % 8, 0);
             assert_eq!(on.len() % 8, 0);
+            assert_eq!(proxied.len() % 8, 0);
             assert_ne!(off, on);
+            assert_ne!(off, proxied);
+            assert_ne!(on, proxied);
             let insns = decode(&off);
             // Every denied number is compared against.
             for nr in DENIED.iter().chain([&libc::SYS_socket, &libc::SYS_socketpair]) {
@@ -330,7 +351,7 @@ mod imp {
         #[cfg(target_arch = "x86_64")]
         #[test]
         fn x32_numbers_are_refused_right_after_the_architecture_check() {
-            let insns = decode(&program(Network::Host).unwrap());
+            let insns = decode(&program(&Network::Host).unwrap());
             let eperm = libc::SECCOMP_RET_ERRNO | errno_perm();
             assert_eq!(insns[1].3, 0xC000_003E, "AUDIT_ARCH_X86_64");
             assert_eq!(
@@ -347,7 +368,7 @@ mod imp {
 
     use trellis_backend::sandbox::Network;
 
-    pub(super) fn program(_: Network) -> Result<Vec<u8>, String> {
+    pub(super) fn program(_: &Network) -> Result<Vec<u8>, String> {
         Err(format!(
             "no seccomp filter is built for {} on {}",
             std::env::consts::ARCH,

@@ -201,7 +201,7 @@ impl BubblewrapSandbox {
         };
         let overlay = Overlay::prepare(state.path().join("0"), &dir, self.run_as).map_err(io)?;
         let overlays = [overlay];
-        let mut args = self.args(root.path(), &[], "/", Network::None, &overlays);
+        let mut args = self.args(root.path(), &[], "/", &Network::None, &overlays);
         args.extend([
             "--".into(),
             "/bin/sh".into(),
@@ -209,7 +209,7 @@ impl BubblewrapSandbox {
             "read -r line < /probe/seen && echo made > /probe/made".into(),
         ]);
         let launch = self
-            .launch(args, Network::None)
+            .launch(args, &Network::None)
             .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
         let launch = tools.wrap(launch, &overlays, "trellis-overlay-probe");
         let out = self.run_probe(launch)?;

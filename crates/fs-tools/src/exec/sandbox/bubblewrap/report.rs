@@ -46,7 +46,7 @@ impl BubblewrapSandbox {
                 status(
                     LimitKind::Network,
                     true,
-                    "network namespace with only its own loopback; a request for `host` shares the host's".into(),
+                    super::network::report_detail(&self.bridge),
                 ),
                 status(
                     LimitKind::Environment,
