@@ -36,7 +36,7 @@ mod seccomp;
 mod unsandboxed;
 pub mod workdir;
 
-pub use bubblewrap::{BubblewrapConfig, BubblewrapSandbox};
+pub use bubblewrap::{BubblewrapConfig, BubblewrapSandbox, SANDBOX_UID};
 pub use folder_cache::FolderCache;
 pub use proxy::bridge;
 pub use unsandboxed::UnsandboxedShell;

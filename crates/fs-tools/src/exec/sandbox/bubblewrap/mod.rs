@@ -51,12 +51,13 @@ use super::process::{self, Rlimits, Spawn, find_program};
 use super::runner;
 use super::seccomp::{BWRAP_ARGS, Launch, SyscallFilter};
 use super::workdir::{Overlay, Owner, Workdir};
-pub use config::BubblewrapConfig;
+pub use config::{BubblewrapConfig, SANDBOX_UID};
 use mounts::system_mounts;
 use overlay::OverlayTools;
 use trellis_backend::LocalDir;
 
-/// The sandbox user's id when Trellis runs as root.
+/// The shared `nobody` user's id: who commands run as when Trellis runs as root and
+/// [`SANDBOX_UID`] is taken on this host.
 pub const NOBODY: u32 = 65534;
 
 /// Commands under bubblewrap. Built by [`BubblewrapSandbox::new`], which probes the host and fails
@@ -82,6 +83,8 @@ pub struct BubblewrapSandbox {
     no_nested_userns: Result<(), String>,
     /// How local directories are mounted through overlays, or why they are copied instead.
     overlays: Result<OverlayTools, String>,
+    /// Why commands run as a shared user although Trellis runs as root, if they do.
+    user_note: Option<String>,
     /// The bridge program for allowed domains, or why there is none.
     bridge: Result<PathBuf, String>,
     /// Directories whose overlay failed to mount here, and why: copied from then on.
@@ -142,12 +145,17 @@ impl BubblewrapSandbox {
         }
         let work_root = config.work_root.unwrap_or_else(std::env::temp_dir);
         let root = process::current_uid() == 0;
-        let wanted = root.then(|| {
-            config.run_as_when_root.unwrap_or(Owner {
-                uid: NOBODY,
-                gid: NOBODY,
-            })
-        });
+        let (wanted, user_note) = match (root, config.run_as_when_root) {
+            (false, _) => (None, None),
+            (true, Some(owner)) => (Some(owner), None),
+            (true, None) => {
+                let (owner, note) = config::dedicated_user();
+                (Some(owner), note)
+            }
+        };
+        if let Some(note) = &user_note {
+            tracing::warn!(note, "commands run as a shared user");
+        }
         let system = tempfile::Builder::new()
             .prefix("trellis-sandbox-etc-")
             .tempdir()
@@ -168,6 +176,7 @@ impl BubblewrapSandbox {
             no_nested_userns: Err("not probed".into()),
             overlays: Err("not probed".into()),
             bridge: network::find_bridge(config.network_bridge.as_deref()),
+            user_note,
             overlay_failures: Default::default(),
             report: SandboxReport {
                 sandbox: "bubblewrap".into(),
