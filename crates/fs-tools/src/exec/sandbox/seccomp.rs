@@ -46,15 +46,20 @@ use std::path::{Path, PathBuf};
 use trellis_backend::sandbox::Network;
 
 /// The shell that starts `bwrap` when there is a seccomp program (as `/bin/sh -c
-/// SECCOMP_ON_FD_3 sh BWRAP ARGS…`).
+/// SECCOMP_ON_FD_3 sh OPTIONS_FILE BWRAP --args 4 -- COMMAND…`).
 ///
 /// `bwrap --seccomp FD` reads the program from a file descriptor of its own, but without `unsafe`
 /// code (`pre_exec`, `dup2`) a child can only be given descriptors 0, 1 and 2, and 1 and 2 are
 /// the output pipe. So the program (an anonymous file) is the shell's standard input, and this
 /// wrapper moves it to descriptor [`SECCOMP_FD`], gives standard input `/dev/null` back (what the
 /// command gets, as without a filter), and `exec`s bwrap: one `exec` more, no process more.
-/// bwrap closes the descriptor after reading it, so the command never sees it.
-const SECCOMP_ON_FD_3: &str = r#"exec "$@" 3<&0 </dev/null"#;
+/// bwrap closes the descriptor after reading it, so the command never sees it. The same way, the
+/// file of bwrap's options (its first argument) is opened as descriptor [`ARGS_FD`] for `bwrap
+/// --args`, which reads it whole before anything runs.
+const SECCOMP_ON_FD_3: &str = r#"f=$1; shift; exec "$@" 3<&0 4<"$f" </dev/null"#;
+
+/// The descriptor [`SECCOMP_ON_FD_3`] opens the options file on.
+const ARGS_FD: &str = "4";
 
 /// The descriptor [`SECCOMP_ON_FD_3`] leaves the program on.
 const SECCOMP_FD: &str = "3";
@@ -71,6 +76,8 @@ pub(crate) struct Launch {
     pub program: PathBuf,
     pub args: Vec<OsString>,
     pub stdin: Option<File>,
+    /// The file of bwrap's options, kept until the launch is dropped.
+    pub options: Option<tempfile::NamedTempFile>,
 }
 
 impl Launch {
@@ -80,6 +87,7 @@ impl Launch {
             program: bwrap.to_path_buf(),
             args,
             stdin: None,
+            options: None,
         }
     }
 }
@@ -123,27 +131,34 @@ impl SyscallFilter {
         self.arch
     }
 
-    /// How to start `bwrap` with `args` (which hold [`BWRAP_ARGS`] and end with the command) under
-    /// the program for `network`: through [`SECCOMP_ON_FD_3`], the program as standard input.
+    /// How to start `bwrap` with the options in `options` (which hold [`BWRAP_ARGS`]) and then
+    /// `command`, under the program for `network`: through [`SECCOMP_ON_FD_3`], the program as
+    /// standard input, the options read by `--args` from the file.
     pub(crate) fn launch(
         &self,
         bwrap: &Path,
-        args: Vec<OsString>,
+        options: tempfile::NamedTempFile,
+        command: Vec<OsString>,
         network: &Network,
     ) -> std::io::Result<Launch> {
         let stdin = self.file(network)?;
-        let mut wrapped: Vec<OsString> = Vec::with_capacity(args.len() + 4);
+        let mut wrapped: Vec<OsString> = Vec::with_capacity(command.len() + 8);
         wrapped.extend([
             "-c".into(),
             SECCOMP_ON_FD_3.into(),
             "sh".into(),
+            options.path().as_os_str().to_os_string(),
             bwrap.as_os_str().to_os_string(),
+            "--args".into(),
+            ARGS_FD.into(),
+            "--".into(),
         ]);
-        wrapped.extend(args);
+        wrapped.extend(command);
         Ok(Launch {
             program: PathBuf::from(SH),
             args: wrapped,
             stdin: Some(stdin),
+            options: Some(options),
         })
     }
 

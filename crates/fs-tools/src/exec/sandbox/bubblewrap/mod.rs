@@ -269,10 +269,9 @@ impl BubblewrapSandbox {
             std::os::unix::fs::chown(root.path(), Some(owner.uid), Some(owner.gid))
                 .map_err(|e| format!("cannot hand {} to uid {}: {e}", root.path().display(), owner.uid))?;
         }
-        let mut args = self.args(root.path(), &[], "/", &Network::None, &[]);
-        args.extend(["--".into(), "/bin/true".into()]);
+        let args = self.args(root.path(), &[], "/", &Network::None, &[]);
         let launch = self
-            .launch(args, &Network::None)
+            .launch(args, vec!["/bin/true".into()], &Network::None)
             .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
         let out = self.run_probe(launch)?;
         if out.status.success() {
@@ -314,12 +313,28 @@ impl BubblewrapSandbox {
             .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))
     }
 
-    /// How to start bwrap with `args` (which end with the command): with the seccomp program for
-    /// `network` when there is one.
-    fn launch(&self, args: Vec<OsString>, network: &Network) -> std::io::Result<Launch> {
+    /// How to start bwrap with the options `args` and then `command` (its program and
+    /// arguments): with the seccomp program for `network` when there is one, and then the
+    /// options in a file bwrap reads (`--args`), so that the sandbox's init, a copy of bwrap that
+    /// every command can see as its process 1, does not show them, with the host paths they name,
+    /// in `/proc/1/cmdline` (security review F17).
+    fn launch(
+        &self,
+        args: Vec<OsString>,
+        command: Vec<OsString>,
+        network: &Network,
+    ) -> std::io::Result<Launch> {
         match &self.syscalls {
-            Ok(filter) => filter.launch(&self.bwrap, args, network),
-            Err(_) => Ok(Launch::direct(&self.bwrap, args)),
+            Ok(filter) => {
+                let options = options_file(&self.work_root, self.run_as, &args)?;
+                filter.launch(&self.bwrap, options, command, network)
+            }
+            Err(_) => {
+                let mut argv = args;
+                argv.push("--".into());
+                argv.extend(command);
+                Ok(Launch::direct(&self.bwrap, argv))
+            }
         }
     }
 
@@ -486,11 +501,11 @@ impl BubblewrapSandbox {
         if let Some(proxied) = &proxied {
             args.extend(proxied.args());
         }
-        args.push("--".into());
+        let mut command: Vec<OsString> = Vec::new();
         if proxied.is_some() {
-            args.extend(network::Proxied::prefix());
+            command.extend(network::Proxied::prefix());
         }
-        args.extend(["/bin/sh".into(), "-c".into(), request.command.clone().into()]);
+        command.extend(["/bin/sh".into(), "-c".into(), request.command.clone().into()]);
         let group = match &self.cgroups {
             Ok(groups) => Some(
                 groups
@@ -514,7 +529,7 @@ impl BubblewrapSandbox {
             )
         });
         let mut launch = self
-            .launch(args, &request.network)
+            .launch(args, command, &request.network)
             .map_err(SandboxError::io("writing the seccomp program"))?;
         let token = format!("trellis-overlay-{}{}", runner::tag(), runner::tag());
         let wrapped = !workdir.overlays().is_empty();
@@ -565,4 +580,29 @@ impl BubblewrapSandbox {
         output.out_of_memory = out_of_memory;
         Ok(Ran::Done(output))
     }
+}
+
+/// A file holding bwrap's options `args`, NUL-separated as `bwrap --args` reads them: private to
+/// the commands' user (`run_as`, when Trellis is root), removed when dropped.
+fn options_file(
+    work_root: &Path,
+    run_as: Option<Owner>,
+    args: &[OsString],
+) -> std::io::Result<tempfile::NamedTempFile> {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let mut file = tempfile::Builder::new()
+        .prefix("trellis-bwrap-args-")
+        .permissions(std::fs::Permissions::from_mode(0o600))
+        .tempfile_in(work_root)?;
+    if let Some(owner) = run_as {
+        std::os::unix::fs::chown(file.path(), Some(owner.uid), Some(owner.gid))?;
+    }
+    for arg in args {
+        file.write_all(arg.as_bytes())?;
+        file.write_all(b"\0")?;
+    }
+    file.flush()?;
+    Ok(file)
 }
