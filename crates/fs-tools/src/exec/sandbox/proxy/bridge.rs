@@ -103,6 +103,8 @@ fn serve(socket: Option<&OsString>) -> Result<(), String> {
     let active = Arc::new(AtomicUsize::new(0));
     loop {
         let Ok((client, _)) = listener.accept() else {
+            // Out of descriptors, say: wait rather than spin.
+            std::thread::sleep(std::time::Duration::from_millis(50));
             continue;
         };
         if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {

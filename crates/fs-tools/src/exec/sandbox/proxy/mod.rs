@@ -145,6 +145,8 @@ async fn accept_loop(listener: UnixListener, ctx: Arc<Context>) {
             return;
         };
         let Ok((stream, _)) = listener.accept().await else {
+            // Out of descriptors, say: wait rather than spin.
+            tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let ctx = ctx.clone();
