@@ -256,8 +256,8 @@ pub struct AgentArgs {
     pub sandbox: Option<SandboxChoice>,
     /// Let commands use the host's whole network, its loopback services and cloud metadata
     /// endpoints included (none by default; unsafe with untrusted commands: prefer
-    /// --allow-domain).
-    #[arg(long)]
+    /// --allow-domain). `--sandbox-network` is its former name.
+    #[arg(long = "unsafe-host-network", alias = "sandbox-network")]
     pub sandbox_network: bool,
     /// Let commands reach DOMAIN over HTTP(S) through Trellis's proxy, and nothing else
     /// (repeatable; `*.example.com` for the names below it; an IP address to allow that

@@ -240,13 +240,13 @@ pub fn local_user() -> String {
         .unwrap_or_else(|| "local".to_owned())
 }
 
-/// The network `execute`'s commands get: the host's under `--sandbox-network`, allowed domains
+/// The network `execute`'s commands get: the host's under `--unsafe-host-network`, allowed domains
 /// through the sandbox's proxy under `--allow-domain` (a bad domain is an error naming it), else
 /// none. Both at once is an error: the host's network would make the list meaningless.
 pub fn network(config: &RunConfig) -> Result<Network> {
     match (config.sandbox_network, config.allow_domain.is_empty()) {
         (true, false) => bail!(
-            "--sandbox-network shares the host's whole network, so --allow-domain would limit nothing: give one of them"
+            "--unsafe-host-network shares the host's whole network, so --allow-domain would limit nothing: give one of them"
         ),
         (true, true) => Ok(Network::Host),
         (false, false) => match AllowedDomains::parse(&config.allow_domain) {

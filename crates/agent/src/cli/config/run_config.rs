@@ -41,7 +41,7 @@ pub struct RunConfig {
     pub writable_skills: bool,
     /// `--sandbox`.
     pub sandbox: Option<SandboxChoice>,
-    /// `--sandbox-network`.
+    /// `--unsafe-host-network`.
     pub sandbox_network: bool,
     /// `--allow-domain` domains.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -138,6 +138,12 @@ const KEYS: &[(&str, &str, Check, &str)] = &[
         "[sandbox]\nkind = \"bwarp\"",
     ),
     (
+        "sandbox.unsafe_host_network",
+        "[sandbox]\nunsafe_host_network = true",
+        |c, _| c.sandbox_network,
+        "[sandbox]\nunsafe_host_network = 1",
+    ),
+    (
         "sandbox.network",
         "[sandbox]\nnetwork = true",
         |c, _| c.sandbox_network,

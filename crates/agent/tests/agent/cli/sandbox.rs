@@ -260,24 +260,32 @@ async fn allow_domain_reaches_only_the_listed_domain() {
         text.contains("other.invalid is not an allowed domain (allowed: localhost, 127.0.0.1)"),
         "{text}"
     );
-    // --sandbox-network and --allow-domain together: an error before any model call.
-    let out = trellis()
-        .args([
-            "run",
-            "--model",
-            "anthropic:claude-sonnet-4-5",
-            "--sandbox",
-            "bwrap",
-            "--sandbox-network",
-        ])
-        .args(["--allow-domain", "example.com", "--state-dir"])
-        .arg(dir.path().join("t"))
-        .arg("hi")
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("--allow-domain would limit nothing"), "{stderr}");
+    // The host's network and --allow-domain together: an error before any model call, under
+    // the flag's name and under its former one.
+    for (flag, state) in [("--unsafe-host-network", "t"), ("--sandbox-network", "u")] {
+        let out = trellis()
+            .args([
+                "run",
+                "--model",
+                "anthropic:claude-sonnet-4-5",
+                "--sandbox",
+                "bwrap",
+                flag,
+            ])
+            .args(["--allow-domain", "example.com", "--state-dir"])
+            .arg(dir.path().join(state))
+            .arg("hi")
+            .env("ANTHROPIC_API_KEY", "test-key")
+            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flag}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(
+                "--unsafe-host-network shares the host's whole network, so --allow-domain would limit nothing"
+            ),
+            "{flag}: {stderr}"
+        );
+    }
 }
