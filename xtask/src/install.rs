@@ -173,7 +173,7 @@ fn ensure_bubblewrap(layout: &Layout, timings: &mut Timings) -> Result<()> {
             .any(|dir| dir.join(name).is_file())
     };
     if on_path("bwrap") {
-        return Ok(());
+        return ensure_curl(layout, timings);
     }
     if !is_root() || !on_path("apt-get") {
         bail!(
@@ -183,6 +183,24 @@ fn ensure_bubblewrap(layout: &Layout, timings: &mut Timings) -> Result<()> {
     let start = Instant::now();
     apt_install(layout, "bubblewrap")?;
     timings.since("install: bubblewrap", start);
+    ensure_curl(layout, timings)
+}
+
+/// The allowed-domains tests (`sandbox/network.rs`, `cli/sandbox.rs`) run `curl` inside the
+/// sandbox, which sees only the host's `/usr`: `/usr/bin/curl`, installed with apt-get when missing
+/// and this runs as root.
+fn ensure_curl(layout: &Layout, timings: &mut Timings) -> Result<()> {
+    if Path::new("/usr/bin/curl").is_file() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "the sandbox's network tests need /usr/bin/curl: install it (`sudo apt-get install curl`) and run again"
+        );
+    }
+    let start = Instant::now();
+    apt_install(layout, "curl")?;
+    timings.since("install: curl", start);
     Ok(())
 }
 
