@@ -121,6 +121,13 @@ pub fn contract_env(layout: &Layout) -> Vec<(&'static str, String)> {
             "TRELLIS_REFERENCE_PYTHON",
             install::python_of(&layout.reference_venv()).display().to_string(),
         ),
+        // schemathesis's interpreter, for the `/openapi.json` test of `trellis serve`.
+        (
+            "TRELLIS_SCHEMATHESIS_PYTHON",
+            install::python_of(&layout.schemathesis_venv())
+                .display()
+                .to_string(),
+        ),
         // The node_modules with the ACP TypeScript SDK and ajv, for the `trellis acp` tests.
         (
             "TRELLIS_ACP_NODE_MODULES",
@@ -559,6 +566,7 @@ mod tests {
                 "TRELLIS_LANGGRAPH_PYTHON",
                 "TRELLIS_DATABASE_URL",
                 "TRELLIS_REFERENCE_PYTHON",
+                "TRELLIS_SCHEMATHESIS_PYTHON",
                 "TRELLIS_ACP_NODE_MODULES",
                 "TRELLIS_LANGGRAPH_NODE_MODULES",
                 "TRELLIS_UI_NODE_MODULES",

@@ -97,6 +97,15 @@ const REFERENCE_SERVER: [PipPin; 5] = [
     },
 ];
 
+/// schemathesis, the property-based API tester the `/openapi.json` test runs against `trellis
+/// serve` (crates/agent/tests/agent/server/openapi.rs). In a venv of its own, as the reference
+/// server, so its dependency tree (hypothesis, jsonschema, requests, …) moves nothing else.
+const SCHEMATHESIS: PipPin = PipPin {
+    dist: "schemathesis",
+    spec: "schemathesis==4.32.5",
+    version: "4.32.5",
+};
+
 /// 3.35.0 is the newest azurite that runs on Node 20 (3.36 wants Node >= 21).
 const AZURITE_PACKAGE: &str = "azurite";
 const AZURITE_VERSION: &str = "3.35.0";
@@ -114,6 +123,8 @@ pub fn ensure_all(layout: &Layout, timings: &mut Timings) -> Result<()> {
     ensure_venv(layout, &layout.reference_venv(), timings)?;
     let reference: Vec<&PipPin> = REFERENCE_SERVER.iter().collect();
     ensure_pip(layout, &layout.reference_venv(), &reference, timings)?;
+    ensure_venv(layout, &layout.schemathesis_venv(), timings)?;
+    ensure_pip(layout, &layout.schemathesis_venv(), &[&SCHEMATHESIS], timings)?;
     ensure_azurite(layout, timings)?;
     ensure_acp_client(layout, timings)?;
     ensure_langgraph_js_client(layout, timings)?;
@@ -200,7 +211,7 @@ fn ensure_bubblewrap(layout: &Layout, timings: &mut Timings) -> Result<()> {
             .any(|dir| dir.join(name).is_file())
     };
     if on_path("bwrap") {
-        return Ok(());
+        return ensure_curl(layout, timings);
     }
     if !is_root() || !on_path("apt-get") {
         bail!(
@@ -210,6 +221,24 @@ fn ensure_bubblewrap(layout: &Layout, timings: &mut Timings) -> Result<()> {
     let start = Instant::now();
     apt_install(layout, "bubblewrap")?;
     timings.since("install: bubblewrap", start);
+    ensure_curl(layout, timings)
+}
+
+/// The allowed-domains tests (`sandbox/network.rs`, `cli/sandbox.rs`) run `curl` inside the
+/// sandbox, which sees only the host's `/usr`: `/usr/bin/curl`, installed with apt-get when missing
+/// and this runs as root.
+fn ensure_curl(layout: &Layout, timings: &mut Timings) -> Result<()> {
+    if Path::new("/usr/bin/curl").is_file() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "the sandbox's network tests need /usr/bin/curl: install it (`sudo apt-get install curl`) and run again"
+        );
+    }
+    let start = Instant::now();
+    apt_install(layout, "curl")?;
+    timings.since("install: curl", start);
     Ok(())
 }
 

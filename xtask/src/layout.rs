@@ -43,6 +43,11 @@ impl Layout {
         self.dir.join("reference-venv")
     }
 
+    /// schemathesis's venv (its own: its dependency tree must not move the others').
+    pub fn schemathesis_venv(&self) -> PathBuf {
+        self.dir.join("schemathesis-venv")
+    }
+
     pub fn venv_python(&self) -> PathBuf {
         self.venv().join("bin").join("python")
     }

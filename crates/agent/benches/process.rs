@@ -211,14 +211,19 @@ fn workdir(root: &Path, files: usize) -> PathBuf {
     dir
 }
 
-/// When this runs as root, give `dir` and everything in it to `nobody` (65534), the user the
-/// bubblewrap sandbox runs commands as then, or back to root when not `to_nobody`.
-fn hand_to_commands_user(dir: &Path, to_nobody: bool) {
+/// When this runs as root, give `dir` and everything in it to the sandbox's own user
+/// (`SANDBOX_UID`), whom the bubblewrap sandbox runs commands as then, or back to root when not
+/// `to_commands_user`.
+fn hand_to_commands_user(dir: &Path, to_commands_user: bool) {
     use std::os::unix::fs::MetadataExt;
     if std::fs::metadata("/proc/self").unwrap().uid() != 0 {
         return;
     }
-    let owner = if to_nobody { 65534 } else { 0 };
+    let owner = if to_commands_user {
+        trellis_agent::tools::sandbox::SANDBOX_UID
+    } else {
+        0
+    };
     let mut stack = vec![dir.to_path_buf()];
     while let Some(path) = stack.pop() {
         std::os::unix::fs::lchown(&path, Some(owner), Some(owner)).unwrap();

@@ -10,7 +10,10 @@
 //! streaming one run on it (`values` + `messages-tuple`) to its end, as deep-agents-ui does.
 //! Reported per server and concurrency: runs per second (runs over the wall time of the wave), the
 //! step latency p50/p99 — from the model's reply to the same run's next model request, i.e. the
-//! server's tools, checkpoint and streaming for one step under that load — and failed runs. Each
+//! server's tools, checkpoint and streaming for one step under that load, which at high
+//! concurrency is mostly waiting for a core — the server's CPU time per step (user + system of
+//! its process group over the wave, divided by the steps: what a step costs the server, queueing
+//! excluded; `/proc` counts in 10 ms ticks, so small waves read coarse) — and failed runs. Each
 //! server's peak RSS (`VmHWM` of its process after the last wave; targets ≤ 300 MB for Trellis at
 //! 1,000 runs). `ratios` give Trellis over the reference: throughput (target ≥ 10×) and step p50.
 //!
@@ -230,6 +233,28 @@ async fn one_run(client: &reqwest::Client, url: &str, token: &str, steps: usize)
     Ok(())
 }
 
+/// The CPU time (user + system) the processes of process group `pgid` have used so far: the
+/// server and any process it started, as `/proc/<pid>/stat` counts it (in clock ticks of 10 ms).
+fn group_cpu(pgid: u32) -> Duration {
+    let mut ticks = 0u64;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The fields after the command name (which may hold spaces) in parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        if fields.len() > 14 && field(2) == u64::from(pgid) {
+            // utime, stime, and what its waited-for children used.
+            ticks += field(11) + field(12) + field(13) + field(14);
+        }
+    }
+    Duration::from_millis(ticks * 10)
+}
+
 /// `concurrency` clients at once against `server`; the wave's row.
 async fn wave(
     name: &str,
@@ -240,6 +265,7 @@ async fn wave(
 ) -> Value {
     let client = client();
     let gaps_before = scripted.seen.gaps.lock().unwrap().len();
+    let cpu_before = group_cpu(server.child.id());
     let start = Instant::now();
     let runs = (0..concurrency).map(|i| {
         let client = client.clone();
@@ -249,6 +275,7 @@ async fn wave(
     });
     let results = futures::future::join_all(runs).await;
     let elapsed = start.elapsed();
+    let cpu = group_cpu(server.child.id()).saturating_sub(cpu_before);
     let failed: Vec<String> = results
         .into_iter()
         .filter_map(|r| match r {
@@ -274,6 +301,8 @@ async fn wave(
         "steps": gaps.len(),
         "step_p50_ms": quantile(0.5),
         "step_p99_ms": quantile(0.99),
+        "server_cpu_ms": ms(cpu),
+        "server_cpu_ms_per_step": if gaps.is_empty() { Value::Null } else { json!(ms(cpu) / gaps.len() as f64) },
     })
 }
 
@@ -334,6 +363,7 @@ fn main() {
                     "concurrency": a["concurrency"],
                     "throughput_trellis_over_reference": ratio("runs_per_s"),
                     "step_p50_trellis_over_reference": ratio("step_p50_ms"),
+                    "cpu_per_step_trellis_over_reference": ratio("server_cpu_ms_per_step"),
                 })
             })
             .collect();

@@ -6,7 +6,13 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use trellis_agent::cli::{Cli, run_main};
+use trellis_agent::tools::sandbox::bridge;
 
 fn main() -> ExitCode {
+    // Inside the sandbox, as the bridge of a command with allowed domains (`--allow-domain`).
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(bridge::BRIDGE_ARG.as_ref()) {
+        return bridge::main(args);
+    }
     run_main(Cli::parse())
 }

@@ -397,7 +397,7 @@ impl DeepAgentBuilder {
         let mut execute = ExecuteTool::new(files.clone())
             .skill_sources(self.skills.iter().map(|s| s.path().clone()))
             .commands(self.commands.clone())
-            .network(self.sandbox_network);
+            .network(self.sandbox_network.clone());
         if let Some(sandbox) = &self.sandbox {
             execute = execute.with_sandbox(sandbox.clone());
         }

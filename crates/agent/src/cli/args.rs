@@ -254,9 +254,16 @@ pub struct AgentArgs {
     /// isolating nothing: trusted development only).
     #[arg(long, value_enum, value_name = "KIND")]
     pub sandbox: Option<SandboxChoice>,
-    /// Let commands use the network (none by default).
-    #[arg(long)]
+    /// Let commands use the host's whole network, its loopback services and cloud metadata
+    /// endpoints included (none by default; unsafe with untrusted commands: prefer
+    /// --allow-domain). `--sandbox-network` is its former name.
+    #[arg(long = "unsafe-host-network", alias = "sandbox-network")]
     pub sandbox_network: bool,
+    /// Let commands reach DOMAIN over HTTP(S) through Trellis's proxy, and nothing else
+    /// (repeatable; `*.example.com` for the names below it; an IP address to allow that
+    /// address, loopback and private ones included).
+    #[arg(long = "allow-domain", value_name = "DOMAIN")]
+    pub allow_domain: Vec<String>,
     /// Only let `execute` run simple commands starting with PREFIX, e.g. "python3 /skills/"
     /// (repeatable; without it any command may run).
     #[arg(long = "allow-command", value_name = "PREFIX")]
@@ -286,6 +293,7 @@ impl AgentArgs {
             writable_skills: self.writable_skills,
             sandbox: self.sandbox,
             sandbox_network: self.sandbox_network,
+            allow_domain: self.allow_domain,
             allow_command: self.allow_command,
             ask: self.ask,
         };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use trellis_middleware::backend::sandbox::Network;
+use trellis_middleware::backend::sandbox::{AllowedDomains, Network};
 use trellis_middleware::skills::DEFAULT_PERSONAL_SKILLS_DIR;
 use trellis_middleware::skills::PIN_SKILLS;
 use trellis_middleware::skills::SkillSource;
@@ -112,9 +112,7 @@ pub async fn build_on(
     if let Some(sandbox) = sandbox.sandbox {
         builder = builder.sandbox(sandbox);
     }
-    if config.sandbox_network {
-        builder = builder.sandbox_network(Network::Host);
-    }
+    builder = builder.sandbox_network(network(config)?);
     if !config.allow_command.is_empty() {
         builder = builder.commands(CommandPolicy::allow_only(config.allow_command.clone()));
     }
@@ -243,4 +241,21 @@ pub fn local_user() -> String {
         .ok()
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| "local".to_owned())
+}
+
+/// The network `execute`'s commands get: the host's under `--unsafe-host-network`, allowed domains
+/// through the sandbox's proxy under `--allow-domain` (a bad domain is an error naming it), else
+/// none. Both at once is an error: the host's network would make the list meaningless.
+pub fn network(config: &RunConfig) -> Result<Network> {
+    match (config.sandbox_network, config.allow_domain.is_empty()) {
+        (true, false) => bail!(
+            "--unsafe-host-network shares the host's whole network, so --allow-domain would limit nothing: give one of them"
+        ),
+        (true, true) => Ok(Network::Host),
+        (false, false) => match AllowedDomains::parse(&config.allow_domain) {
+            Ok(allowed) => Ok(Network::Domains(allowed)),
+            Err(why) => bail!("--allow-domain: {why}"),
+        },
+        (false, true) => Ok(Network::None),
+    }
 }

@@ -105,13 +105,16 @@ pub fn select(choice: Option<SandboxChoice>) -> Result<Selected> {
 /// Bubblewrap's configuration: `TRELLIS_BWRAP`, when set, names the `bwrap` binary;
 /// `TRELLIS_BWRAP_ALLOW_ROOT=1` lets commands run as root without capabilities when Trellis runs
 /// as root and the unprivileged user's namespaces are refused. Both are the operator's
-/// environment, never the agent file (which a cloned repository may bring).
+/// environment, never the agent file (which a cloned repository may bring). This very program is
+/// the bridge that carries allowed domains' connections out of the sandbox.
 fn bwrap_config() -> BubblewrapConfig {
     let mut config = BubblewrapConfig::default();
     if let Some(path) = std::env::var_os("TRELLIS_BWRAP").filter(|p| !p.is_empty()) {
         config.bwrap = Some(path.into());
     }
     config.allow_root_commands = std::env::var("TRELLIS_BWRAP_ALLOW_ROOT").as_deref() == Ok("1");
+    // The `trellis` program itself is the bridge of allowed domains (see `main.rs`).
+    config.network_bridge = std::env::current_exe().ok();
     config
 }
 

@@ -72,7 +72,7 @@ pub async fn get_one(State(server): State<Shared>, Path(id): Path<String>) -> Ap
 }
 
 /// `POST /assistants/search` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AssistantSearch {
     graph_id: Option<String>,

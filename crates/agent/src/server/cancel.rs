@@ -164,7 +164,7 @@ pub async fn delete(
 
 /// `POST /runs/cancel` body: the runs of one thread by id, or every run of the caller's threads in
 /// a status.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelMany {
     #[serde(default)]

@@ -243,7 +243,7 @@ pub async fn state_at(
 
 /// A checkpoint as clients name it: `{"checkpoint_id", "checkpoint_ns"?, "checkpoint_map"?,
 /// "thread_id"?}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointRef {
     /// The id (`None`: the latest).
@@ -285,7 +285,7 @@ impl CheckpointRef {
 }
 
 /// `POST /threads/{thread_id}/state/checkpoint` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StateAtBody {
     checkpoint: CheckpointRef,
@@ -321,7 +321,7 @@ pub async fn state_at_body(
 }
 
 /// `POST /threads/{thread_id}/history` body.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryBody {
     #[serde(default)]
@@ -339,7 +339,7 @@ pub struct HistoryBody {
 }
 
 /// `before` in a history request: a checkpoint id or a checkpoint (the Python client sends either).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 enum Before {
     Id(String),

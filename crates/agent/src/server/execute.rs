@@ -25,10 +25,12 @@ use uuid::Uuid;
 
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::User;
+use crate::server::introspection::Introspection;
 use crate::server::messages::input_messages;
 use crate::server::run_registry::{CancelAction, RunHandle, Status, Strategy};
 use crate::server::runs::RunCreate;
 use crate::server::stream::{Mode, Part, Translator, interrupt_json, thread_values};
+use crate::server::subgraphs::Subgraphs;
 use crate::server::threads::{Rest, ThreadRecord, thread_id};
 use crate::server::{Graph, Shared, assistants, files, resume};
 
@@ -61,14 +63,19 @@ pub(crate) enum Target {
     },
 }
 
-/// Check a run-create of `user` on `target`, register it and start it on a task of its own.
-/// Nothing is changed when it is refused.
-pub(crate) async fn start(
-    server: &Shared,
-    user: &User,
-    target: Target,
-    body: RunCreate,
-) -> ApiResult<Started> {
+/// A run-create body as checked before anything changes.
+struct Checked {
+    modes: Vec<Mode>,
+    strategy: Strategy,
+    graph_id: String,
+    graph: Arc<dyn Graph>,
+    /// The new messages (`None`: a resume).
+    messages: Option<Vec<Message>>,
+}
+
+/// Check `body` for a run on `target` without changing anything: every refusal a body alone can
+/// earn (a batch checks all its runs before it starts any).
+fn check(server: &Shared, target: &Target, body: &RunCreate) -> ApiResult<Checked> {
     body.refuse_unbuilt()?;
     let modes = body.modes()?;
     let strategy = Strategy::parse(body.multitask_strategy.as_deref())?;
@@ -86,12 +93,19 @@ pub(crate) async fn start(
             "You must provide a thread_id when resuming",
         ));
     }
+    if body.names_checkpoint() && matches!(target, Target::Stateless { .. }) {
+        return Err(ApiError::unprocessable(
+            "a new thread has no checkpoints to start from",
+        ));
+    }
     let messages = match (input, command) {
         (Some(_), Some(_)) => {
             return Err(ApiError::unprocessable(
                 "give input or command, not both: a thread waiting for decisions takes command.resume alone",
             ));
         }
+        // From an older checkpoint, no input runs the model again there (a regenerate).
+        (None, None) if body.names_checkpoint() => Some(Vec::new()),
         (None, None) => {
             return Err(ApiError::unprocessable(
                 "input is required: {\"messages\": [...]}, or command: {\"resume\": ...}",
@@ -100,6 +114,41 @@ pub(crate) async fn start(
         (Some(input), None) => Some(input_messages(input)?),
         (None, Some(_)) => None,
     };
+    Ok(Checked {
+        modes,
+        strategy,
+        graph_id,
+        graph,
+        messages,
+    })
+}
+
+/// Check a batch of stateless run-creates: the first refusal, before any run starts.
+pub(crate) fn check_batch(server: &Shared, bodies: &[RunCreate]) -> ApiResult<()> {
+    let target = Target::Stateless { delete: true };
+    for (i, body) in bodies.iter().enumerate() {
+        check(server, &target, body)
+            .map_err(|e| ApiError::new(e.status, format!("run {i}: {}", e.detail)))?;
+    }
+    Ok(())
+}
+
+/// Check a run-create of `user` on `target`, register it and start it on a task of its own.
+/// Nothing is changed when it is refused.
+pub(crate) async fn start(
+    server: &Shared,
+    user: &User,
+    target: Target,
+    body: RunCreate,
+) -> ApiResult<Started> {
+    let Checked {
+        modes,
+        strategy,
+        graph_id,
+        graph,
+        messages,
+    } = check(server, &target, &body)?;
+    let command = body.command.as_ref().filter(|c| !c.is_null());
     let (thread, exists) = match target {
         Target::Stateless { .. } => (Uuid::new_v4(), false),
         Target::Thread(thread) => match (server.threads.get(user, &thread), body.if_not_exists.as_deref()) {
@@ -113,7 +162,29 @@ pub(crate) async fn start(
             }
         },
     };
-    let input = check_input(server, graph.as_ref(), user, &thread, exists, messages, command).await?;
+    let from = match (exists, body.names_checkpoint(), command.is_some()) {
+        (_, false, _) => None,
+        (_, true, true) => {
+            return Err(ApiError::unprocessable(
+                "a resume continues the thread's latest checkpoint: give no checkpoint",
+            ));
+        }
+        (false, true, false) => {
+            return Err(ApiError::unprocessable(
+                "a new thread has no checkpoints to start from",
+            ));
+        }
+        (true, true, false) => branch_point(server, &thread, &body).await?,
+    };
+    let input = check_input(
+        server,
+        graph.as_ref(),
+        user,
+        (&thread, exists, from.is_some()),
+        messages,
+        command,
+    )
+    .await?;
     if !exists {
         let now = Utc::now();
         let record = ThreadRecord {
@@ -160,11 +231,33 @@ pub(crate) async fn start(
         server.clone(),
         run.clone(),
         (graph, user.clone()),
-        input,
+        (input, from),
         ahead,
         delete_after,
     ));
     Ok(Started { run, modes })
+}
+
+/// The older checkpoint of `thread` a run starts from, when the body names one; `None` for its
+/// latest (or none named). 404 for an id of none of its checkpoints.
+async fn branch_point(server: &Shared, thread: &Uuid, body: &RunCreate) -> ApiResult<Option<u64>> {
+    let Some(seq) = body.start_from(thread)? else {
+        return Ok(None);
+    };
+    let head = server
+        .checkpointer
+        .peek(&thread_id(thread))
+        .await
+        .map_err(|e| ApiError::internal("reading a thread's checkpoints", e))?
+        .map(|s| s.checkpoint.seq);
+    match head {
+        Some(head) if seq == head => Ok(None),
+        Some(head) if seq < head => Ok(Some(seq)),
+        _ => Err(ApiError::not_found(format!(
+            "checkpoint {} of thread {thread}",
+            crate::server::checkpoints::checkpoint_id(thread, seq)
+        ))),
+    }
 }
 
 /// The run's input: its messages, or the decisions `command` gives for what the thread waits on.
@@ -174,12 +267,12 @@ async fn check_input(
     server: &Shared,
     graph: &dyn Graph,
     user: &User,
-    thread: &Uuid,
-    exists: bool,
+    (thread, exists, branching): (&Uuid, bool, bool),
     messages: Option<Vec<Message>>,
     command: Option<&Value>,
 ) -> ApiResult<Input> {
-    let pending = if exists {
+    // A branch starts from an older checkpoint: what the latest waits for does not matter.
+    let pending = if exists && !branching {
         // The agent only reads the thread here; the run builds its own input later.
         match graph
             .prepare(user.id(), &thread_id(thread), RunInput::new())
@@ -234,7 +327,7 @@ async fn execute(
     server: Shared,
     run: Arc<RunHandle>,
     (graph, user): (Arc<dyn Graph>, User),
-    input: Input,
+    (input, from): (Input, Option<u64>),
     ahead: Vec<Arc<RunHandle>>,
     delete_after: bool,
 ) {
@@ -272,6 +365,16 @@ async fn execute(
             return finish_thread(&server, &run, delete_after).await;
         }
     };
+    if let Some(seq) = from
+        && let Err(e) = roll_back(&server, &tid, Some(seq)).await
+    {
+        // The branch could not be made: the run fails before it changed anything.
+        let message = format!("{e:#}");
+        run.push(Part::error("CheckpointError", &message), true);
+        let result = json!({"__error__": {"error": "CheckpointError", "message": message}});
+        end(&server, &run, Status::Error, result, false);
+        return finish_thread(&server, &run, delete_after).await;
+    }
     let outcome = drive(&server, &run, graph.as_ref(), &user, input).await;
     let (status, result, forget) = match outcome {
         Ok((parts, result, interrupts)) => {
@@ -389,7 +492,7 @@ async fn delete_thread(server: &Shared, id: &Uuid) -> ApiResult<()> {
 }
 
 /// Put thread `tid` back to its checkpoint `start` (`None`: it had none, so back to an empty
-/// state). The checkpoint store keeps every checkpoint and has no way to drop the newest, so the
+/// state): a rollback, or the branch point of a run started from an older checkpoint. The checkpoint store keeps every checkpoint and has no way to drop the newest, so the
 /// state before the run is saved again as the newest checkpoint: the thread's state, values and
 /// pending interrupt are as before the run, its history shows the run's checkpoints followed by
 /// the restored one. Files the run wrote in the thread's file space stay (files are not versioned
@@ -428,12 +531,13 @@ type Outcome = Result<(Vec<Part>, Value, Option<Value>), Failure>;
 async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User, input: Input) -> Outcome {
     let failed = |kind: &str, message: String| Failure::Failed(kind.to_owned(), message);
     let tid = thread_id(&run.thread_id);
-    let before = server
+    let head = server
         .checkpointer
         .peek(&tid)
         .await
-        .map_err(|e| failed("CheckpointError", e.to_string()))?
-        .map_or(0, |s| s.checkpoint.state.messages.len());
+        .map_err(|e| failed("CheckpointError", e.to_string()))?;
+    let before = head.as_ref().map_or(0, |s| s.checkpoint.state.messages.len());
+    let next_seq = head.as_ref().map_or(0, |s| s.checkpoint.seq + 1);
     let metadata = json!({
         "run_id": run.run_id, "thread_id": run.thread_id, "graph_id": run.graph,
         "assistant_id": assistants::assistant_id(&run.graph),
@@ -451,7 +555,13 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
         Input::Resume(decisions) => (RunInput::resume(decisions), 0),
     };
     run_input = run_input.thread(tid.clone()).events(sink);
-    let mut translator = Translator::new(run.thread_id, before + added, metadata);
+    let subgraphs =
+        (run.kwargs()["stream_subgraphs"] == true).then(|| Subgraphs::new(run.run_id, metadata.clone()));
+    let mut streams = Streams {
+        main: Translator::new(run.thread_id, before + added, metadata),
+        introspection: Introspection::new(run.thread_id, run.run_id, &run.modes, next_seq, before + added),
+        subgraphs,
+    };
     let (agent, run_input) = graph
         .prepare(user.id(), &tid, run_input)
         .await
@@ -462,12 +572,12 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
     tokio::pin!(running);
     let result = loop {
         tokio::select! {
-            Some(event) = events.recv() => on_event(server, run, &mut translator, &event).await,
+            Some(event) = events.recv() => on_event(server, run, &mut streams, &event).await,
             result = &mut running => break result,
         }
     };
     while let Ok(event) = events.try_recv() {
-        on_event(server, run, &mut translator, &event).await;
+        on_event(server, run, &mut streams, &event).await;
     }
     let out = match result {
         Ok(out) => out,
@@ -483,8 +593,8 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
         Err(AgentError::Decision(e)) => return Err(Failure::Refused(e.to_string())),
         Err(e) => return Err(failed("AgentError", e.to_string())),
     };
-    read_files(server, run, &mut translator).await;
-    let (parts, values) = translator.finish(&out.state, out.interrupt.as_ref());
+    read_files(server, run, &mut streams.main).await;
+    let (parts, values) = streams.main.finish(&out.state, out.interrupt.as_ref());
     let interrupts = out.interrupt.as_ref().map(|i| interrupt_json(&run.thread_id, i));
     Ok((parts, values, interrupts))
 }
@@ -502,12 +612,50 @@ async fn read_files(server: &Shared, run: &RunHandle, translator: &mut Translato
     }
 }
 
+/// What turns a run's events into parts: its own agent's ([`Translator`]), the `tasks` /
+/// `checkpoints` / `debug` / `custom` modes when asked for, its subagents' with `stream_subgraphs`.
+struct Streams {
+    main: Translator,
+    introspection: Option<Introspection>,
+    subgraphs: Option<Subgraphs>,
+}
+
 /// One event of the run: counted in its usage (a subagent's too), and, for the top-level agent's,
 /// turned into parts (a subagent's events are not streamed).
-async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator, event: &RunEvent) {
+async fn on_event(server: &Shared, run: &RunHandle, streams: &mut Streams, event: &RunEvent) {
     run.count(event, &server.prices);
+    let push_all = |parts: Vec<Part>| parts.into_iter().for_each(|p| run.push(p, false));
+    let Streams {
+        main: translator,
+        introspection,
+        subgraphs,
+    } = streams;
     match event {
-        RunEvent::ModelStarted { step, messages, .. } => translator.reply_started(*step, *messages),
+        RunEvent::Subagent { .. } => {
+            if let Some(subgraphs) = subgraphs {
+                push_all(subgraphs.event(event));
+            }
+        }
+        RunEvent::ModelStarted { step, messages, .. } => {
+            translator.reply_started(*step, *messages);
+            if let Some(introspection) = introspection {
+                push_all(introspection.model_started(*step));
+            }
+        }
+        RunEvent::ToolStarted { call_id, name, .. } => {
+            if let Some(introspection) = introspection {
+                push_all(introspection.tool_started(call_id, name));
+            }
+        }
+        RunEvent::Middleware {
+            middleware,
+            kind,
+            data,
+        } => {
+            if let Some(introspection) = introspection {
+                push_all(introspection.middleware(middleware, kind, data));
+            }
+        }
         RunEvent::ToolFinished { .. } => translator.tool_ran(),
         RunEvent::ModelDelta { delta, .. } => {
             if let Some(part) = translator.delta(delta) {
@@ -530,10 +678,16 @@ async fn on_event(server: &Shared, run: &RunHandle, translator: &mut Translator,
             };
             read_files(server, run, translator).await;
             match state {
-                Ok(state) => translator
-                    .checkpoint(&state)
-                    .into_iter()
-                    .for_each(|p| run.push(p, false)),
+                Ok(state) => {
+                    let parts = translator.checkpoint(&state);
+                    if let Some(introspection) = introspection {
+                        let values = translator.values_with_files(&state);
+                        push_all(parts);
+                        push_all(introspection.checkpoint(&state, &values));
+                    } else {
+                        push_all(parts);
+                    }
+                }
                 Err(e) => tracing::warn!("run {}: cannot read its checkpoint: {e}", run.run_id),
             }
         }

@@ -29,7 +29,12 @@
 //! | [`run_registry`] | the runs in memory by id, each thread's queue of runs, which finished runs are forgotten |
 //! | [`run_usage`] | what a run used and cost, in its record (a Trellis extension) |
 //! | [`queue`] | the run queue: one trait, in memory and on PostgreSQL (not used by the routes yet) |
+//! | [`routes`] | the table of routes: method, path, handler and documentation of each |
+//! | [`openapi`] | `/openapi.json`, built from that table; request schemas from the handlers' types |
+//! | [`shapes`] | the shapes of the JSON answers, for the document |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
+//! | [`introspection`] | the stream modes `tasks`, `checkpoints`, `debug` and `custom` |
+//! | [`subgraphs`] | `stream_subgraphs`: subagents' events under `tools:<task id>` namespaces |
 //! | [`messages`] | Trellis messages ↔ LangChain message dicts |
 //! | [`ui`] | the web page at `/` (a client of these routes, embedded in the binary) |
 //!
@@ -65,14 +70,19 @@ pub mod error;
 pub mod execute;
 pub mod extract;
 pub mod files;
+pub mod introspection;
 pub mod messages;
+pub mod openapi;
 pub mod queue;
 pub mod resume;
+pub mod routes;
 pub mod run_handle;
 pub mod run_registry;
 pub mod run_usage;
 pub mod runs;
+pub mod shapes;
 pub mod stream;
+pub mod subgraphs;
 pub mod threads;
 pub mod transfer;
 pub mod ui;
@@ -84,7 +94,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::get;
 use trellis_middleware::backend::Backend;
 use trellis_middleware::{Agent, Checkpointer, RunInput, ThreadId};
 
@@ -190,67 +200,25 @@ impl Server {
 /// The shared server, as the handlers see it.
 pub type Shared = Arc<Server>;
 
-/// The routes of the API subset (see docs/server.md for the list and what is not built yet),
-/// with the authentication layer and the body limit; and the web page ([`ui`]) unless turned off,
-/// outside the key check (the page asks for a key and sends it with its API calls).
+/// The routes of the API subset ([`routes::routes`]; docs/server.md lists what is not built yet)
+/// and `/openapi.json`, with the authentication layer and the body limit; and the web page
+/// ([`ui`]) unless turned off, outside the key check (the page asks for a key and sends it with
+/// its API calls).
 pub fn router(server: Server) -> Router {
     let keys = server.keys.clone();
     let limit = server.body_limit;
     let page = server.ui;
     let server: Shared = Arc::new(server);
-    let api = Router::new()
-        .route("/ok", get(assistants::ok))
-        .route("/info", get(assistants::info))
-        .route("/assistants/search", post(assistants::search))
-        .route("/assistants/{assistant_id}", get(assistants::get_one))
-        .route("/threads", post(threads::create))
-        .route("/threads/search", post(threads::search))
-        .route(
-            "/threads/{thread_id}",
-            get(threads::get_one)
-                .patch(threads::patch)
-                .delete(threads::delete),
-        )
-        .route(
-            "/threads/{thread_id}/state",
-            get(checkpoints::state).post(update::update_state),
-        )
-        .route(
-            "/threads/{thread_id}/state/checkpoint",
-            post(checkpoints::state_at_body),
-        )
-        .route(
-            "/threads/{thread_id}/state/{checkpoint_id}",
-            get(checkpoints::state_at),
-        )
-        .route(
-            "/threads/{thread_id}/history",
-            post(checkpoints::history).get(checkpoints::history_get),
-        )
-        .route("/threads/{thread_id}/copy", post(threads::copy))
-        .route(
-            "/threads/{thread_id}/files",
-            get(transfer::download)
-                .post(transfer::upload)
-                .layer(DefaultBodyLimit::max(transfer::MAX_UPLOAD_BYTES)),
-        )
-        .route("/threads/{thread_id}/runs", post(runs::create).get(runs::list))
-        .route("/threads/{thread_id}/runs/stream", post(runs::stream))
-        .route("/threads/{thread_id}/runs/wait", post(runs::wait))
-        .route(
-            "/threads/{thread_id}/runs/{run_id}",
-            get(runs::get_one).delete(cancel::delete),
-        )
-        .route("/threads/{thread_id}/runs/{run_id}/cancel", post(cancel::cancel))
-        .route("/runs", post(runs::stateless_create))
-        .route("/runs/cancel", post(cancel::cancel_many))
-        .route("/runs/stream", post(runs::stateless_stream))
-        .route("/runs/wait", post(runs::stateless_wait))
-        .route("/threads/{thread_id}/runs/{run_id}/join", get(runs::join))
-        .route(
-            "/threads/{thread_id}/runs/{run_id}/stream",
-            get(runs::join_stream),
-        )
+    let doc = bytes::Bytes::from(routes::openapi_json(keys.is_some(), server.graph_ids()).to_string());
+    let openapi = get(move || {
+        let doc = doc.clone();
+        async move { ([(axum::http::header::CONTENT_TYPE, "application/json")], doc) }
+    });
+    let api = routes::routes(openapi)
+        .into_iter()
+        .fold(Router::new(), |router, route| {
+            router.route(route.path, route.handler)
+        })
         .fallback(|| async { ApiError::not_found("route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

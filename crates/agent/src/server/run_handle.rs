@@ -191,6 +191,11 @@ impl RunHandle {
         self.notify();
     }
 
+    /// What the run was created with (`kwargs` of its record: `stream_subgraphs`, `config`, …).
+    pub fn kwargs(&self) -> &Value {
+        &self.kwargs
+    }
+
     /// The `Run` JSON, with Trellis's `started_at`, `ended_at`, `usage` and `subagent_runs`
     /// ([`RunUsage`]).
     pub fn to_json(&self) -> Value {

@@ -214,6 +214,7 @@ mod tests {
             mode,
             event: "updates",
             data: big.clone(),
+            namespace: None,
         };
         for _ in 0..8 {
             r.push(part(Some(Mode::Updates)), false);

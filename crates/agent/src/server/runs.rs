@@ -29,13 +29,14 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::server::Shared;
 use crate::server::cancel::{CancelOnDrop, flag};
+use crate::server::checkpoints::CheckpointRef;
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::execute::{self, Started, Target};
 use crate::server::extract::{JsonBody, User, parse_uuid};
 use crate::server::run_registry::RunHandle;
 use crate::server::stream::Mode;
+use crate::server::{Shared, shapes};
 
 /// How often `/wait` and `/join` write a newline while the run goes on, so proxies and the
 /// clients' read timeouts (300 s in the Python client) do not cut a long run; JSON parsers skip
@@ -46,11 +47,12 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// The body of a run-create (stream, wait, background). Every field the clients send is named;
 /// those not built are refused with a 422 when set to anything but their default.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunCreate {
     pub(crate) assistant_id: String,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::RunInput>")]
     pub(crate) input: Option<Value>,
     #[serde(default)]
     pub(crate) command: Option<Value>,
@@ -61,30 +63,47 @@ pub struct RunCreate {
     #[serde(default)]
     pub(crate) metadata: Option<Map<String, Value>>,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::StreamModes>")]
     pub(crate) stream_mode: Option<Value>,
     #[serde(default)]
     pub(crate) stream_subgraphs: Option<bool>,
     #[serde(default)]
     pub(crate) stream_resumable: Option<bool>,
+    /// Not supported yet: null only.
     #[serde(default)]
+    #[schemars(with = "()")]
     pub(crate) interrupt_before: Option<Value>,
+    /// Not supported yet: null only.
     #[serde(default)]
+    #[schemars(with = "()")]
     pub(crate) interrupt_after: Option<Value>,
+    /// Start from this checkpoint of the thread (a branch: see docs/server.md).
     #[serde(default)]
+    #[schemars(with = "Option<CheckpointRef>")]
     pub(crate) checkpoint: Option<Value>,
+    /// Start from the thread's checkpoint with this id.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     pub(crate) checkpoint_id: Option<Value>,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::MultitaskStrategy>")]
     pub(crate) multitask_strategy: Option<String>,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::IfNotExists>")]
     pub(crate) if_not_exists: Option<String>,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::OnDisconnect>")]
     pub(crate) on_disconnect: Option<String>,
     #[serde(default)]
+    #[schemars(with = "Option<shapes::OnCompletion>")]
     pub(crate) on_completion: Option<String>,
+    /// Not supported yet: null or 0 only.
     #[serde(default)]
+    #[schemars(range(max = 0.0))]
     pub(crate) after_seconds: Option<f64>,
+    /// Not supported yet: null only.
     #[serde(default)]
+    #[schemars(with = "()")]
     pub(crate) webhook: Option<Value>,
     #[serde(default)]
     pub(crate) feedback_keys: Option<Value>,
@@ -125,14 +144,37 @@ impl RunCreate {
         self.on_disconnect.as_deref() == Some("cancel")
     }
 
+    /// The checkpoint of `thread` the run starts from (`checkpoint`, or `checkpoint_id`): its
+    /// number, `None` for the thread's latest. 404 for an id of none of its checkpoints, 422 for a
+    /// malformed one.
+    pub(crate) fn start_from(&self, thread: &uuid::Uuid) -> ApiResult<Option<u64>> {
+        let reference = match (&self.checkpoint, &self.checkpoint_id) {
+            (Some(c), _) if !c.is_null() => serde_json::from_value::<CheckpointRef>(c.clone())
+                .map_err(|e| ApiError::unprocessable(format!("checkpoint: {e}")))?,
+            (_, Some(Value::String(id))) => CheckpointRef {
+                checkpoint_id: Some(id.clone()),
+                checkpoint_ns: None,
+                checkpoint_map: None,
+                thread_id: None,
+            },
+            (_, Some(id)) if !id.is_null() => {
+                return Err(ApiError::unprocessable("checkpoint_id must be a string"));
+            }
+            _ => return Ok(None),
+        };
+        reference.seq(thread)
+    }
+
+    /// Whether the body names a checkpoint to start from.
+    pub(crate) fn names_checkpoint(&self) -> bool {
+        set(&self.checkpoint) || set(&self.checkpoint_id)
+    }
+
     /// 422 for every option set that is not built yet.
     pub(crate) fn refuse_unbuilt(&self) -> ApiResult<()> {
         let not_built = |what: &str| Err(ApiError::unprocessable(format!("{what} is not supported yet")));
         if set(&self.interrupt_before) || set(&self.interrupt_after) {
             return not_built("interrupt_before / interrupt_after");
-        }
-        if set(&self.checkpoint) || set(&self.checkpoint_id) {
-            return not_built("starting from a checkpoint");
         }
         if set(&self.webhook) {
             return not_built("webhook");
@@ -192,6 +234,32 @@ async fn begin(server: &Shared, user: &User, thread: Option<&str>, body: RunCrea
         },
     };
     execute::start(server, user, target, body).await
+}
+
+/// Most runs one `POST /runs/batch` starts.
+pub const MAX_BATCH: usize = 100;
+
+/// `POST /runs/batch`: stateless background runs, one per body (1 to [`MAX_BATCH`]), answered as
+/// their records in order. Every body is checked before any run starts: the first refusal answers
+/// (naming the run's index) and none starts.
+pub async fn stateless_batch(
+    State(server): State<Shared>,
+    Extension(user): Extension<User>,
+    JsonBody(bodies): JsonBody<Vec<RunCreate>>,
+) -> ApiResult<Json<Value>> {
+    if bodies.is_empty() || bodies.len() > MAX_BATCH {
+        return Err(ApiError::unprocessable(format!(
+            "a batch takes 1 to {MAX_BATCH} runs, not {}",
+            bodies.len()
+        )));
+    }
+    execute::check_batch(&server, &bodies)?;
+    let mut runs = Vec::with_capacity(bodies.len());
+    for body in bodies {
+        let Started { run, .. } = begin(&server, &user, None, body).await?;
+        runs.push(run.to_json());
+    }
+    Ok(Json(Value::Array(runs)))
 }
 
 /// `POST /threads/{thread_id}/runs/stream`: start a run and stream its parts as SSE — `metadata`
@@ -268,7 +336,7 @@ fn sse(run: Arc<RunHandle>, modes: Vec<Mode>, from: Resume, cancel: bool) -> Res
         .follow(start)
         .filter(move |(_, part)| std::future::ready(part.mode.is_none_or(|m| modes.contains(&m))))
         .map(move |(index, part)| {
-            let event = Event::default().event(part.event).data(part.data.as_str());
+            let event = Event::default().event(part.event_name()).data(part.data.as_str());
             if ids {
                 event.id((index + 1).to_string())
             } else {
@@ -439,7 +507,7 @@ pub async fn join(
 }
 
 /// `GET /threads/{thread_id}/runs` query.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct ListQuery {
     #[serde(default)]
     limit: Option<usize>,

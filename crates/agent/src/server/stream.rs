@@ -6,11 +6,14 @@
 //! | `values` | `values` | after every checkpoint of the run: the whole state; last, the final state (with `__interrupt__` when the run stopped for approvals) |
 //! | `updates` | `updates` | after every checkpoint that added model or tool messages: `{"model" or "tools": {"messages": [the new ones], "todos"?}}`; `{"__interrupt__": […]}` when the run stopped for approvals |
 //! | `messages-tuple` | `messages` | every piece of the model's reply as it streams (`AIMessageChunk` deltas: text, `tool_call_chunks`), each tool result once whole, as `[message, metadata]` |
+//! | `tasks`, `checkpoints`, `debug`, `custom` | the same | how the run proceeds: [`crate::server::introspection`] |
 //!
-//! Only the top-level agent's events are translated: a subagent's model calls and steps are not
-//! streamed (its result arrives as the `task` tool's message). A model call that is retried starts
+//! A subagent's events are translated the same way, for a run that asked for `stream_subgraphs`,
+//! by [`crate::server::subgraphs`]; otherwise its work arrives as the `task` tool's result. A model call that is retried starts
 //! a new reply under the same message id; the chunks already sent for the failed attempt are not
 //! withdrawn.
+
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use trellis_middleware::Message;
@@ -33,6 +36,14 @@ pub enum Mode {
     Updates,
     /// `messages-tuple` (event name `messages`).
     Messages,
+    /// `tasks` ([`crate::server::introspection`]).
+    Tasks,
+    /// `checkpoints`.
+    Checkpoints,
+    /// `debug`.
+    Debug,
+    /// `custom`: what middlewares report.
+    Custom,
 }
 
 impl Mode {
@@ -42,8 +53,12 @@ impl Mode {
             "values" => Ok(Self::Values),
             "updates" => Ok(Self::Updates),
             "messages-tuple" => Ok(Self::Messages),
+            "tasks" => Ok(Self::Tasks),
+            "checkpoints" => Ok(Self::Checkpoints),
+            "debug" => Ok(Self::Debug),
+            "custom" => Ok(Self::Custom),
             other => Err(ApiError::unprocessable(format!(
-                "stream mode {other:?} is not supported: use values, updates or messages-tuple"
+                "stream mode {other:?} is not supported: use values, updates, messages-tuple, tasks, checkpoints, debug or custom"
             ))),
         }
     }
@@ -54,6 +69,10 @@ impl Mode {
             Self::Values => "values",
             Self::Updates => "updates",
             Self::Messages => "messages",
+            Self::Tasks => "tasks",
+            Self::Checkpoints => "checkpoints",
+            Self::Debug => "debug",
+            Self::Custom => "custom",
         }
     }
 }
@@ -68,6 +87,9 @@ pub struct Part {
     pub event: &'static str,
     /// Compact JSON (no raw newlines).
     pub data: String,
+    /// The subagent it comes from (`stream_subgraphs`): `tools:<task id>`, nested ones joined with
+    /// `|`; `None` for the run's own agent.
+    pub namespace: Option<Arc<str>>,
 }
 
 impl Part {
@@ -77,6 +99,7 @@ impl Part {
             mode: Some(mode),
             event: mode.event(),
             data: data.to_string(),
+            namespace: None,
         }
     }
 
@@ -86,6 +109,15 @@ impl Part {
             mode: None,
             event: "error",
             data: json!({"error": kind, "message": message}).to_string(),
+            namespace: None,
+        }
+    }
+
+    /// The SSE event name: the mode's, then the namespace (`updates|tools:3f1c…`).
+    pub fn event_name(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{}|{ns}", self.event),
+            None => self.event.to_owned(),
         }
     }
 }
@@ -242,12 +274,17 @@ impl Translator {
     }
 
     /// The thread's values from `state`, with its files when they were read.
-    fn values_with_files(&self, state: &PublicState) -> Value {
+    pub fn values_with_files(&self, state: &PublicState) -> Value {
         let mut values = values_of(&self.thread, state);
         if let Some(files) = &self.files {
             values["files"] = files.clone();
         }
         values
+    }
+
+    /// The metadata every `messages` part of this translator carries from now on gets `key`.
+    pub fn metadata(&mut self, key: &str, value: Value) {
+        self.metadata[key] = value;
     }
 
     fn tuple_metadata(&self, node: &str) -> Value {

@@ -242,9 +242,10 @@ pub async fn thread_json(server: &Shared, record: &ThreadRecord) -> ApiResult<Va
 }
 
 /// `POST /threads` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThreadCreate {
+    #[schemars(extend("format" = "uuid"))]
     thread_id: Option<String>,
     #[serde(default)]
     metadata: Option<Map<String, Value>>,
@@ -261,7 +262,7 @@ pub struct ThreadCreate {
 }
 
 /// What creating an existing thread does.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum IfExists {
     Raise,
@@ -314,7 +315,7 @@ pub async fn get_one(
 }
 
 /// `PATCH /threads/{thread_id}` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThreadPatch {
     #[serde(default)]
@@ -381,7 +382,7 @@ pub async fn delete(
 }
 
 /// `POST /threads/search` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThreadSearch {
     #[serde(default)]
@@ -479,7 +480,7 @@ pub fn task_id(id: &Uuid) -> String {
 }
 
 /// A body that must be empty (or `{}`): anything else is a 400 or 422.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoBody {}
 

@@ -46,7 +46,7 @@ const ID_KEY: &str = "id";
 const MAX_ID_LEN: usize = 128;
 
 /// `POST /threads/{thread_id}/state` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StateUpdate {
     #[serde(default)]

@@ -31,6 +31,7 @@
 mod error;
 mod files;
 mod limits;
+mod network;
 mod request;
 mod sandboxed;
 
@@ -42,9 +43,9 @@ pub use files::{
     DEFAULT_WRITE_BACK_MAX_TIME, ExecFiles, ExecMount, MountAccess, WriteBackLimits,
 };
 pub use limits::{LimitKind, LimitStatus, SandboxLimits, SandboxReport};
+pub use network::{AllowedDomains, DomainPattern, Network};
 pub use request::{
-    DEFAULT_TIMEOUT, ExecOutput, ExecRequest, FileChange, FileChangeKind, Network, NotWritten,
-    NotWrittenReason,
+    DEFAULT_TIMEOUT, ExecOutput, ExecRequest, FileChange, FileChangeKind, NotWritten, NotWrittenReason,
 };
 pub use sandboxed::SandboxedBackend;
 

@@ -4,19 +4,10 @@ use std::time::Duration;
 
 use crate::path::VirtualPath;
 
+use super::network::Network;
+
 /// Default wall-clock limit of one command.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Whether the command may use the network.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Network {
-    /// No network at all: a fresh network namespace with only its own loopback (the default).
-    #[default]
-    None,
-    /// The host's network, loopback included.
-    Host,
-}
 
 /// One command to run.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -177,13 +177,21 @@ impl ExecuteTool {
         ));
         // The seccomp filter refuses every socket but AF_UNIX without network: loopback too.
         let unix_only = report.as_ref().is_some_and(|r| r.enforces(LimitKind::Syscalls));
-        d.push_str(if offline && unix_only {
-            "- No network access: nothing can be downloaded or installed, and only Unix sockets open (no TCP or UDP, not even to 127.0.0.1).\n"
-        } else if offline {
-            "- No network access: nothing can be downloaded or installed.\n"
-        } else {
-            "- Network access is available.\n"
-        });
+        match &self.network {
+            Network::Domains(allowed) if report.as_ref().is_none_or(|r| r.enforces(LimitKind::Network)) => {
+                d.push_str(&format!(
+                    "- Network access only over HTTP(S) through the sandbox's proxy (`http_proxy`/`https_proxy` are set; programs that ignore them have no network), and only to these domains: {}. Other hosts and IP addresses are refused with status 403.\n",
+                    if allowed.is_empty() { "none".to_owned() } else { allowed.to_string() }
+                ));
+            }
+            _ => d.push_str(if offline && unix_only {
+                "- No network access: nothing can be downloaded or installed, and only Unix sockets open (no TCP or UDP, not even to 127.0.0.1).\n"
+            } else if offline {
+                "- No network access: nothing can be downloaded or installed.\n"
+            } else {
+                "- Network access is available.\n"
+            }),
+        }
         d.push_str(
             "- Long output is cut in the middle; the result then names a file holding all of it, which read_file can page through.\n\
              - Each call starts fresh: only files persist between calls, not processes, variables or `cd`.",
@@ -224,7 +232,7 @@ impl ExecuteTool {
         let request = ExecRequest::new(args.command)
             .cwd(cwd)
             .timeout(timeout)
-            .network(self.network)
+            .network(self.network.clone())
             .full_output_path(output_path);
         let exec_files = self.exec_files(&files);
         let out = sandbox.execute(&exec_files, &request).await.map_err(|e| {

@@ -123,6 +123,11 @@ impl Saver<'_> {
             .save(checkpoint, self.version.as_ref())
             .instrument(span)
             .await?;
+        if self.version.as_ref() == Some(&version) {
+            // The store kept no new checkpoint (nothing changed since the last one): no event,
+            // and the next checkpoint still gets this number.
+            return Ok(());
+        }
         self.seq += 1;
         cx.events.emit_with(|| RunEvent::CheckpointSaved {
             step: cx.step,

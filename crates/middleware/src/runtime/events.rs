@@ -173,7 +173,8 @@ pub enum RunEvent {
         /// What happened there.
         inner: Box<RunEvent>,
     },
-    /// The thread's state was checkpointed.
+    /// The thread's state was checkpointed: a new checkpoint was stored (a save that changed
+    /// nothing, and so stored none, sends no event).
     CheckpointSaved {
         /// Model calls made so far in this run.
         step: u32,

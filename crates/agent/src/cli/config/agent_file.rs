@@ -6,7 +6,7 @@
 //! Rules:
 //! * Flags override the file. A list flag (`--skills`, `--memory`, `--mcp`, `--allow-command`,
 //!   `--ask`, `--stop`) given at least once replaces the file's list; a switch
-//!   (`--writable-skills`, `--sandbox-network`) can only turn a setting on.
+//!   (`--writable-skills`, `--unsafe-host-network`) can only turn a setting on.
 //! * Local paths in the file (skills, memory, workdir, subagents' skills) are relative to the
 //!   file's directory; object-store URLs (`s3://…`, `gs://…`, `az://…`) are left alone.
 //! * Every table refuses keys it does not have: the error names the key and its line and suggests
@@ -127,9 +127,15 @@ pub struct SandboxSection {
     /// development only).
     #[serde(default)]
     pub kind: Option<SandboxChoice>,
-    /// Let commands use the network (default false).
+    /// Let commands use the host's whole network, its loopback services and cloud metadata
+    /// endpoints included (default false; unsafe with untrusted commands: prefer
+    /// `allow_domains`). `network` is its former name.
+    #[serde(default, alias = "network")]
+    pub unsafe_host_network: bool,
+    /// Domains commands may reach over HTTP(S) through Trellis's proxy, and nothing else
+    /// (`example.com`, `*.example.com`, or an IP address; default none).
     #[serde(default)]
-    pub network: bool,
+    pub allow_domains: Vec<String>,
     /// Only simple commands starting with one of these prefixes may run (default: any).
     #[serde(default)]
     pub allow_commands: Vec<String>,
@@ -170,8 +176,10 @@ pub struct Flags {
     pub writable_skills: bool,
     /// `--sandbox`.
     pub sandbox: Option<SandboxChoice>,
-    /// `--sandbox-network`.
+    /// `--unsafe-host-network`.
     pub sandbox_network: bool,
+    /// `--allow-domain`.
+    pub allow_domain: Vec<String>,
     /// `--allow-command`.
     pub allow_command: Vec<String>,
     /// `--ask`.
@@ -339,7 +347,8 @@ pub fn resolve_checked(
             .unwrap_or(DEFAULT_MCP_TIMEOUT_SECS),
         writable_skills: flags.writable_skills || file.writable_skills,
         sandbox: flags.sandbox.or(file.sandbox.kind),
-        sandbox_network: flags.sandbox_network || file.sandbox.network,
+        sandbox_network: flags.sandbox_network || file.sandbox.unsafe_host_network,
+        allow_domain: either(flags.allow_domain, file.sandbox.allow_domains),
         allow_command: either(flags.allow_command, file.sandbox.allow_commands),
         ask: either(
             flags.ask,

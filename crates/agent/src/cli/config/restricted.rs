@@ -10,7 +10,8 @@
 //! | `model`, `subagents[i].model` | it names its own endpoint (`openai-compatible:<model>@<url>`) |
 //! | `mcp.servers.NAME` | always (a command runs on the host; a URL receives tool calls) |
 //! | `sandbox.kind` | `unsandboxed` |
-//! | `sandbox.network` | `true` |
+//! | `sandbox.unsafe_host_network` (or its former name `sandbox.network`) | `true` |
+//! | `sandbox.allow_domains` | not empty (commands could send the folder's files there) |
 //! | `approvals.ask` | it leaves out a tool the default asks about (`none` included) |
 //! | `skills`, `memory`, `workdir`, `subagents[i].skills` | a local path outside the file's folder (symlinks followed) |
 //!
@@ -88,11 +89,23 @@ pub(crate) fn restricted(file: &AgentFile, text: &str, dir: &Path, flags: &Flags
             why,
         );
     }
-    if !flags.sandbox_network && file.sandbox.network {
-        let why = "lets the agent's commands use the network".to_owned();
+    if !flags.sandbox_network && file.sandbox.unsafe_host_network {
+        let why = "lets the agent's commands use the host's whole network".to_owned();
+        // Named as the file spells it.
+        let (key, line) = match line_of_key(text, "sandbox", 0, "unsafe_host_network") {
+            Some(line) => ("sandbox.unsafe_host_network", Some(line)),
+            None => ("sandbox.network", line_of_key(text, "sandbox", 0, "network")),
+        };
+        push(key.into(), line, why);
+    }
+    if flags.allow_domain.is_empty() && !file.sandbox.allow_domains.is_empty() {
+        let why = format!(
+            "lets the agent's commands reach {} over the network",
+            file.sandbox.allow_domains.join(", ")
+        );
         push(
-            "sandbox.network".into(),
-            line_of_key(text, "sandbox", 0, "network"),
+            "sandbox.allow_domains".into(),
+            line_of_key(text, "sandbox", 0, "allow_domains"),
             why,
         );
     }

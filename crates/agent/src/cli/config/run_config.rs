@@ -41,8 +41,11 @@ pub struct RunConfig {
     pub writable_skills: bool,
     /// `--sandbox`.
     pub sandbox: Option<SandboxChoice>,
-    /// `--sandbox-network`.
+    /// `--unsafe-host-network`.
     pub sandbox_network: bool,
+    /// `--allow-domain` domains.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_domain: Vec<String>,
     /// `--allow-command` prefixes.
     pub allow_command: Vec<String>,
     /// `--ask` tools.
@@ -174,6 +177,7 @@ mod tests {
             writable_skills: false,
             sandbox: Some(SandboxChoice::None),
             sandbox_network: false,
+            allow_domain: Vec::new(),
             allow_command: Vec::new(),
             ask: vec![crate::cli::approvals::DEFAULT_ASK.into()],
             model_settings: ModelSettings::default(),

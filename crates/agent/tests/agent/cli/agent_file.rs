@@ -138,10 +138,22 @@ const KEYS: &[(&str, &str, Check, &str)] = &[
         "[sandbox]\nkind = \"bwarp\"",
     ),
     (
+        "sandbox.unsafe_host_network",
+        "[sandbox]\nunsafe_host_network = true",
+        |c, _| c.sandbox_network,
+        "[sandbox]\nunsafe_host_network = 1",
+    ),
+    (
         "sandbox.network",
         "[sandbox]\nnetwork = true",
         |c, _| c.sandbox_network,
         "[sandbox]\nnetwork = 1",
+    ),
+    (
+        "sandbox.allow_domains",
+        "[sandbox]\nallow_domains = [\"*.example.com\"]",
+        |c, _| c.allow_domain == ["*.example.com"],
+        "[sandbox]\nallow_domains = \"example.com\"",
     ),
     (
         "sandbox.allow_commands",

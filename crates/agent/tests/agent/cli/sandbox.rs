@@ -217,3 +217,75 @@ async fn without_bubblewrap_there_is_no_execute_and_never_a_silent_fallback() {
         "{stderr}"
     );
 }
+
+/// `--allow-domain` end to end: the `trellis` program is its own bridge inside the sandbox, the
+/// command reaches an allowed name on the host's loopback through the proxy and is refused for
+/// another, and the refusal names the domain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_domain_reaches_only_the_listed_domain() {
+    if !bwrap_or_skip("trellis run --allow-domain") {
+        return;
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\nConnection: close\r\n\r\nallowed reply")
+                .await;
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let ran = run_with(
+        &[
+            "--sandbox",
+            "bwrap",
+            "--allow-domain",
+            "localhost",
+            "--allow-domain",
+            "127.0.0.1",
+        ],
+        json!({"command": format!(
+            "curl -sS http://localhost:{port}/; echo; curl -sS http://other.invalid/"
+        )}),
+        &dir.path().join("s"),
+    )
+    .await;
+    let text = result_text(&ran.result);
+    assert!(text.contains("allowed reply"), "{text}");
+    assert!(
+        text.contains("other.invalid is not an allowed domain (allowed: localhost, 127.0.0.1)"),
+        "{text}"
+    );
+    // The host's network and --allow-domain together: an error before any model call, under
+    // the flag's name and under its former one.
+    for (flag, state) in [("--unsafe-host-network", "t"), ("--sandbox-network", "u")] {
+        let out = trellis()
+            .args([
+                "run",
+                "--model",
+                "anthropic:claude-sonnet-4-5",
+                "--sandbox",
+                "bwrap",
+                flag,
+            ])
+            .args(["--allow-domain", "example.com", "--state-dir"])
+            .arg(dir.path().join(state))
+            .arg("hi")
+            .env("ANTHROPIC_API_KEY", "test-key")
+            .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flag}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(
+                "--unsafe-host-network shares the host's whole network, so --allow-domain would limit nothing"
+            ),
+            "{flag}: {stderr}"
+        );
+    }
+}

@@ -164,6 +164,14 @@ async fn a_found_file_cannot_weaken_the_sandbox_or_the_approvals() {
     let cases = [
         ("[sandbox]\nkind = \"unsandboxed\"\n", "sandbox.kind"),
         ("[sandbox]\nnetwork = true\n", "sandbox.network"),
+        (
+            "[sandbox]\nunsafe_host_network = true\n",
+            "sandbox.unsafe_host_network",
+        ),
+        (
+            "[sandbox]\nallow_domains = [\"evil.example\"]\n",
+            "sandbox.allow_domains",
+        ),
         ("[approvals]\nask = [\"none\"]\n", "approvals.ask"),
         ("[approvals]\nask = [\"write_file\"]\n", "approvals.ask"),
     ];

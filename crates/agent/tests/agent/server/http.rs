@@ -100,7 +100,7 @@ async fn bad_requests_get_4xx_with_detail() {
             "mode not built",
             post(
                 &format!("{u}/threads/{tid}/runs/wait"),
-                json!({"assistant_id": "agent", "input": {"messages": []}, "stream_mode": ["debug"]})
+                json!({"assistant_id": "agent", "input": {"messages": []}, "stream_mode": ["events"]})
                     .to_string(),
             )
             .await,

@@ -29,14 +29,16 @@ mod cgroup;
 mod folder_cache;
 mod namespace_init;
 mod process;
+mod proxy;
 mod reach;
 mod runner;
 mod seccomp;
 mod unsandboxed;
 pub mod workdir;
 
-pub use bubblewrap::{BubblewrapConfig, BubblewrapSandbox};
+pub use bubblewrap::{BubblewrapConfig, BubblewrapSandbox, SANDBOX_UID};
 pub use folder_cache::FolderCache;
+pub use proxy::bridge;
 pub use unsandboxed::UnsandboxedShell;
 
 /// `1073741824` as `1 GiB`, for reports.

@@ -206,8 +206,14 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
         }
     });
 
-    let (status, timed_out) = match tokio::time::timeout(spawn.timeout, child.wait()).await {
-        Ok(status) => (status.ok(), false),
+    let leader = pgid.and_then(Leader::watch);
+    let (status, timed_out) = match tokio::time::timeout(
+        spawn.timeout,
+        exit_and_kill_group(&mut child, leader.as_ref(), pgid),
+    )
+    .await
+    {
+        Ok(status) => (status, false),
         Err(_) => {
             kill_group(pgid);
             let _ = child.kill().await;
@@ -215,8 +221,6 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
         }
     };
     let duration = started.elapsed();
-    // Whatever of the group is still alive (a background job of the command) goes too.
-    kill_group(pgid);
     if let Some(init) = init
         && !init.wait(INIT_GRACE).await
     {
@@ -241,6 +245,62 @@ pub(crate) async fn run(spawn: Spawn<'_>, capture: Capture) -> Result<Finished, 
         timed_out,
         duration,
     })
+}
+
+/// A child process of ours watched through a pidfd: [`Leader::exited`] resolves when it has
+/// exited, without reaping it.
+struct Leader(Arc<std::os::fd::OwnedFd>);
+
+impl Leader {
+    /// `None` where pidfds are unavailable (Linux before 5.3).
+    fn watch(pid: u32) -> Option<Self> {
+        let pid = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw)?;
+        let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
+        Some(Self(Arc::new(fd)))
+    }
+
+    /// Resolves once the process has exited: `waitid(P_PIDFD, …, WEXITED | WNOWAIT)` on a blocking
+    /// thread (tokio's `AsyncFd` needs `unsafe` to register a descriptor). The process stays a
+    /// zombie, holding its pid, until it is waited for. If this future is dropped, the thread ends
+    /// when the process does (at the timeout, it is killed).
+    async fn exited(&self) {
+        use std::os::fd::AsFd;
+        let fd = Arc::clone(&self.0);
+        let _ = tokio::task::spawn_blocking(move || {
+            let options = rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOWAIT;
+            loop {
+                match rustix::process::waitid(rustix::process::WaitId::PidFd(fd.as_fd()), options) {
+                    Err(rustix::io::Errno::INTR) => continue,
+                    _ => return,
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// Wait for the command's first process (the leader of process group `pgid`) to exit, kill what is
+/// left of its group (a background job of the command), and only then reap it.
+///
+/// Security review F17: killing the group after reaping its leader left a window in which the
+/// leader's pid, and so the group id, could be given to an unrelated process that made a group of
+/// its own, which the kill would then hit. While the leader is an unreaped zombie its pid cannot be
+/// reused. Without a pidfd ([`Leader::watch`] is `None`), the group is killed after the reaping, as
+/// before.
+async fn exit_and_kill_group(
+    child: &mut tokio::process::Child,
+    leader: Option<&Leader>,
+    pgid: Option<u32>,
+) -> Option<std::process::ExitStatus> {
+    if let Some(leader) = leader {
+        leader.exited().await;
+        kill_group(pgid);
+        child.wait().await.ok()
+    } else {
+        let status = child.wait().await.ok();
+        kill_group(pgid);
+        status
+    }
 }
 
 fn kill_group(pgid: Option<u32>) {
@@ -310,6 +370,51 @@ pub(crate) fn current_gid() -> u32 {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// The state letter of `/proc/<pid>/stat` (`Z` for a zombie), or `None` when the pid is free.
+    fn state_of(pid: u32) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(") ")?.1.chars().next()
+    }
+
+    /// Review F17: the group is killed while its leader is still an unreaped zombie (so its pid,
+    /// the group's id, cannot have gone to another process), and a job it left behind is gone.
+    #[tokio::test]
+    async fn the_group_is_killed_while_its_leader_still_holds_its_pid() {
+        let mut child = tokio::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 30 >/dev/null & echo $! ; exit 3"])
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id().unwrap();
+        let mut out = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut child.stdout.take().unwrap(), &mut out)
+            .await
+            .unwrap_or_default();
+        let job: u32 = out.trim().parse().unwrap();
+        let leader = Leader::watch(pid).unwrap();
+        leader.exited().await;
+        assert_eq!(
+            state_of(pid),
+            Some('Z'),
+            "the leader was reaped before the group was killed"
+        );
+        kill_group(Some(pid));
+        let status = exit_and_kill_group(&mut child, Some(&leader), Some(pid))
+            .await
+            .unwrap();
+        assert_eq!(status.code(), Some(3));
+        assert_eq!(state_of(pid), None);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while state_of(job).is_some_and(|s| s != 'Z') && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            state_of(job).is_none_or(|s| s == 'Z'),
+            "the background job survived"
+        );
+    }
 
     #[test]
     fn a_process_counts_as_many_tasks_as_it_has_threads() {

@@ -20,6 +20,8 @@
 //!   hypervisor or of the host outside every namespace), and of any domain but `AF_UNIX` when the
 //!   request has no network ([`Network::None`]): the network namespace already has nothing but its
 //!   own loopback, and with the filter a command cannot open raw, netlink or packet sockets either;
+//!   with allowed domains ([`Network::Domains`]) `AF_INET` and `AF_INET6` are allowed too, for the
+//!   proxy on the namespace's own loopback (`proxy`), and every other domain still refused;
 //! * on x86_64, every system call of the x32 ABI (numbers with bit `0x40000000` set): they share
 //!   the x86_64 architecture value, so the numbers above, which are x86_64's, would not match them.
 //!
@@ -44,15 +46,20 @@ use std::path::{Path, PathBuf};
 use trellis_backend::sandbox::Network;
 
 /// The shell that starts `bwrap` when there is a seccomp program (as `/bin/sh -c
-/// SECCOMP_ON_FD_3 sh BWRAP ARGS…`).
+/// SECCOMP_ON_FD_3 sh OPTIONS_FILE BWRAP --args 4 -- COMMAND…`).
 ///
 /// `bwrap --seccomp FD` reads the program from a file descriptor of its own, but without `unsafe`
 /// code (`pre_exec`, `dup2`) a child can only be given descriptors 0, 1 and 2, and 1 and 2 are
 /// the output pipe. So the program (an anonymous file) is the shell's standard input, and this
 /// wrapper moves it to descriptor [`SECCOMP_FD`], gives standard input `/dev/null` back (what the
 /// command gets, as without a filter), and `exec`s bwrap: one `exec` more, no process more.
-/// bwrap closes the descriptor after reading it, so the command never sees it.
-const SECCOMP_ON_FD_3: &str = r#"exec "$@" 3<&0 </dev/null"#;
+/// bwrap closes the descriptor after reading it, so the command never sees it. The same way, the
+/// file of bwrap's options (its first argument) is opened as descriptor [`ARGS_FD`] for `bwrap
+/// --args`, which reads it whole before anything runs.
+const SECCOMP_ON_FD_3: &str = r#"f=$1; shift; exec "$@" 3<&0 4<"$f" </dev/null"#;
+
+/// The descriptor [`SECCOMP_ON_FD_3`] opens the options file on.
+const ARGS_FD: &str = "4";
 
 /// The descriptor [`SECCOMP_ON_FD_3`] leaves the program on.
 const SECCOMP_FD: &str = "3";
@@ -69,6 +76,8 @@ pub(crate) struct Launch {
     pub program: PathBuf,
     pub args: Vec<OsString>,
     pub stdin: Option<File>,
+    /// The file of bwrap's options, kept until the launch is dropped.
+    pub options: Option<tempfile::NamedTempFile>,
 }
 
 impl Launch {
@@ -78,6 +87,7 @@ impl Launch {
             program: bwrap.to_path_buf(),
             args,
             stdin: None,
+            options: None,
         }
     }
 }
@@ -88,6 +98,9 @@ impl Launch {
 pub(crate) struct SyscallFilter {
     /// For a request without network: every socket domain but `AF_UNIX` refused.
     no_network: Vec<u8>,
+    /// For a request with allowed domains: every socket domain but `AF_UNIX`, `AF_INET` and
+    /// `AF_INET6` refused.
+    domains: Vec<u8>,
     /// For a request with the host's network: only `AF_VSOCK` refused.
     host_network: Vec<u8>,
     arch: &'static str,
@@ -97,16 +110,18 @@ impl SyscallFilter {
     /// The filter for the architecture Trellis was built for, or why there is none.
     pub(crate) fn for_host() -> Result<Self, String> {
         Ok(Self {
-            no_network: imp::program(Network::None)?,
-            host_network: imp::program(Network::Host)?,
+            no_network: imp::program(&Network::None)?,
+            domains: imp::program(&Network::Domains(Default::default()))?,
+            host_network: imp::program(&Network::Host)?,
             arch: std::env::consts::ARCH,
         })
     }
 
     /// The program for a request with `network`.
-    pub(crate) fn program(&self, network: Network) -> &[u8] {
+    pub(crate) fn program(&self, network: &Network) -> &[u8] {
         match network {
             Network::None => &self.no_network,
+            Network::Domains(_) => &self.domains,
             Network::Host => &self.host_network,
         }
     }
@@ -116,34 +131,41 @@ impl SyscallFilter {
         self.arch
     }
 
-    /// How to start `bwrap` with `args` (which hold [`BWRAP_ARGS`] and end with the command) under
-    /// the program for `network`: through [`SECCOMP_ON_FD_3`], the program as standard input.
+    /// How to start `bwrap` with the options in `options` (which hold [`BWRAP_ARGS`]) and then
+    /// `command`, under the program for `network`: through [`SECCOMP_ON_FD_3`], the program as
+    /// standard input, the options read by `--args` from the file.
     pub(crate) fn launch(
         &self,
         bwrap: &Path,
-        args: Vec<OsString>,
-        network: Network,
+        options: tempfile::NamedTempFile,
+        command: Vec<OsString>,
+        network: &Network,
     ) -> std::io::Result<Launch> {
         let stdin = self.file(network)?;
-        let mut wrapped: Vec<OsString> = Vec::with_capacity(args.len() + 4);
+        let mut wrapped: Vec<OsString> = Vec::with_capacity(command.len() + 8);
         wrapped.extend([
             "-c".into(),
             SECCOMP_ON_FD_3.into(),
             "sh".into(),
+            options.path().as_os_str().to_os_string(),
             bwrap.as_os_str().to_os_string(),
+            "--args".into(),
+            ARGS_FD.into(),
+            "--".into(),
         ]);
-        wrapped.extend(args);
+        wrapped.extend(command);
         Ok(Launch {
             program: PathBuf::from(SH),
             args: wrapped,
             stdin: Some(stdin),
+            options: Some(options),
         })
     }
 
     /// An anonymous in-memory file holding the program for `network`, positioned at its start
     /// (for `bwrap --seccomp`, which reads the descriptor to its end). Close-on-exec: it reaches a
     /// child only as one of its standard descriptors.
-    fn file(&self, network: Network) -> std::io::Result<File> {
+    fn file(&self, network: &Network) -> std::io::Result<File> {
         use std::os::unix::fs::FileExt;
         let file = imp::anonymous_file()?;
         // `write_all_at` leaves the offset at 0, where bwrap starts reading.
@@ -202,17 +224,27 @@ mod imp {
     const ARCH: TargetArch = TargetArch::aarch64;
 
     /// The program for a request with `network`, as bytes.
-    pub(super) fn program(network: Network) -> Result<Vec<u8>, String> {
-        let socket_rule = |domain_test: SeccompCmpOp, domain: libc::c_int| {
-            let domain = u64::try_from(domain).map_err(|e| e.to_string())?;
-            let condition = SeccompCondition::new(0, SeccompCmpArgLen::Dword, domain_test, domain)
-                .map_err(|e| e.to_string())?;
-            SeccompRule::new(vec![condition]).map_err(|e| e.to_string())
+    pub(super) fn program(network: &Network) -> Result<Vec<u8>, String> {
+        // The conditions of one rule must all hold (a logical and).
+        let socket_rule = |domain_test: SeccompCmpOp, domains: &[libc::c_int]| {
+            let conditions = domains
+                .iter()
+                .map(|&domain| {
+                    let domain = u64::try_from(domain).map_err(|e| e.to_string())?;
+                    SeccompCondition::new(0, SeccompCmpArgLen::Dword, domain_test.clone(), domain)
+                        .map_err(|e| e.to_string())
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            SeccompRule::new(conditions).map_err(|e| e.to_string())
         };
         let socket = match network {
             // Any domain but AF_UNIX (which includes AF_VSOCK).
-            Network::None => socket_rule(SeccompCmpOp::Ne, libc::AF_UNIX)?,
-            Network::Host => socket_rule(SeccompCmpOp::Eq, libc::AF_VSOCK)?,
+            Network::None => socket_rule(SeccompCmpOp::Ne, &[libc::AF_UNIX])?,
+            // The proxy is on the namespace's own loopback: IP sockets, nothing else.
+            Network::Domains(_) => {
+                socket_rule(SeccompCmpOp::Ne, &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6])?
+            }
+            Network::Host => socket_rule(SeccompCmpOp::Eq, &[libc::AF_VSOCK])?,
         };
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
         rules.insert(libc::SYS_socket, vec![socket.clone()]);
@@ -311,11 +343,15 @@ mod imp {
 
         #[test]
         fn programs_are_whole_instructions_and_differ_by_network() {
-            let off = program(Network::None).unwrap();
-            let on = program(Network::Host).unwrap();
+            let off = program(&Network::None).unwrap();
+            let on = program(&Network::Host).unwrap();
+            let proxied = program(&Network::Domains(Default::default())).unwrap();
             assert_eq!(off.len() % 8, 0);
             assert_eq!(on.len() % 8, 0);
+            assert_eq!(proxied.len() % 8, 0);
             assert_ne!(off, on);
+            assert_ne!(off, proxied);
+            assert_ne!(on, proxied);
             let insns = decode(&off);
             // Every denied number is compared against.
             for nr in DENIED.iter().chain([&libc::SYS_socket, &libc::SYS_socketpair]) {
@@ -330,7 +366,7 @@ mod imp {
         #[cfg(target_arch = "x86_64")]
         #[test]
         fn x32_numbers_are_refused_right_after_the_architecture_check() {
-            let insns = decode(&program(Network::Host).unwrap());
+            let insns = decode(&program(&Network::Host).unwrap());
             let eperm = libc::SECCOMP_RET_ERRNO | errno_perm();
             assert_eq!(insns[1].3, 0xC000_003E, "AUDIT_ARCH_X86_64");
             assert_eq!(
@@ -347,7 +383,7 @@ mod imp {
 
     use trellis_backend::sandbox::Network;
 
-    pub(super) fn program(_: Network) -> Result<Vec<u8>, String> {
+    pub(super) fn program(_: &Network) -> Result<Vec<u8>, String> {
         Err(format!(
             "no seccomp filter is built for {} on {}",
             std::env::consts::ARCH,

@@ -216,3 +216,27 @@ pub async fn cancelled_after_3_s_leaves_nothing<T: std::fmt::Debug>(
     }
     assert_eq!(left, 0, "{left} marked processes outlived the cancelled command");
 }
+
+/// Review F17: the sandbox's process 1 is a copy of `bwrap`, whose command line every command can
+/// read in `/proc/1/cmdline`. It held every option, with the host paths of the command's copy,
+/// the generated `/etc/passwd` and the skill cache; they now go to bwrap in a file (`--args`), so
+/// process 1 shows none of them. `/proc/self/mountinfo` still names the sources of the mounts
+/// (the kernel writes it; docs/security.md says so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_one_shows_no_host_paths() {
+    let Some(sandbox) = bwrap("process 1") else { return };
+    let out = run(&sandbox, &view(), "tr '\\0' ' ' < /proc/1/cmdline").await;
+    let cmdline = out.output.trim();
+    assert!(cmdline.contains("--args 4"), "{cmdline}");
+    for host in [
+        "trellis-exec-",
+        "trellis-sandbox-etc-",
+        "--bind",
+        "--ro-bind",
+        "--setenv",
+    ] {
+        assert!(!cmdline.contains(host), "{host} in {cmdline}");
+    }
+    let work_root = std::env::temp_dir();
+    assert!(!cmdline.contains(work_root.to_str().unwrap()), "{cmdline}");
+}

@@ -17,6 +17,7 @@ mod conformance;
 mod escapes;
 mod host_hooks;
 mod limits;
+mod network;
 mod overlay;
 mod private;
 mod root;

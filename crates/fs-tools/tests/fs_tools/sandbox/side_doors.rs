@@ -341,6 +341,21 @@ async fn with_network_vm_sockets_stay_refused() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_allowed_domains_only_ip_and_unix_sockets_open() {
+    let Some(sandbox) = filtered("with_allowed_domains_only_ip_and_unix_sockets_open") else {
+        return;
+    };
+    let allowed = trellis_backend::sandbox::AllowedDomains::parse(["example.com"]).unwrap();
+    let answers = sockets(sandbox.as_ref(), Network::Domains(allowed)).await;
+    for name in ["vsock", "netlink", "packet"] {
+        assert_eq!(answers[name], EPERM, "{name}: {answers:?}");
+    }
+    for name in ["inet", "unix"] {
+        assert_eq!(answers[name], "ok", "{name}: {answers:?}");
+    }
+}
+
 /// What scripts ordinarily do still works under the filter: a shell pipeline, Python with threads
 /// and a subprocess, a Unix socket pair, and standard input is `/dev/null` as it always was, with
 /// the program's descriptor (3) not left open (bwrap closes it).

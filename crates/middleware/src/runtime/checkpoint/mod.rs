@@ -111,7 +111,9 @@ impl CheckpointInfo {
     }
 }
 
-/// An opaque version of a thread's latest checkpoint; any save gives a new one.
+/// An opaque version of a thread's latest checkpoint. A save that stores a checkpoint gives a new
+/// one; a store may keep no checkpoint for a save that changes nothing since the version it was
+/// given, and return that version (see [`BackendCheckpointer`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CheckpointVersion(String);
 

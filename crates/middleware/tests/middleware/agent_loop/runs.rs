@@ -310,3 +310,45 @@ async fn runs_are_send_and_can_be_spawned() {
     let out = handle.await.unwrap().unwrap();
     assert_eq!(out.final_text().as_deref(), Some("spawned"));
 }
+
+/// A run's last save changes nothing when the answer was already saved: the Backend checkpointer
+/// stores no checkpoint for it, and the run sends no `CheckpointSaved` for it, so a listener's
+/// count of checkpoints (the served API numbers them) matches the thread's history.
+#[tokio::test]
+async fn a_save_that_stores_nothing_sends_no_checkpoint_event() {
+    use trellis_middleware::backend::{StateBackend, VirtualPath};
+    use trellis_middleware::runtime::checkpoint::BackendCheckpointer;
+    let backend = Arc::new(StateBackend::new());
+    let checkpointer =
+        Arc::new(BackendCheckpointer::new(backend, VirtualPath::parse("/threads").unwrap()).unwrap());
+    let model = Arc::new(
+        ScriptedModel::new()
+            .then(ModelResponse::new(AiMessage::tool_calls([call(
+                "c1",
+                "echo",
+                json!({"text": "x"}),
+            )])))
+            .then_text("done"),
+    );
+    let agent = Agent::builder(model)
+        .tool(echo_tool())
+        .checkpointer(checkpointer.clone())
+        .build()
+        .unwrap();
+    let (sink, mut rx) = EventSink::channel();
+    let out = agent.run(RunInput::human("hi").events(sink)).await.unwrap();
+    let mut saved = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        if let RunEvent::CheckpointSaved { state, .. } = &event {
+            saved.push(state.get().unwrap().messages.len());
+        }
+    }
+    let history = checkpointer.history(&out.thread_id).await.unwrap();
+    assert_eq!(
+        saved,
+        [1, 2, 3, 4],
+        "human, call, result, answer; the final save stored nothing"
+    );
+    assert_eq!(history.len(), saved.len());
+    assert_eq!(history.iter().map(|h| h.seq).collect::<Vec<_>>(), [0, 1, 2, 3]);
+}

@@ -38,7 +38,9 @@ use trellis_backend::sandbox::{
     SandboxReport, SandboxUnavailable,
 };
 
+mod config;
 mod mounts;
+mod network;
 mod overlay;
 mod report;
 
@@ -49,62 +51,14 @@ use super::process::{self, Rlimits, Spawn, find_program};
 use super::runner;
 use super::seccomp::{BWRAP_ARGS, Launch, SyscallFilter};
 use super::workdir::{Overlay, Owner, Workdir};
+pub use config::{BubblewrapConfig, SANDBOX_UID};
 use mounts::system_mounts;
 use overlay::OverlayTools;
 use trellis_backend::LocalDir;
 
-/// The sandbox user's id when Trellis runs as root.
+/// The shared `nobody` user's id: who commands run as when Trellis runs as root and
+/// [`SANDBOX_UID`] is taken on this host.
 pub const NOBODY: u32 = 65534;
-
-/// How a [`BubblewrapSandbox`] is set up. `Default` finds `bwrap` on `PATH`.
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct BubblewrapConfig {
-    /// The `bwrap` binary; default: the first on `PATH`.
-    pub bwrap: Option<PathBuf>,
-    /// Resource limits.
-    pub limits: SandboxLimits,
-    /// Where commands' private copies go; default: the system's temporary directory.
-    pub work_root: Option<PathBuf>,
-    /// Who runs commands when Trellis runs as root; default `nobody` (65534:65534). Ignored when
-    /// Trellis does not run as root (commands then run as Trellis's own user).
-    pub run_as_when_root: Option<Owner>,
-    /// A cgroup v2 directory to make each command's control group in (its `cgroup.subtree_control`
-    /// must enable `memory` and `pids`); default: found from this process's own groups (see
-    /// `docs/sandbox.md`). When given and unusable, [`BubblewrapSandbox::new`] fails.
-    pub cgroup_parent: Option<PathBuf>,
-    /// When Trellis runs as root and the unprivileged user's namespaces are refused, run commands
-    /// as root without capabilities instead of failing. Off by default: root needs no capability
-    /// to read the root-owned files that are mounted, and no `RLIMIT_NPROC` binds it.
-    pub allow_root_commands: bool,
-}
-
-impl BubblewrapConfig {
-    /// Use these limits.
-    pub fn limits(mut self, limits: SandboxLimits) -> Self {
-        self.limits = limits;
-        self
-    }
-
-    /// Put commands' private copies under `dir`.
-    pub fn work_root(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.work_root = Some(dir.into());
-        self
-    }
-
-    /// Run commands as root without capabilities when Trellis runs as root and the unprivileged
-    /// user's namespaces are refused (see [`BubblewrapConfig::allow_root_commands`]).
-    pub fn allow_root_commands(mut self, allow: bool) -> Self {
-        self.allow_root_commands = allow;
-        self
-    }
-
-    /// Make each command's control group under the cgroup v2 directory `dir`.
-    pub fn cgroup_parent(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.cgroup_parent = Some(dir.into());
-        self
-    }
-}
 
 /// Commands under bubblewrap. Built by [`BubblewrapSandbox::new`], which probes the host and fails
 /// with [`SandboxUnavailable`] rather than ever running a command unsandboxed.
@@ -129,6 +83,10 @@ pub struct BubblewrapSandbox {
     no_nested_userns: Result<(), String>,
     /// How local directories are mounted through overlays, or why they are copied instead.
     overlays: Result<OverlayTools, String>,
+    /// Why commands run as a shared user although Trellis runs as root, if they do.
+    user_note: Option<String>,
+    /// The bridge program for allowed domains, or why there is none.
+    bridge: Result<PathBuf, String>,
     /// Directories whose overlay failed to mount here, and why: copied from then on.
     overlay_failures: std::sync::Mutex<std::collections::BTreeMap<PathBuf, String>>,
     report: SandboxReport,
@@ -187,12 +145,17 @@ impl BubblewrapSandbox {
         }
         let work_root = config.work_root.unwrap_or_else(std::env::temp_dir);
         let root = process::current_uid() == 0;
-        let wanted = root.then(|| {
-            config.run_as_when_root.unwrap_or(Owner {
-                uid: NOBODY,
-                gid: NOBODY,
-            })
-        });
+        let (wanted, user_note) = match (root, config.run_as_when_root) {
+            (false, _) => (None, None),
+            (true, Some(owner)) => (Some(owner), None),
+            (true, None) => {
+                let (owner, note) = config::dedicated_user();
+                (Some(owner), note)
+            }
+        };
+        if let Some(note) = &user_note {
+            tracing::warn!(note, "commands run as a shared user");
+        }
         let system = tempfile::Builder::new()
             .prefix("trellis-sandbox-etc-")
             .tempdir()
@@ -212,6 +175,8 @@ impl BubblewrapSandbox {
             syscalls: SyscallFilter::for_host(),
             no_nested_userns: Err("not probed".into()),
             overlays: Err("not probed".into()),
+            bridge: network::find_bridge(config.network_bridge.as_deref()),
+            user_note,
             overlay_failures: Default::default(),
             report: SandboxReport {
                 sandbox: "bubblewrap".into(),
@@ -304,10 +269,9 @@ impl BubblewrapSandbox {
             std::os::unix::fs::chown(root.path(), Some(owner.uid), Some(owner.gid))
                 .map_err(|e| format!("cannot hand {} to uid {}: {e}", root.path().display(), owner.uid))?;
         }
-        let mut args = self.args(root.path(), &[], "/", Network::None, &[]);
-        args.extend(["--".into(), "/bin/true".into()]);
+        let args = self.args(root.path(), &[], "/", &Network::None, &[]);
         let launch = self
-            .launch(args, Network::None)
+            .launch(args, vec!["/bin/true".into()], &Network::None)
             .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
         let out = self.run_probe(launch)?;
         if out.status.success() {
@@ -349,12 +313,28 @@ impl BubblewrapSandbox {
             .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))
     }
 
-    /// How to start bwrap with `args` (which end with the command): with the seccomp program for
-    /// `network` when there is one.
-    fn launch(&self, args: Vec<OsString>, network: Network) -> std::io::Result<Launch> {
+    /// How to start bwrap with the options `args` and then `command` (its program and
+    /// arguments): with the seccomp program for `network` when there is one, and then the
+    /// options in a file bwrap reads (`--args`), so that the sandbox's init, a copy of bwrap that
+    /// every command can see as its process 1, does not show them, with the host paths they name,
+    /// in `/proc/1/cmdline` (security review F17).
+    fn launch(
+        &self,
+        args: Vec<OsString>,
+        command: Vec<OsString>,
+        network: &Network,
+    ) -> std::io::Result<Launch> {
         match &self.syscalls {
-            Ok(filter) => filter.launch(&self.bwrap, args, network),
-            Err(_) => Ok(Launch::direct(&self.bwrap, args)),
+            Ok(filter) => {
+                let options = options_file(&self.work_root, self.run_as, &args)?;
+                filter.launch(&self.bwrap, options, command, network)
+            }
+            Err(_) => {
+                let mut argv = args;
+                argv.push("--".into());
+                argv.extend(command);
+                Ok(Launch::direct(&self.bwrap, argv))
+            }
         }
     }
 
@@ -365,7 +345,7 @@ impl BubblewrapSandbox {
         root: &Path,
         read_only: &[(PathBuf, String)],
         cwd: &str,
-        network: Network,
+        network: &Network,
         overlays: &[Overlay],
     ) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::with_capacity(64);
@@ -375,7 +355,7 @@ impl BubblewrapSandbox {
             "--die-with-parent".as_ref(),
             "--new-session".as_ref(),
         ]);
-        if network == Network::Host {
+        if *network == Network::Host {
             push(&["--share-net".as_ref()]);
         }
         if self.no_nested_userns.is_ok() {
@@ -506,21 +486,26 @@ impl BubblewrapSandbox {
             workdir.root(),
             &read_only,
             request.cwd.as_str(),
-            request.network,
+            &request.network,
             workdir.overlays(),
         );
+
         // The command's environment is set by bwrap inside the sandbox; prlimit and bwrap
         // themselves run on the host with none, from `/`.
         args.push("--clearenv".into());
         for (name, value) in runner::environment(&request, runner::home().as_str(), "/tmp") {
             args.extend(["--setenv".into(), name.into(), value.into()]);
         }
-        args.extend([
-            "--".into(),
-            "/bin/sh".into(),
-            "-c".into(),
-            request.command.clone().into(),
-        ]);
+        // After `--clearenv`: it announces the proxy in the environment.
+        let proxied = self.proxied(&request.network)?;
+        if let Some(proxied) = &proxied {
+            args.extend(proxied.args());
+        }
+        let mut command: Vec<OsString> = Vec::new();
+        if proxied.is_some() {
+            command.extend(network::Proxied::prefix());
+        }
+        command.extend(["/bin/sh".into(), "-c".into(), request.command.clone().into()]);
         let group = match &self.cgroups {
             Ok(groups) => Some(
                 groups
@@ -544,7 +529,7 @@ impl BubblewrapSandbox {
             )
         });
         let mut launch = self
-            .launch(args, request.network)
+            .launch(args, command, &request.network)
             .map_err(SandboxError::io("writing the seccomp program"))?;
         let token = format!("trellis-overlay-{}{}", runner::tag(), runner::tag());
         let wrapped = !workdir.overlays().is_empty();
@@ -572,6 +557,8 @@ impl BubblewrapSandbox {
         )
         .await?;
         tracing::debug!(elapsed = ?started.elapsed(), exit = ?finished.exit_code, "bubblewrap command finished");
+        // Every connection of the command ends with it.
+        drop(proxied);
         let out_of_memory = match group {
             Some(group) => {
                 let oom = group.out_of_memory();
@@ -593,4 +580,29 @@ impl BubblewrapSandbox {
         output.out_of_memory = out_of_memory;
         Ok(Ran::Done(output))
     }
+}
+
+/// A file holding bwrap's options `args`, NUL-separated as `bwrap --args` reads them: private to
+/// the commands' user (`run_as`, when Trellis is root), removed when dropped.
+fn options_file(
+    work_root: &Path,
+    run_as: Option<Owner>,
+    args: &[OsString],
+) -> std::io::Result<tempfile::NamedTempFile> {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let mut file = tempfile::Builder::new()
+        .prefix("trellis-bwrap-args-")
+        .permissions(std::fs::Permissions::from_mode(0o600))
+        .tempfile_in(work_root)?;
+    if let Some(owner) = run_as {
+        std::os::unix::fs::chown(file.path(), Some(owner.uid), Some(owner.gid))?;
+    }
+    for arg in args {
+        file.write_all(arg.as_bytes())?;
+        file.write_all(b"\0")?;
+    }
+    file.flush()?;
+    Ok(file)
 }

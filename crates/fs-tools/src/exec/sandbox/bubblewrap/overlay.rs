@@ -97,6 +97,7 @@ impl OverlayTools {
             program: self.unshare.clone(),
             args,
             stdin: launch.stdin,
+            options: launch.options,
         }
     }
 }
@@ -201,15 +202,14 @@ impl BubblewrapSandbox {
         };
         let overlay = Overlay::prepare(state.path().join("0"), &dir, self.run_as).map_err(io)?;
         let overlays = [overlay];
-        let mut args = self.args(root.path(), &[], "/", Network::None, &overlays);
-        args.extend([
-            "--".into(),
+        let args = self.args(root.path(), &[], "/", &Network::None, &overlays);
+        let command = vec![
             "/bin/sh".into(),
             "-c".into(),
             "read -r line < /probe/seen && echo made > /probe/made".into(),
-        ]);
+        ];
         let launch = self
-            .launch(args, Network::None)
+            .launch(args, command, &Network::None)
             .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
         let launch = tools.wrap(launch, &overlays, "trellis-overlay-probe");
         let out = self.run_probe(launch)?;

@@ -21,6 +21,21 @@ impl BubblewrapSandbox {
         }
     }
 
+    /// Who commands run as.
+    fn user(&self) -> String {
+        let uid = self.runs_as().uid;
+        match (&self.run_as, &self.user_note) {
+            (None, _) => format!("commands run as Trellis's own user (uid {uid}) in a user namespace"),
+            (Some(_), Some(note)) => note.clone(),
+            (Some(_), None) if uid == super::SANDBOX_UID => {
+                format!(
+                    "commands run as uid {uid}, a user of the sandbox's own that no account of this host has"
+                )
+            }
+            (Some(_), None) => format!("commands run as uid {uid}"),
+        }
+    }
+
     pub(super) fn compute_report(&self) -> SandboxReport {
         let l = &self.limits;
         let status = |kind, enforced, detail: String| LimitStatus {
@@ -39,14 +54,15 @@ impl BubblewrapSandbox {
                     LimitKind::Filesystem,
                     true,
                     format!(
-                        "mount namespace: the agent's files at their virtual paths, read-only parts and system directories read-only, nothing else of the host; {}",
-                        self.exposure()
+                        "mount namespace: the agent's files at their virtual paths, read-only parts and system directories read-only, nothing else of the host; {}; {}",
+                        self.exposure(),
+                        self.user()
                     ),
                 ),
                 status(
                     LimitKind::Network,
                     true,
-                    "network namespace with only its own loopback; a request for `host` shares the host's".into(),
+                    super::network::report_detail(&self.bridge),
                 ),
                 status(
                     LimitKind::Environment,
