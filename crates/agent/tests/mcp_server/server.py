@@ -5,7 +5,7 @@ in xtask/src/install.rs).
                      [--identity] [--env-tool]
 
 Tools: search_calls and get_transcript (plain answers naming the server, so a test can tell which
-server answered), accounts.lookup (a dotted name, for name sanitizing), fail (an isError result),
+server answered; annotated read-only and idempotent), accounts.lookup (a dotted name, for name sanitizing), fail (an isError result),
 slow (sleeps, for timeouts) and crash (the process exits mid-call).
 
 --dynamic: also offer add_tool and remove_tool, which change the tool list while the server runs
@@ -27,6 +27,7 @@ import os
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
+from mcp.types import ToolAnnotations
 
 
 def main() -> None:
@@ -47,12 +48,18 @@ def main() -> None:
     server = MCPServer(args.name, log_level="WARNING")
     name = args.name
 
-    @server.tool(description="Search recorded sales calls by account name. Returns call ids and titles.")
+    @server.tool(
+        description="Search recorded sales calls by account name. Returns call ids and titles.",
+        annotations=ToolAnnotations(readOnlyHint=True),
+    )
     def search_calls(account: str, limit: int = 5) -> str:
         calls = [f"call-{i}: {account} call {i}" for i in range(1, min(limit, 3) + 1)]
         return f"[{name}] " + "; ".join(calls)
 
-    @server.tool(description="The transcript of one call, by call id.")
+    @server.tool(
+        description="The transcript of one call, by call id.",
+        annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=True),
+    )
     def get_transcript(call_id: str) -> str:
         return f"[{name}] Transcript of {call_id}: the customer asked about pricing."
 
