@@ -19,7 +19,7 @@ use super::sandbox::bwrap_or_skip;
 /// One reply with two `execute` calls: `toolu_a` appends to a counter file and prints its
 /// idempotency key; `toolu_b` appends to another and sleeps (its files are saved only when it
 /// ends, so a kill loses them).
-async fn model() -> MockServer {
+pub(crate) async fn model() -> MockServer {
     calls_then_done(vec![
         json!({"type": "tool_use", "id": "toolu_a", "name": "execute", "input": {
             "command": "mkdir -p /outputs && echo a >> /outputs/count-a.txt && echo key=$TRELLIS_IDEMPOTENCY_KEY"}}),
@@ -31,7 +31,12 @@ async fn model() -> MockServer {
 
 /// The journal records of thread `t1` in `state`.
 fn journal(state: &Path) -> Vec<Value> {
-    let dir = state.join("threads/t1/calls");
+    journal_of(&state.join("threads/t1"))
+}
+
+/// The journal records kept in the thread directory `thread` (`STATE/threads/ID`).
+pub(crate) fn journal_of(thread: &Path) -> Vec<Value> {
+    let dir = thread.join("calls");
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -60,12 +65,7 @@ fn run_and_kill(state: &Path, server: &MockServer, ask: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let records = journal(state);
-        let has = |id: &str, status: &str| {
-            records
-                .iter()
-                .any(|r| r["call_id"] == id && r["outcome"]["status"] == status)
-        };
-        if has("toolu_a", "finished") && has("toolu_b", "started") {
+        if a_finished_b_started(&records) {
             break;
         }
         if let Some(status) = child.try_wait().unwrap() {
@@ -79,6 +79,16 @@ fn run_and_kill(state: &Path, server: &MockServer, ask: &[&str]) {
     }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
+}
+
+/// True when the journal `records` hold `toolu_a` finished and `toolu_b` started.
+pub(crate) fn a_finished_b_started(records: &[Value]) -> bool {
+    let has = |id: &str, status: &str| {
+        records
+            .iter()
+            .any(|r| r["call_id"] == id && r["outcome"]["status"] == status)
+    };
+    has("toolu_a", "finished") && has("toolu_b", "started")
 }
 
 /// A file of thread `t1`'s own space.

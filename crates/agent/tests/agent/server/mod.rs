@@ -10,6 +10,7 @@
 
 mod batch;
 mod branching;
+mod crash;
 mod differential;
 mod files;
 mod harness;
