@@ -15,7 +15,8 @@
 //! | after the step's checkpoint | (forgotten) | starts at the next model call |
 //!
 //! Only external calls get a `Started` record: a read-only or idempotent call without a result
-//! runs again whether it started or not.
+//! runs again whether it started or not. A record over 64 MiB (a result of many images) is not
+//! kept: the call then counts as not finished, the conservative side.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -102,12 +103,12 @@ mod store {
     use bytes::Bytes;
 
     use super::CallRecord;
-    use crate::backend::{BackendError, VirtualPath, WriteMode};
+    use crate::backend::{BackendError, ByteRange, VirtualPath, WriteMode};
     use crate::runtime::checkpoint::{BackendCheckpointer, CheckpointError};
     use crate::runtime::context::ThreadId;
 
     /// Largest record read back (a tool result is far smaller: results over the eviction limit
-    /// are files).
+    /// are files); a longer one is read only this far and reported as corrupt.
     const MAX_RECORD_BYTES: u64 = 64 << 20;
 
     /// Where the journal lives, beside the thread's log.
@@ -138,6 +139,15 @@ mod store {
                 thread_id: thread_id.clone(),
                 source,
             })?;
+            if bytes.len() as u64 > MAX_RECORD_BYTES {
+                // Not kept: after a crash the call counts as started, never as finished wrongly.
+                let error = BackendError::TooLarge {
+                    path: path.to_string(),
+                    size: bytes.len() as u64,
+                    limit: MAX_RECORD_BYTES,
+                };
+                return Err(Self::storage(thread_id, error));
+            }
             self.backend
                 .write(&path, Bytes::from(bytes), WriteMode::Overwrite)
                 .await
@@ -155,11 +165,11 @@ mod store {
                 .map(|id| self.call_path(thread_id, id))
                 .collect::<Result<Vec<_>, _>>()?;
             let mut records = Vec::new();
-            for ((id, path), read) in call_ids
-                .iter()
-                .zip(&paths)
-                .zip(self.backend.read_many(&paths, None).await)
-            {
+            for ((id, path), read) in call_ids.iter().zip(&paths).zip(
+                self.backend
+                    .read_many(&paths, Some(ByteRange::prefix(MAX_RECORD_BYTES + 1)))
+                    .await,
+            ) {
                 let read = match read {
                     Ok(read) => read,
                     Err(BackendError::NotFound { .. }) => continue,
