@@ -89,15 +89,18 @@ impl Agent {
         let Some(journal) = Journal::of(self, state, thread_id) else {
             return Ok((pending, Vec::new()));
         };
+        // The calls as the reply holds them (an edit decision changed its arguments there).
+        let reply: Vec<ToolCall> = match state.messages.last().and_then(|m| m.as_ai()) {
+            Some(ai) => ai.calls().cloned().collect(),
+            None => Vec::new(),
+        };
         let asking: Vec<ToolCall> = pending
             .calls
             .iter()
             .filter_map(|c| match c {
-                PendingCall::Asking { request, .. } => Some(ToolCall::new(
-                    &request.call_id,
-                    &request.tool,
-                    request.args.clone(),
-                )),
+                PendingCall::Asking { request, .. } => {
+                    reply.iter().find(|r| r.id == request.call_id).cloned()
+                }
                 _ => None,
             })
             .collect();

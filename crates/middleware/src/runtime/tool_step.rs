@@ -165,7 +165,8 @@ impl<'a> Journal<'a> {
         })
     }
 
-    /// What an earlier attempt of this step recorded for `calls`, by call id.
+    /// What an earlier attempt of this step recorded for `calls` (these very calls: same reply,
+    /// id, tool and arguments), by call id.
     pub(crate) async fn recorded(
         &self,
         calls: &[ToolCall],
@@ -174,15 +175,21 @@ impl<'a> Journal<'a> {
         let records = self.checkpointer.recorded_calls(self.thread_id, &ids).await?;
         Ok(records
             .into_iter()
-            .filter(|r| r.reply == self.reply)
+            .filter(|r| {
+                r.reply == self.reply
+                    && calls.iter().any(|c| {
+                        c.id == r.call_id && CallRecord::fingerprint(&c.name, &c.args) == r.fingerprint
+                    })
+            })
             .map(|r| (r.call_id, r.outcome))
             .collect())
     }
 
-    async fn record(&self, call_id: &str, outcome: CallOutcome) -> Result<(), AgentError> {
+    async fn record(&self, call: &(String, String), outcome: CallOutcome) -> Result<(), AgentError> {
         let record = CallRecord {
-            call_id: call_id.to_owned(),
+            call_id: call.0.clone(),
             reply: self.reply,
+            fingerprint: call.1.clone(),
             outcome,
         };
         self.checkpointer.record_call(self.thread_id, &record).await?;
@@ -192,7 +199,8 @@ impl<'a> Journal<'a> {
     /// Record that `call` finished with `message` and `updates`. A failure is logged, not
     /// returned: the result is in hand and the step's checkpoint keeps it; only a crash before
     /// that checkpoint finds the call without a record.
-    async fn finished(&self, call_id: &str, message: &ToolMessage, updates: &StateUpdates) {
+    async fn finished(&self, call: &(String, String), message: &ToolMessage, updates: &StateUpdates) {
+        let call_id = call.0.as_str();
         let outcome = match SlotWrite::all(updates) {
             Ok(updates) => CallOutcome::Finished {
                 message: message.clone(),
@@ -203,7 +211,7 @@ impl<'a> Journal<'a> {
                 return;
             }
         };
-        if let Err(error) = self.record(call_id, outcome).await {
+        if let Err(error) = self.record(call, outcome).await {
             tracing::warn!(call_id, %error, "a tool result could not be journaled");
         }
     }
@@ -400,16 +408,18 @@ impl Agent {
                     }
                 };
                 let call_id = call.id.clone();
+                // The call's id and fingerprint, as the journal knows it.
+                let journaled = (call_id.clone(), CallRecord::fingerprint(&call.name, &call.args));
                 if let Some(journal) = journal
                     && !side_effects(tools, &call.name).may_repeat()
                 {
-                    journal.record(&call_id, CallOutcome::Started).await?;
+                    journal.record(&journaled, CallOutcome::Started).await?;
                 }
                 let (message, updates) = self.run_tool(call, tools, shared, cx).await?;
                 if let Some(journal) = journal
                     && !nested.is_some_and(|n| n.is_raised(&call_id))
                 {
-                    journal.finished(&call_id, &message, &updates).await;
+                    journal.finished(&journaled, &message, &updates).await;
                 }
                 Ok::<_, AgentError>(Finished::Ran(call_id, message, updates))
             }

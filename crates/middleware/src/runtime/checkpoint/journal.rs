@@ -3,8 +3,8 @@
 //! writes), so a run resumed after a crash re-runs only the calls without a recorded result.
 //!
 //! The journal belongs to the step whose reply is the thread's last message: a record names the
-//! reply (its index in the thread's messages) and the call; records of any other reply are
-//! ignored. The agent loop forgets the step's records once the checkpoint holding its results is
+//! reply (its index in the thread's messages), the call's id and a fingerprint of the call (its
+//! tool and arguments); records of any other reply or call are ignored. The agent loop forgets the step's records once the checkpoint holding its results is
 //! saved. What a `kill -9` leaves, at each point of one call:
 //!
 //! | killed | the journal holds | a resumed run |
@@ -31,6 +31,11 @@ pub struct CallRecord {
     pub call_id: String,
     /// Index, in the thread's messages, of the reply that made the call.
     pub reply: usize,
+    /// The call itself ([`CallRecord::fingerprint`] of its tool and arguments): a record is
+    /// used only for the very call that made it, never for a later call that reuses the id (a
+    /// thread rolled back, a provider that repeats ids).
+    #[serde(default)]
+    pub fingerprint: String,
     /// How far it got.
     pub outcome: CallOutcome,
 }
@@ -82,18 +87,29 @@ impl SlotWrite {
 }
 
 impl CallRecord {
+    /// The hex SHA-256 of the tool's name and the canonical (sorted-key) JSON of the arguments.
+    pub fn fingerprint(tool: &str, args: &Value) -> String {
+        use sha2::{Digest, Sha256};
+        let args = crate::tools::canonical::canonical(args.clone());
+        let mut hasher = Sha256::new();
+        hasher.update(tool.as_bytes());
+        hasher.update([0]);
+        hasher.update(args.to_string().as_bytes());
+        hex(&hasher.finalize())
+    }
+
     /// The record's storage name: the hex SHA-256 of the call id (a call id may hold any
     /// character; a storage name may not).
     pub(crate) fn file_name(call_id: &str) -> String {
         use sha2::{Digest, Sha256};
-        let digest = Sha256::digest(call_id.as_bytes());
-        let mut name = String::with_capacity(69);
-        for byte in digest {
-            name.push_str(&format!("{byte:02x}"));
-        }
+        let mut name = hex(&Sha256::digest(call_id.as_bytes()));
         name.push_str(".json");
         name
     }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// How [`BackendCheckpointer`] keeps the journal: one object per call,

@@ -13,7 +13,7 @@ use serde_json::json;
 use trellis_middleware::approvals::{Ask, InterruptOn};
 use trellis_middleware::backend::{FilesystemBackend, VirtualPath};
 use trellis_middleware::runtime::checkpoint::{
-    CallOutcome, Checkpoint, CheckpointError, CheckpointVersion, StoredCheckpoint,
+    CallOutcome, CallRecord, Checkpoint, CheckpointError, CheckpointVersion, StoredCheckpoint,
 };
 use trellis_middleware::runtime::interrupt::{Decision, Decisions};
 use trellis_middleware::runtime::scripted_model::ScriptedModel;
@@ -341,4 +341,31 @@ async fn without_a_journal_every_external_call_without_a_result_counts_as_starte
         results[1]
     );
     assert_eq!(results[2], ("look 2".to_owned(), false));
+}
+
+#[tokio::test]
+async fn a_record_of_another_call_under_the_same_id_is_never_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let counters = Counters::default();
+    crash_mid_step(dir.path(), &counters).await;
+    // What a rolled-back run that reused the id `s1` for another call could have left.
+    let store = store(dir.path());
+    let stale = CallRecord {
+        call_id: "s1".to_owned(),
+        reply: 1,
+        fingerprint: CallRecord::fingerprint("send", &json!({"to": "someone else"})),
+        outcome: CallOutcome::Finished {
+            message: trellis_middleware::runtime::message::ToolMessage::text("s1", "send", "stale"),
+            updates: Vec::new(),
+        },
+    };
+    store.record_call(&thread(), &stale).await.unwrap();
+
+    let agent = agent(store, ScriptedModel::new().then_text("done"), &counters, false);
+    let out = agent.run(RunInput::new().thread(thread())).await.unwrap();
+    assert_eq!(
+        tool_texts(&out)[0],
+        ("send 2".to_owned(), false),
+        "the stale result is not replayed; with no record of its own the call never started, so it runs"
+    );
 }

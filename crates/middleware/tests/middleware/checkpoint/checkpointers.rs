@@ -129,6 +129,7 @@ async fn journal_contract(cp: &dyn Checkpointer, thread: &ThreadId) {
     let started = |id: &str| CallRecord {
         call_id: id.to_owned(),
         reply: 1,
+        fingerprint: CallRecord::fingerprint("send", &json!({"to": id})),
         outcome: CallOutcome::Started,
     };
     cp.record_call(thread, &started("c:1")).await.unwrap();
@@ -136,6 +137,7 @@ async fn journal_contract(cp: &dyn Checkpointer, thread: &ThreadId) {
     let finished = CallRecord {
         call_id: "c:1".to_owned(),
         reply: 1,
+        fingerprint: CallRecord::fingerprint("send", &json!({"to": "c:1"})),
         outcome: CallOutcome::Finished {
             message: trellis_middleware::runtime::message::ToolMessage::text("c:1", "send", "sent"),
             updates: vec![SlotWrite {
