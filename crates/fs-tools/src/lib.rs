@@ -79,7 +79,7 @@ mod exec;
 mod files;
 mod tool;
 
-pub use exec::{CommandPolicy, CommandRule, DEFAULT_EXEC_TIMEOUT, ExecuteTool, sandbox};
+pub use exec::{CommandPolicy, CommandRule, DEFAULT_EXEC_TIMEOUT, ExecuteTool, IDEMPOTENCY_KEY_VAR, sandbox};
 
 pub use files::{
     Access, DEFAULT_READ_LIMIT, DeleteTool, EditFileTool, Effect, EvictLargeOutput, FileAccess, FileLayout,
@@ -89,9 +89,9 @@ pub use files::{
 };
 pub use tool::canonical;
 pub use tool::{
-    DetachedRun, Extensions, FnTool, ImageSource, Slot, SlotValue, Slots, StateError, StateUpdates,
-    StateView, Tool, ToolContent, ToolContext, ToolError, ToolOutput, ToolRun, ToolSpec, UserIdentity,
-    describe_fields, parameters_schema, parse_args,
+    DetachedRun, Extensions, FnTool, ImageSource, SideEffects, Slot, SlotValue, Slots, StateError,
+    StateUpdates, StateView, Tool, ToolContent, ToolContext, ToolError, ToolOutput, ToolRun, ToolSpec,
+    UserIdentity, describe_fields, idempotency_key, parameters_schema, parse_args,
 };
 
 /// This crate's README, compiled: its examples are doctests, so they stay true.

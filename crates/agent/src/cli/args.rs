@@ -93,8 +93,9 @@ pub enum Command {
         #[command(flatten)]
         otlp: Otlp,
     },
-    /// Continue a thread whose run stopped to wait for approvals, with the settings it was
-    /// started with (exit status 3 when calls still wait).
+    /// Continue a thread whose run stopped to wait for approvals, or was cut short in the middle
+    /// of a tool step (killed): with the settings it was started with (exit status 3 when calls
+    /// still wait). Calls whose results were recorded do not run again; see docs/differences.md.
     #[command(after_help = LOGGING_HELP)]
     Resume {
         /// The thread.

@@ -43,7 +43,7 @@ pub enum Start {
         /// The task.
         task: String,
     },
-    /// `trellis resume ID`: the thread waits for decisions.
+    /// `trellis resume ID`: the thread waits for decisions, or its last step was cut short.
     Resume(ThreadId),
 }
 
@@ -97,8 +97,15 @@ async fn run_agent(
         }
         None => {
             let Some(interrupt) = agent.pending_interrupt(&thread_id).await? else {
+                if agent.has_cut_step(&thread_id).await? {
+                    // Killed mid-step: finish that step (see the middleware's step_recovery).
+                    eprintln!("thread {thread_id}: finishing the step its last run left unfinished");
+                    let prepare = |input: RunInput| built.prepare(input, &thread_id);
+                    return drive(agent, RunInput::new(), prepare, approvals, json, state_dir).await;
+                }
                 bail!(
-                    "thread {thread_id} waits for no decisions; continue it with `trellis run --thread {thread_id}`"
+                    "thread {thread_id} waits for no decisions and has no unfinished step; continue it with \
+                     `trellis run --thread {thread_id}`"
                 );
             };
             match decide(&interrupt, approvals)? {

@@ -9,6 +9,10 @@
 //!   without content shows its `structuredContent` as JSON. Text past the server's
 //!   `max_result_chars` is cut with a note. An `isError` result is an error result, its text starting
 //!   with `Error: ` unless it already starts with "error".
+//! * **Side effects.** The server's tool annotations decide what a run resumed after a crash may
+//!   do with a call left without a result ([`SideEffects`]): `readOnlyHint: true` is read-only,
+//!   else `idempotentHint: true` is idempotent, else (both are hints that default to false in
+//!   MCP) external.
 //! * **Failures** (server down, crash, timeout, protocol error, bad arguments) are error results
 //!   whose text says what happened and what to do; nothing panics or hangs.
 
@@ -18,7 +22,9 @@ use async_trait::async_trait;
 use rmcp::model::{CallToolResult, ContentBlock as McpContent, JsonObject, ResourceContents};
 use serde_json::Value;
 use trellis_middleware::ToolContextExt;
-use trellis_middleware::tools::{ImageSource, Tool, ToolContent, ToolContext, ToolError, ToolOutput};
+use trellis_middleware::tools::{
+    ImageSource, SideEffects, Tool, ToolContent, ToolContext, ToolError, ToolOutput,
+};
 
 /// Image types both providers accept in tool results (Anthropic's vision docs and OpenAI's image
 /// inputs list the same four); any other MCP image becomes a note saying it was not shown.
@@ -29,6 +35,15 @@ use super::connection::{CallOutcome, McpConnection};
 /// Longest tool description sent to the model, in characters.
 pub const MAX_DESCRIPTION_CHARS: usize = 4_096;
 
+/// The class MCP's annotations give a tool: `readOnlyHint`, then `idempotentHint`, else external.
+fn side_effects(annotations: Option<&rmcp::model::ToolAnnotations>) -> SideEffects {
+    match annotations {
+        Some(a) if a.read_only_hint == Some(true) => SideEffects::ReadOnly,
+        Some(a) if a.idempotent_hint == Some(true) => SideEffects::Idempotent,
+        _ => SideEffects::External,
+    }
+}
+
 /// A tool of an MCP server.
 #[derive(Debug)]
 pub struct McpTool {
@@ -38,6 +53,7 @@ pub struct McpTool {
     name: String,
     description: String,
     parameters: Value,
+    side_effects: SideEffects,
 }
 
 impl McpTool {
@@ -66,6 +82,7 @@ impl McpTool {
             name,
             description,
             parameters: Value::Object(parameters),
+            side_effects: side_effects(tool.annotations.as_ref()),
         }
     }
 
@@ -92,6 +109,10 @@ impl Tool for McpTool {
 
     fn parameters(&self) -> &Value {
         &self.parameters
+    }
+
+    fn side_effects(&self) -> SideEffects {
+        self.side_effects
     }
 
     async fn call(&self, args: Value, cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {

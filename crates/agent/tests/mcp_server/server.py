@@ -2,10 +2,10 @@
 in xtask/src/install.rs).
 
     python server.py --name crm [--transport stdio|http] [--port N] [--started-file PATH] [--dynamic]
-                     [--identity] [--env-tool]
+                     [--identity] [--env-tool] [--calls-file PATH]
 
 Tools: search_calls and get_transcript (plain answers naming the server, so a test can tell which
-server answered), accounts.lookup (a dotted name, for name sanitizing), fail (an isError result),
+server answered; annotated read-only and idempotent), accounts.lookup (a dotted name, for name sanitizing), fail (an isError result),
 slow (sleeps, for timeouts) and crash (the process exits mid-call).
 
 --dynamic: also offer add_tool and remove_tool, which change the tool list while the server runs
@@ -15,6 +15,10 @@ and send notifications/tools/list_changed. An added tool answers with its own na
 --identity: also offer whoami, which answers with the user id the client sent (the
 TRELLIS_MCP_USER_ID environment variable over stdio, the x-trellis-user-id header over HTTP) and
 the server's process id.
+
+--calls-file: every search_calls call appends a line to the file, and the server also offers
+lookup_slowly (read-only), which appends a line too and sleeps 60 s on its first call only, so a
+test can kill its client in the middle of it and count the calls of every process.
 
 --started-file: the file is written when the process starts, so a test can see whether (and how
 often) a server was started. Its content is the process id.
@@ -27,6 +31,7 @@ import os
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
+from mcp.types import ToolAnnotations
 
 
 def main() -> None:
@@ -38,6 +43,7 @@ def main() -> None:
     parser.add_argument("--dynamic", action="store_true")
     parser.add_argument("--identity", action="store_true")
     parser.add_argument("--env-tool", action="store_true")
+    parser.add_argument("--calls-file")
     args = parser.parse_args()
 
     if args.started_file:
@@ -47,12 +53,28 @@ def main() -> None:
     server = MCPServer(args.name, log_level="WARNING")
     name = args.name
 
-    @server.tool(description="Search recorded sales calls by account name. Returns call ids and titles.")
+    def count_call(tool: str) -> int:
+        """Append `tool` to --calls-file (when given); how many calls of it the file holds."""
+        if not args.calls_file:
+            return 0
+        with open(args.calls_file, "a+", encoding="utf-8") as f:
+            f.write(tool + "\n")
+            f.seek(0)
+            return sum(1 for line in f if line.strip() == tool)
+
+    @server.tool(
+        description="Search recorded sales calls by account name. Returns call ids and titles.",
+        annotations=ToolAnnotations(readOnlyHint=True),
+    )
     def search_calls(account: str, limit: int = 5) -> str:
+        count_call("search_calls")
         calls = [f"call-{i}: {account} call {i}" for i in range(1, min(limit, 3) + 1)]
         return f"[{name}] " + "; ".join(calls)
 
-    @server.tool(description="The transcript of one call, by call id.")
+    @server.tool(
+        description="The transcript of one call, by call id.",
+        annotations=ToolAnnotations(readOnlyHint=False, idempotentHint=True),
+    )
     def get_transcript(call_id: str) -> str:
         return f"[{name}] Transcript of {call_id}: the customer asked about pricing."
 
@@ -63,6 +85,18 @@ def main() -> None:
     @server.tool(description="Always fails (for tests).")
     def fail(reason: str = "no reason") -> str:
         raise ToolError(f"the CRM refused: {reason}")
+
+    if args.calls_file:
+
+        @server.tool(
+            description="Looks an account up, slowly the first time (for tests).",
+            annotations=ToolAnnotations(readOnlyHint=True),
+        )
+        async def lookup_slowly(account: str) -> str:
+            first = count_call("lookup_slowly") == 1
+            if first:
+                await asyncio.sleep(60)
+            return f"[{name}] {account} looked up"
 
     @server.tool(description="Sleeps, then answers (for tests).")
     async def slow(seconds: float) -> str:

@@ -8,4 +8,4 @@ pub mod sandbox;
 mod tool;
 
 pub use policy::{CommandPolicy, CommandRule};
-pub use tool::{DEFAULT_EXEC_TIMEOUT, ExecuteTool};
+pub use tool::{DEFAULT_EXEC_TIMEOUT, ExecuteTool, IDEMPOTENCY_KEY_VAR};

@@ -19,6 +19,10 @@ use crate::tool::{Tool, ToolContext, ToolError, ToolOutput};
 /// Timeout of a command that asks for none: the sandbox contract's default,
 /// [`trellis_backend::sandbox::DEFAULT_TIMEOUT`].
 pub const DEFAULT_EXEC_TIMEOUT: Duration = trellis_backend::sandbox::DEFAULT_TIMEOUT;
+/// The environment variable that holds the call's idempotency key
+/// ([`ToolContext::idempotency_key`]): the same when a run resumed after a crash runs the call
+/// again, so a script can do its effect once.
+pub const IDEMPOTENCY_KEY_VAR: &str = "TRELLIS_IDEMPOTENCY_KEY";
 /// Longest timeout a command may ask for.
 const MAX_EXEC_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
@@ -230,6 +234,7 @@ impl ExecuteTool {
         ))
         .map_err(|e| ToolOutput::error(format!("cannot name the output file: {e}")))?;
         let request = ExecRequest::new(args.command)
+            .env(IDEMPOTENCY_KEY_VAR, cx.idempotency_key())
             .cwd(cwd)
             .timeout(timeout)
             .network(self.network.clone())
@@ -312,6 +317,11 @@ impl Tool for ExecuteTool {
 
     fn bounds_own_output(&self) -> bool {
         true
+    }
+
+    /// A command may do anything; a script can dedupe with `TRELLIS_IDEMPOTENCY_KEY`.
+    fn side_effects(&self) -> crate::tool::SideEffects {
+        crate::tool::SideEffects::External
     }
 
     async fn call(&self, args: Value, cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {

@@ -143,6 +143,11 @@ impl Tool for EvictLargeOutput {
         true
     }
 
+    /// The inner tool's: eviction only writes the thread's own result file, the same each time.
+    fn side_effects(&self) -> crate::tool::SideEffects {
+        self.inner.side_effects()
+    }
+
     async fn call(&self, args: Value, cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let output = self.inner.call(args, cx).await.unwrap_or_else(ToolOutput::from);
         let files = match self.files.for_call(cx) {

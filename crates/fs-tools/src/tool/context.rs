@@ -87,6 +87,7 @@ impl StateView for Slots {
 /// assert_eq!(cx.thread_id(), "t-1");
 /// assert_eq!(cx.user().map(|u| u.user_id.as_str()), Some("ada"));
 /// assert_eq!(cx.call_id(), "call_1");
+/// assert_eq!(cx.idempotency_key(), "t-1:call_1");
 /// ```
 #[derive(Clone, Copy)]
 pub struct ToolContext<'a> {
@@ -142,6 +143,14 @@ impl<'a> ToolContext<'a> {
     /// The id of this call, as the model (or the runtime, when the model sent none) gave it.
     pub fn call_id(&self) -> &'a str {
         self.call_id
+    }
+
+    /// The call's idempotency key: `{thread}:{call id}` ([`idempotency_key`](crate::idempotency_key)),
+    /// the same in every attempt of this call (a run resumed after a crash, in any process) and
+    /// different for any other call. A tool whose effect reaches another system passes it along
+    /// (`execute` sets `TRELLIS_IDEMPOTENCY_KEY`) so that system can do it once.
+    pub fn idempotency_key(&self) -> String {
+        super::effects::idempotency_key(self.thread_id(), self.call_id)
     }
 
     /// Who the call acts for: the run's [`UserIdentity`] extension.

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::Tool;
 use super::context::ToolContext;
+use super::effects::SideEffects;
 use super::output::{ToolError, ToolOutput};
 
 type Handler = dyn Fn(Value) -> BoxFuture<'static, Result<ToolOutput, ToolError>> + Send + Sync;
@@ -30,6 +31,7 @@ pub struct FnTool {
     name: String,
     description: String,
     parameters: Value,
+    side_effects: SideEffects,
     handler: Arc<Handler>,
 }
 
@@ -55,8 +57,16 @@ impl FnTool {
             name: name.into(),
             description: description.into(),
             parameters,
+            side_effects: SideEffects::External,
             handler: Arc::new(move |args| Box::pin(f(args))),
         }
+    }
+
+    /// Declare what a call does besides returning its result (default
+    /// [`SideEffects::External`]).
+    pub fn with_side_effects(mut self, side_effects: SideEffects) -> Self {
+        self.side_effects = side_effects;
+        self
     }
 }
 
@@ -72,6 +82,10 @@ impl Tool for FnTool {
 
     fn parameters(&self) -> &Value {
         &self.parameters
+    }
+
+    fn side_effects(&self) -> SideEffects {
+        self.side_effects
     }
 
     async fn call(&self, args: Value, _cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {

@@ -15,6 +15,7 @@ use serde_json::Value;
 mod args;
 pub mod canonical;
 mod context;
+mod effects;
 mod extensions;
 mod fn_tool;
 mod output;
@@ -23,6 +24,7 @@ pub(crate) mod slots;
 pub use args::{describe_fields, parameters_schema, parse_args};
 pub(crate) use args::{lenient, parse_args_described};
 pub use context::{DetachedRun, StateView, ToolContext, ToolRun, UserIdentity};
+pub use effects::{SideEffects, idempotency_key};
 pub use extensions::Extensions;
 pub use fn_tool::FnTool;
 pub use output::{ImageSource, ToolContent, ToolError, ToolOutput};
@@ -58,6 +60,13 @@ pub trait Tool: Send + Sync + Debug {
     /// results of such tools are evicted when too large (see [`crate::evict_large_output`]).
     fn bounds_own_output(&self) -> bool {
         false
+    }
+
+    /// What a call does besides returning its result: what a run resumed after a crash may do
+    /// with a call that started but left no recorded result (see [`SideEffects`]). The default,
+    /// [`SideEffects::External`], is the safe one: such a call is never run again blindly.
+    fn side_effects(&self) -> SideEffects {
+        SideEffects::External
     }
 
     /// The spec sent to the model.

@@ -210,6 +210,22 @@ impl StateUpdates {
     pub fn extend(&mut self, other: StateUpdates) {
         self.writes.extend(other.writes);
     }
+
+    /// The writes as JSON, in order: each slot's name, whether it is private, and its value (what
+    /// a record of the call that made them keeps; restore them with the runtime's JSON setter).
+    pub fn to_json(&self) -> Result<Vec<(String, bool, Value)>, StateError> {
+        self.writes
+            .iter()
+            .map(|(name, private, typed)| {
+                (typed.to_json)(typed.value.as_ref())
+                    .map(|value| ((*name).to_owned(), *private, value))
+                    .map_err(|source| StateError::Serialize {
+                        slot: (*name).to_owned(),
+                        source,
+                    })
+            })
+            .collect()
+    }
 }
 
 impl fmt::Debug for StateUpdates {

@@ -188,3 +188,44 @@ async fn the_command_policy_refuses_before_anything_runs() {
         out.text_content()
     );
 }
+
+#[tokio::test]
+async fn the_calls_idempotency_key_reaches_the_command() {
+    let (_, b) = shell_backend();
+    let tool = ExecuteTool::new(FileAccess::new(b));
+    let run = trellis_fs_tools::DetachedRun::new().with_thread_id("t-1");
+    let out = tool
+        .call(
+            json!({"command": format!("echo key=${}", trellis_fs_tools::IDEMPOTENCY_KEY_VAR)}),
+            &run.context("toolu/7"),
+        )
+        .await
+        .unwrap();
+    assert!(
+        out.text_content().contains("key=t-1:toolu%2F7"),
+        "{}",
+        out.text_content()
+    );
+}
+
+#[test]
+fn built_in_tools_declare_their_side_effects() {
+    use trellis_fs_tools::SideEffects::{External, Idempotent, ReadOnly};
+    let (_, b) = shell_backend();
+    let classes: Vec<(String, trellis_fs_tools::SideEffects)> = file_tools(FileAccess::new(b))
+        .iter()
+        .map(|t| (t.name().to_owned(), t.side_effects()))
+        .collect();
+    let expected = [
+        ("ls", ReadOnly),
+        ("read_file", ReadOnly),
+        ("write_file", Idempotent),
+        ("edit_file", External),
+        ("delete", Idempotent),
+        ("glob", ReadOnly),
+        ("grep", ReadOnly),
+        ("execute", External),
+    ]
+    .map(|(n, c)| (n.to_owned(), c));
+    assert_eq!(classes, expected);
+}

@@ -1,7 +1,7 @@
 //! The core middlewares.
 
 mod filesystem;
-mod patch_tool_calls;
+pub(crate) mod patch_tool_calls;
 mod prompt_caching;
 mod retry;
 mod todo;

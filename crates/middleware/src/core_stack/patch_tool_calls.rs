@@ -33,7 +33,8 @@ impl PatchToolCallsMiddleware {
     }
 }
 
-fn cancellation(call_id: &str, name: &str) -> Message {
+/// The result of a call left without one: it was cancelled, its effects are unknown.
+pub(crate) fn cancellation(call_id: &str, name: &str) -> Message {
     let mut msg = ToolMessage::error(
         call_id,
         name,

@@ -118,6 +118,11 @@ impl Tool for WriteTodosTool {
         &self.parameters
     }
 
+    /// It only sets the thread's list: the same list twice is the same list.
+    fn side_effects(&self) -> crate::tools::SideEffects {
+        crate::tools::SideEffects::Idempotent
+    }
+
     async fn call(&self, args: Value, cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         // Two lists in one turn would race; refuse all of them so the model sends one.
         let same_turn = cx.state().map_or(0, |state| {

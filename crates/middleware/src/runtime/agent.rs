@@ -12,6 +12,11 @@
 //! 5. otherwise the `after_agent` hooks may send the run back to 3 with new messages; else checkpoint
 //!    and finish.
 //!
+//! Before 2., a step that a crash or a cancel cut short (its reply is the last message, without
+//! results) is finished — or, when the run brings new messages, settled — by `step_recovery.rs`;
+//! each call's result is journaled as it completes (`tool_step.rs`, `checkpoint/journal.rs`), so
+//! a crash never loses a finished call's result.
+//!
 //! A reply cut off at the output token limit in the middle of a tool call runs none of its calls:
 //! the model is told and asked again, a bounded number of times (`truncation.rs`,
 //! [`AgentError::TruncatedToolCall`]).
@@ -21,8 +26,8 @@
 //! and says so ([`AgentError::Cancelled`]); dropping the run's future cancels it the same way,
 //! silently. Either way the run stops at its current await point:
 //! running tools are dropped with it, and the thread keeps its last checkpoint (a reply whose tool
-//! calls never got results is patched by [`PatchToolCallsMiddleware`](crate::PatchToolCallsMiddleware)
-//! on the next run).
+//! calls never got results is finished or settled by the next run, see above; what is left is
+//! patched by [`PatchToolCallsMiddleware`](crate::PatchToolCallsMiddleware)).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -32,7 +37,7 @@ use futures::FutureExt;
 use tracing::Instrument;
 
 use crate::runtime::agent_builder::AgentBuilder;
-use crate::runtime::checkpoint::{Checkpoint, CheckpointVersion, Checkpointer};
+use crate::runtime::checkpoint::{Checkpoint, CheckpointVersion, Checkpointer, SlotWrite};
 use crate::runtime::context::{RunContext, ThreadId};
 use crate::runtime::error::AgentError;
 use crate::runtime::events::{RunEvent, SavedState};
@@ -182,11 +187,14 @@ impl Agent {
         let Some(stored) = checkpointer.peek(thread_id).await? else {
             return Ok(None);
         };
-        Ok(stored
-            .checkpoint
-            .state
-            .get(&PENDING_STEP)?
-            .map(|pending| pending.interrupt(thread_id)))
+        let state = &stored.checkpoint.state;
+        let Some(pending) = state.get(&PENDING_STEP)?.cloned() else {
+            return Ok(None);
+        };
+        let (pending, _) = self
+            .refresh_pending(pending, &self.inner.base_tools, state, thread_id)
+            .await?;
+        Ok(Some(pending.interrupt(thread_id)))
     }
 
     /// Run the agent on a thread until the model stops calling tools and no middleware sends it back.
@@ -272,7 +280,21 @@ impl Agent {
             structured_output: None,
             stop_reason: StopReason::default(),
         };
-        let resume = match (state.get(&PENDING_STEP)?.cloned(), input.decisions.take()) {
+        let pending = match state.get(&PENDING_STEP)?.cloned() {
+            // Brought up to date with what a crashed resumption of it journaled.
+            Some(before) => {
+                let (pending, writes) = self
+                    .refresh_pending(before.clone(), &inner.base_tools, &state, &cx.thread_id)
+                    .await?;
+                if pending != before {
+                    SlotWrite::apply(writes, &mut state);
+                    state.set(&PENDING_STEP, pending.clone());
+                }
+                Some(pending)
+            }
+            None => None,
+        };
+        let resume = match (pending, input.decisions.take()) {
             (None, None) => None,
             (Some(pending), Some(decisions)) => Some((pending, decisions)),
             (None, Some(_)) => {
@@ -298,6 +320,14 @@ impl Agent {
                 return done.output(state, cx, saver.version, Some(interrupt));
             }
         };
+        // A step a crash (or a cancel) cut short comes first (see `step_recovery.rs`).
+        let (cut_short, to_forget) = match resume {
+            None => {
+                self.take_up_cut_step(!input.messages.is_empty(), gate.as_ref(), &mut state, cx)
+                    .await?
+            }
+            Some(_) => (None, Vec::new()),
+        };
         state.messages.extend(input.messages.drain(..));
         input.apply_slots(&mut state);
         for m in &inner.middleware {
@@ -305,6 +335,14 @@ impl Agent {
             m.before_agent(&mut state, cx).instrument(span).await?;
         }
         saver.save(&state, cx).await?;
+        self.forget_calls(cx, &to_forget).await;
+        match cut_short {
+            Some(StepOutcome::Interrupted(interrupt)) => {
+                return done.output(state, cx, saver.version, Some(interrupt));
+            }
+            Some(StepOutcome::Completed { journaled }) => self.forget_calls(cx, &journaled).await,
+            None => {}
+        }
 
         if let Some((pending, decisions)) = resume {
             cx.step = 0;
@@ -313,8 +351,11 @@ impl Agent {
                 .resume_step(pending, &decisions, &tools, &mut state, cx)
                 .await?;
             saver.save(&state, cx).await?;
-            if let StepOutcome::Interrupted(interrupt) = outcome {
-                return done.output(state, cx, saver.version, Some(interrupt));
+            match outcome {
+                StepOutcome::Interrupted(interrupt) => {
+                    return done.output(state, cx, saver.version, Some(interrupt));
+                }
+                StepOutcome::Completed { journaled } => self.forget_calls(cx, &journaled).await,
             }
         }
 
@@ -419,8 +460,11 @@ impl Agent {
                     .tool_step(calls, &tools, gate.as_ref(), &mut state, cx)
                     .await?;
                 saver.save(&state, cx).await?;
-                if let StepOutcome::Interrupted(interrupt) = outcome {
-                    return done.output(state, cx, saver.version, Some(interrupt));
+                match outcome {
+                    StepOutcome::Interrupted(interrupt) => {
+                        return done.output(state, cx, saver.version, Some(interrupt));
+                    }
+                    StepOutcome::Completed { journaled } => self.forget_calls(cx, &journaled).await,
                 }
                 continue;
             }
@@ -475,7 +519,11 @@ impl Agent {
     }
 
     /// The agent's tools plus what middlewares contribute for this call.
-    async fn step_tools(&self, state: &State, cx: &RunContext) -> Result<Arc<ToolSet>, AgentError> {
+    pub(crate) async fn step_tools(
+        &self,
+        state: &State,
+        cx: &RunContext,
+    ) -> Result<Arc<ToolSet>, AgentError> {
         let mut tools: Option<ToolSet> = None;
         for m in &self.inner.middleware {
             let span = tracing::debug_span!("request_tools", middleware = m.name());

@@ -292,6 +292,10 @@ impl NestedInterrupts {
         self.lock().resumes.insert(call_id, (thread, decisions));
     }
 
+    pub(crate) fn is_raised(&self, call_id: &str) -> bool {
+        self.lock().raised.contains_key(call_id)
+    }
+
     pub(crate) fn take_raised(&self, call_id: &str) -> Option<(AgentFrame, Interrupt)> {
         self.lock().raised.remove(call_id)
     }

@@ -23,6 +23,7 @@ pub(crate) mod random;
 pub mod run;
 pub mod scripted_model;
 pub mod state;
+pub(crate) mod step_recovery;
 pub mod stream;
 pub mod telemetry;
 pub(crate) mod tool_set;

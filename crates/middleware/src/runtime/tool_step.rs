@@ -10,12 +10,18 @@
 //!
 //! Slot writes of calls that finished in a step that then stopped are applied when it stops; the
 //! rest when it completes. Within each group they are applied in call order.
+//!
+//! When the checkpointer keeps a tool-call journal, each call is recorded as it runs: an external
+//! call ([`SideEffects::External`]) before it starts, every call when it finishes (see
+//! `checkpoint/journal.rs`). A step resumed with decisions keeps the results a crashed attempt
+//! recorded; a step a crash cut short is finished by `step_recovery.rs`.
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::agent::Agent;
+use crate::runtime::checkpoint::{CallOutcome, CallRecord, Checkpointer, SlotWrite};
 use crate::runtime::context::{RunContext, ThreadId};
 use crate::runtime::error::AgentError;
 use crate::runtime::events::RunEvent;
@@ -26,6 +32,7 @@ use crate::runtime::message::{ContentBlock, Message, ToolCall, ToolMessage};
 use crate::runtime::state::{Slot, State, StateUpdates};
 use crate::runtime::telemetry;
 use crate::runtime::tool_set::ToolSet;
+use crate::tools::SideEffects;
 
 /// The step waiting for decisions, in the thread's private state.
 pub(crate) static PENDING_STEP: Slot<PendingStep> = Slot::private("_pending_tool_step");
@@ -39,18 +46,24 @@ pub(crate) fn is_waiting(state: &State) -> bool {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct PendingStep {
     /// The step (model calls made earlier in the run that stopped).
-    step: u32,
+    pub(crate) step: u32,
     /// One entry per call of the reply, in call order.
-    calls: Vec<PendingCall>,
+    pub(crate) calls: Vec<PendingCall>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
-enum PendingCall {
+pub(crate) enum PendingCall {
     /// The gate let it through; it runs when the step resumes.
     Cleared { call_id: String },
     /// Waiting for a decision.
-    Asking { request: ApprovalRequest },
+    Asking {
+        request: ApprovalRequest,
+        /// Asked because the call's earlier attempt started and left no result (a crash): the
+        /// person was told, so an approval runs it again.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        after_crash: bool,
+    },
     /// A nested agent it started is waiting; `requests` are as that agent reported them.
     Nested {
         call_id: String,
@@ -65,7 +78,7 @@ impl PendingCall {
     fn call_id(&self) -> &str {
         match self {
             Self::Cleared { call_id } | Self::Nested { call_id, .. } => call_id,
-            Self::Asking { request } => &request.call_id,
+            Self::Asking { request, .. } => &request.call_id,
             Self::Done { message } => &message.call_id,
         }
     }
@@ -77,7 +90,7 @@ impl PendingStep {
         let mut requests = Vec::new();
         for call in &self.calls {
             match call {
-                PendingCall::Asking { request } => requests.push(request.clone()),
+                PendingCall::Asking { request, .. } => requests.push(request.clone()),
                 PendingCall::Nested {
                     call_id,
                     frame,
@@ -105,25 +118,111 @@ enum Finished {
     Ran(String, ToolMessage, StateUpdates),
     /// Its result was known without running it.
     Kept(ToolMessage),
+    /// Its result and slot writes were recorded by an earlier attempt of the step.
+    Replayed(ToolMessage, Vec<SlotWrite>),
 }
 
 /// How a tool step ended.
 #[derive(Debug)]
 pub(crate) enum StepOutcome {
-    /// Every call has its result in the thread.
-    Completed,
+    /// Every call has its result in the thread. `journaled`: the calls whose records the
+    /// journal may hold, to forget once the checkpoint with their results is saved.
+    Completed { journaled: Vec<String> },
     /// The step waits for decisions (already in the state; the caller saves it).
     Interrupted(Interrupt),
 }
 
 /// What to do with one call of a step.
-enum Action {
+pub(crate) enum Action {
     /// Run it.
     Run(ToolCall),
     /// Run it again to resume the nested thread it left waiting.
     Resume(ToolCall, ThreadId, Decisions),
     /// Its result without running it: a rejection or a person's answer (new), or a kept result.
     Result(ToolMessage),
+    /// The result (and slot writes) an earlier attempt of the step recorded in the journal.
+    Replay(ToolMessage, Vec<SlotWrite>),
+}
+
+/// The thread's tool-call journal for the step under way: the checkpointer keeps one, and the
+/// step's reply is the thread's last message.
+#[derive(Clone, Copy)]
+pub(crate) struct Journal<'a> {
+    checkpointer: &'a dyn Checkpointer,
+    thread_id: &'a ThreadId,
+    reply: usize,
+}
+
+impl<'a> Journal<'a> {
+    /// The journal of the step whose reply is `state`'s last message, when the agent's
+    /// checkpointer keeps one.
+    pub(crate) fn of(agent: &'a Agent, state: &State, thread_id: &'a ThreadId) -> Option<Self> {
+        let checkpointer = agent.inner.checkpointer.as_deref()?;
+        (checkpointer.keeps_call_journal() && !state.messages.is_empty()).then(|| Self {
+            checkpointer,
+            thread_id,
+            reply: state.messages.len() - 1,
+        })
+    }
+
+    /// What an earlier attempt of this step recorded for `calls` (these very calls: same reply,
+    /// id, tool and arguments), by call id.
+    pub(crate) async fn recorded(
+        &self,
+        calls: &[ToolCall],
+    ) -> Result<std::collections::HashMap<String, CallOutcome>, AgentError> {
+        let ids: Vec<String> = calls.iter().map(|c| c.id.clone()).collect();
+        let records = self.checkpointer.recorded_calls(self.thread_id, &ids).await?;
+        Ok(records
+            .into_iter()
+            .filter(|r| {
+                r.reply == self.reply
+                    && calls.iter().any(|c| {
+                        c.id == r.call_id && CallRecord::fingerprint(&c.name, &c.args) == r.fingerprint
+                    })
+            })
+            .map(|r| (r.call_id, r.outcome))
+            .collect())
+    }
+
+    async fn record(&self, call: &(String, String), outcome: CallOutcome) -> Result<(), AgentError> {
+        let record = CallRecord {
+            call_id: call.0.clone(),
+            reply: self.reply,
+            fingerprint: call.1.clone(),
+            outcome,
+        };
+        self.checkpointer.record_call(self.thread_id, &record).await?;
+        Ok(())
+    }
+
+    /// Record that `call` finished with `message` and `updates`. A failure is logged, not
+    /// returned: the result is in hand and the step's checkpoint keeps it; only a crash before
+    /// that checkpoint finds the call without a record.
+    async fn finished(&self, call: &(String, String), message: &ToolMessage, updates: &StateUpdates) {
+        let call_id = call.0.as_str();
+        let outcome = match SlotWrite::all(updates) {
+            Ok(updates) => CallOutcome::Finished {
+                message: message.clone(),
+                updates,
+            },
+            Err(error) => {
+                tracing::warn!(call_id, %error, "a tool's slot writes cannot be journaled");
+                return;
+            }
+        };
+        if let Err(error) = self.record(call, outcome).await {
+            tracing::warn!(call_id, %error, "a tool result could not be journaled");
+        }
+    }
+}
+
+/// What a call of tool `name` does besides returning its result (an unknown tool only returns an
+/// error, so it may repeat).
+pub(crate) fn side_effects(tools: &ToolSet, name: &str) -> SideEffects {
+    tools
+        .get(name)
+        .map_or(SideEffects::ReadOnly, |t| t.side_effects())
 }
 
 impl Agent {
@@ -157,6 +256,7 @@ impl Agent {
                                 allowed: review.allowed,
                                 agents: Vec::new(),
                             },
+                            after_crash: false,
                         },
                     })
                     .collect();
@@ -166,6 +266,48 @@ impl Agent {
         }
         let actions = calls.into_iter().map(Action::Run).collect();
         self.execute(actions, tools, state, cx).await
+    }
+
+    /// Use what an earlier attempt of this step recorded before it crashed: a call that finished
+    /// is not run again, and an external one that started and left no result is not run again
+    /// blindly (see `step_recovery.rs`) — unless a person approved it knowing that (`told`).
+    async fn with_recorded(
+        &self,
+        mut actions: Vec<Action>,
+        told: &std::collections::HashSet<String>,
+        tools: &ToolSet,
+        state: &State,
+        cx: &RunContext,
+    ) -> Result<Vec<Action>, AgentError> {
+        let Some(journal) = Journal::of(self, state, &cx.thread_id) else {
+            return Ok(actions);
+        };
+        let calls: Vec<ToolCall> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Run(call) => Some(call.clone()),
+                _ => None,
+            })
+            .collect();
+        if calls.is_empty() {
+            return Ok(actions);
+        }
+        let mut recorded = journal.recorded(&calls).await?;
+        for action in &mut actions {
+            let Action::Run(call) = action else { continue };
+            match recorded.remove(&call.id) {
+                Some(CallOutcome::Finished { message, updates }) => {
+                    *action = Action::Replay(message, updates)
+                }
+                Some(CallOutcome::Started)
+                    if !side_effects(tools, &call.name).may_repeat() && !told.contains(&call.id) =>
+                {
+                    *action = Action::Result(crate::runtime::step_recovery::outcome_unknown(call));
+                }
+                _ => {}
+            }
+        }
+        Ok(actions)
     }
 
     /// Continue the step `pending` with `decisions`, which are checked first: nothing changes
@@ -181,6 +323,7 @@ impl Agent {
         check(&pending, decisions, &cx.thread_id)?;
         let calls = reply_calls(state, &pending, &cx.thread_id)?;
         let mut actions = Vec::with_capacity(calls.len());
+        let mut told = std::collections::HashSet::new();
         for (mut call, entry) in calls.into_iter().zip(pending.calls) {
             let action = match entry {
                 PendingCall::Cleared { .. } => Action::Run(call),
@@ -192,7 +335,10 @@ impl Agent {
                     })?;
                     Action::Resume(call, thread, decisions.nested(&call_id))
                 }
-                PendingCall::Asking { request } => {
+                PendingCall::Asking { request, after_crash } => {
+                    if after_crash {
+                        told.insert(call.id.clone());
+                    }
                     // `check` made sure there is one.
                     let decision = decisions.get(&request.id).cloned().unwrap_or(Decision::Approve);
                     telemetry::event(
@@ -226,11 +372,13 @@ impl Agent {
             };
             actions.push(action);
         }
+        let actions = self.with_recorded(actions, &told, tools, state, cx).await?;
         self.execute(actions, tools, state, cx).await
     }
 
-    /// Run what needs running, concurrently; then complete the step or stop it again.
-    async fn execute(
+    /// Run what needs running, concurrently, recording each call in the journal; then complete
+    /// the step or stop it again.
+    pub(crate) async fn execute(
         &self,
         actions: Vec<Action>,
         tools: &ToolSet,
@@ -238,12 +386,19 @@ impl Agent {
         cx: &RunContext,
     ) -> Result<StepOutcome, AgentError> {
         let nested = cx.extensions.get::<NestedInterrupts>().cloned();
+        let journal = Journal::of(self, state, &cx.thread_id);
+        let journaled: Vec<String> = match (&journal, state.messages.last().and_then(Message::as_ai)) {
+            (Some(_), Some(ai)) => ai.calls().map(|c| c.id.clone()).collect(),
+            _ => Vec::new(),
+        };
         let shared: &State = state;
         let runs = actions.into_iter().map(|action| {
             let nested = nested.as_ref();
+            let journal = journal.as_ref();
             async move {
                 let call = match action {
                     Action::Result(message) => return Ok(Finished::Kept(message)),
+                    Action::Replay(message, updates) => return Ok(Finished::Replayed(message, updates)),
                     Action::Run(call) => call,
                     Action::Resume(call, thread, decisions) => {
                         if let Some(nested) = nested {
@@ -253,7 +408,19 @@ impl Agent {
                     }
                 };
                 let call_id = call.id.clone();
+                // The call's id and fingerprint, as the journal knows it.
+                let journaled = (call_id.clone(), CallRecord::fingerprint(&call.name, &call.args));
+                if let Some(journal) = journal
+                    && !side_effects(tools, &call.name).may_repeat()
+                {
+                    journal.record(&journaled, CallOutcome::Started).await?;
+                }
                 let (message, updates) = self.run_tool(call, tools, shared, cx).await?;
+                if let Some(journal) = journal
+                    && !nested.is_some_and(|n| n.is_raised(&call_id))
+                {
+                    journal.finished(&journaled, &message, &updates).await;
+                }
                 Ok::<_, AgentError>(Finished::Ran(call_id, message, updates))
             }
         });
@@ -264,6 +431,10 @@ impl Agent {
         for result in results {
             match result {
                 Finished::Kept(message) => calls.push(PendingCall::Done { message }),
+                Finished::Replayed(message, updates) => {
+                    SlotWrite::apply(updates, state);
+                    calls.push(PendingCall::Done { message });
+                }
                 Finished::Ran(call_id, message, updates) => {
                     match nested.as_ref().and_then(|n| n.take_raised(&call_id)) {
                         Some((frame, interrupt)) => {
@@ -292,12 +463,12 @@ impl Agent {
                 state.messages.push(Message::Tool(message));
             }
         }
-        Ok(StepOutcome::Completed)
+        Ok(StepOutcome::Completed { journaled })
     }
 }
 
 /// Keep `pending` in the state and say what waits.
-fn stop(pending: PendingStep, state: &mut State, cx: &RunContext) -> StepOutcome {
+pub(crate) fn stop(pending: PendingStep, state: &mut State, cx: &RunContext) -> StepOutcome {
     let interrupt = pending.interrupt(&cx.thread_id);
     state.set(&PENDING_STEP, pending);
     telemetry::event(

@@ -163,6 +163,11 @@ impl Tool for SearchSkillsTool {
         &self.parameters
     }
 
+    /// It only searches the catalog.
+    fn side_effects(&self) -> crate::tools::SideEffects {
+        crate::tools::SideEffects::ReadOnly
+    }
+
     async fn call(&self, args: Value, _cx: &ToolContext<'_>) -> Result<ToolOutput, ToolError> {
         let Some(query) = args
             .get("query")

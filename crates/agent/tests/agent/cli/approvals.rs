@@ -44,7 +44,7 @@ async fn output_of(mut command: Command) -> Output {
 }
 
 /// The `tool_result` blocks of the model's last request.
-async fn last_results(server: &MockServer) -> Vec<Value> {
+pub(crate) async fn last_results(server: &MockServer) -> Vec<Value> {
     let requests = server.received_requests().await.unwrap();
     let body: Value = serde_json::from_slice(&requests.last().unwrap().body).unwrap();
     let last = body["messages"].as_array().unwrap().last().unwrap().clone();

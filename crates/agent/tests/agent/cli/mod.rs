@@ -6,6 +6,7 @@ mod agent_file;
 mod agent_file_command;
 mod approvals;
 mod chat;
+pub(crate) mod crash;
 mod end_to_end;
 pub(crate) mod harness;
 mod inspect;

@@ -20,6 +20,30 @@ fn reply(content: Value, stop: &str) -> ResponseTemplate {
     }))
 }
 
+/// The model's first reply: read the skill that binds `crm`.
+fn read_the_skill() -> ResponseTemplate {
+    reply(
+        json!([{"type": "tool_use", "id": "toolu_1", "name": "read_file",
+                "input": {"file_path": "/skills/team/call-transcripts/SKILL.md"}}]),
+        "tool_use",
+    )
+}
+
+/// A mock Messages endpoint giving `steps` in order, one request each.
+async fn one_reply_each(steps: impl IntoIterator<Item = ResponseTemplate>) -> MockServer {
+    let server = MockServer::start().await;
+    for (i, step) in steps.into_iter().enumerate() {
+        Mock::given(method("POST"))
+            .and(path("/v1/messages"))
+            .respond_with(step)
+            .up_to_n_times(1)
+            .with_priority(i as u8 + 1)
+            .mount(&server)
+            .await;
+    }
+    server
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_with_mcp_binds_the_server_to_a_skill() {
     let python = skip_unless_python!();
@@ -27,13 +51,8 @@ async fn run_with_mcp_binds_the_server_to_a_skill() {
     let skills = call_transcripts_skill(dir.path());
     let file = dir.path().join("started");
 
-    let server = MockServer::start().await;
     let steps = [
-        reply(
-            json!([{"type": "tool_use", "id": "toolu_1", "name": "read_file",
-                    "input": {"file_path": "/skills/team/call-transcripts/SKILL.md"}}]),
-            "tool_use",
-        ),
+        read_the_skill(),
         reply(
             json!([{"type": "tool_use", "id": "toolu_2", "name": "crm__search_calls",
                     "input": {"account": "Acme", "limit": 2}}]),
@@ -44,15 +63,7 @@ async fn run_with_mcp_binds_the_server_to_a_skill() {
             "end_turn",
         ),
     ];
-    for (i, step) in steps.into_iter().enumerate() {
-        Mock::given(method("POST"))
-            .and(path("/v1/messages"))
-            .respond_with(step)
-            .up_to_n_times(1)
-            .with_priority(i as u8 + 1)
-            .mount(&server)
-            .await;
-    }
+    let server = one_reply_each(steps).await;
 
     let spec = format!(
         "crm={python} {} --name crm --started-file {}",
@@ -112,4 +123,118 @@ async fn run_with_mcp_binds_the_server_to_a_skill() {
         "{}",
         String::from_utf8_lossy(&bad.stderr)
     );
+}
+
+/// Lines of the test server's `--calls-file` naming `tool`.
+fn calls_of(file: &std::path::Path, tool: &str) -> usize {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.trim() == tool)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_mcp_call_cut_by_a_kill_runs_again_and_a_finished_one_does_not() {
+    let python = skip_unless_python!();
+    let dir = tempfile::tempdir().unwrap();
+    let skills = call_transcripts_skill(dir.path());
+    let calls = dir.path().join("calls");
+    let state = dir.path().join("state");
+
+    let steps = [
+        read_the_skill(),
+        reply(
+            json!([
+                {"type": "tool_use", "id": "toolu_s", "name": "crm__search_calls",
+                 "input": {"account": "Acme", "limit": 2}},
+                {"type": "tool_use", "id": "toolu_l", "name": "crm__lookup_slowly",
+                 "input": {"account": "Acme"}}
+            ]),
+            "tool_use",
+        ),
+        reply(json!([{"type": "text", "text": "done"}]), "end_turn"),
+    ];
+    let server = one_reply_each(steps).await;
+    let spec = format!(
+        "crm={python} {} --name crm --calls-file {}",
+        script(),
+        calls.display()
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trellis"))
+        .args([
+            "run",
+            "--model",
+            "anthropic:claude-sonnet-4-5",
+            "--thread",
+            "t1",
+            "--skills",
+        ])
+        .arg(&skills)
+        .arg("--mcp")
+        .arg(&spec)
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("look up Acme")
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .env("ANTHROPIC_BASE_URL", server.uri())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once search_calls is journaled as finished and lookup_slowly is running.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let records = crate::cli::crash::journal_of(&state.join("threads/t1"));
+        let searched = records
+            .iter()
+            .any(|r| r["call_id"] == "toolu_s" && r["outcome"]["status"] == "finished");
+        if searched && calls_of(&calls, "lookup_slowly") == 1 {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "trellis run ended before the kill"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never got there: {records:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let uri = server.uri();
+    let resume_state = state.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_trellis"))
+            .args(["resume", "t1", "--state-dir"])
+            .arg(resume_state)
+            .env("ANTHROPIC_API_KEY", "test-key")
+            .env("ANTHROPIC_BASE_URL", uri)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
+    assert_eq!(
+        calls_of(&calls, "search_calls"),
+        1,
+        "the finished call is not run again"
+    );
+    assert_eq!(
+        calls_of(&calls, "lookup_slowly"),
+        2,
+        "the read-only call cut short runs again"
+    );
+    let requests = server.received_requests().await.unwrap();
+    let last = bodies(&requests).pop().unwrap();
+    assert!(last.contains("[crm] Acme looked up"), "{last}");
+    assert!(last.contains("[crm] call-1: Acme call 1"), "{last}");
 }

@@ -10,6 +10,7 @@ use serde_json::json;
 use trellis_agent::mcp::{McpServerConfig, McpServers};
 use trellis_middleware::runtime::context::RunContext;
 use trellis_middleware::runtime::scripted_model::ScriptedModel;
+use trellis_middleware::tools::SideEffects;
 use trellis_middleware::{RunInput, ToolCall};
 
 use crate::mcp::common::{agent_on, alive, gone, library, script, scripted, started, stdio, tool_results};
@@ -36,6 +37,14 @@ async fn servers_start_on_first_use_and_shutdown_leaves_no_process() {
 
     let tools = servers.tools_for("mcp:crm", &detached()).await;
     assert_eq!(tools.len(), 7);
+    // The annotations set each tool's side-effect class; a tool without them is external.
+    let class = |suffix: &str| {
+        let tool = tools.iter().find(|t| t.name().ends_with(suffix)).unwrap();
+        tool.side_effects()
+    };
+    assert_eq!(class("search_calls"), SideEffects::ReadOnly);
+    assert_eq!(class("get_transcript"), SideEffects::Idempotent);
+    assert_eq!(class("fail"), SideEffects::External);
     let pids = started(&file);
     assert_eq!(pids.len(), 1);
     assert_eq!(crm.pid(), Some(pids[0]));

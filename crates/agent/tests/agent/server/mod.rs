@@ -10,6 +10,7 @@
 
 mod batch;
 mod branching;
+mod crash;
 mod cut_proxy;
 mod differential;
 mod files;

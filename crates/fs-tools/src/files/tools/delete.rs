@@ -24,7 +24,7 @@ struct DeleteArgs {
 
 file_tool! {
     /// `delete`: removes a single file (never a directory).
-    DeleteTool, "delete", DeleteArgs
+    DeleteTool, "delete", DeleteArgs, Idempotent
 }
 
 impl DeleteTool {

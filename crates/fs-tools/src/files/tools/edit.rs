@@ -45,7 +45,7 @@ file_tool! {
     /// that is no longer unambiguous, is reported and nothing is written. So no write is ever lost, and a
     /// reported success means the edit is in the file. (A backend without version tags gets a plain
     /// overwrite.)
-    EditFileTool, "edit_file", EditArgs
+    EditFileTool, "edit_file", EditArgs, External
 }
 
 /// A successful plan: the new content, and the 1-based lines where replacements start.

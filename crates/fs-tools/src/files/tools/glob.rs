@@ -30,7 +30,7 @@ struct GlobArgs {
 
 file_tool! {
     /// `glob`: lists matching files, hiding those the rules do not let the model read.
-    GlobTool, "glob", GlobArgs
+    GlobTool, "glob", GlobArgs, ReadOnly
 }
 
 impl GlobTool {

@@ -58,7 +58,7 @@ file_tool! {
     /// `grep`: searches with [`Backend::grep`](trellis_backend::Backend::grep), leaving out files the
     /// rules do not let the model read before they are read (so they never count toward the match
     /// limit either).
-    GrepTool, "grep", GrepArgs
+    GrepTool, "grep", GrepArgs, ReadOnly
 }
 
 impl GrepTool {

@@ -26,7 +26,7 @@ struct LsArgs {
 
 file_tool! {
     /// `ls`: lists one directory level, hiding entries the rules do not let the model read.
-    LsTool, "ls", LsArgs
+    LsTool, "ls", LsArgs, ReadOnly
 }
 
 impl LsTool {

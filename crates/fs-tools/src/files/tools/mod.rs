@@ -6,12 +6,13 @@ use crate::files::FileAccess;
 use crate::tool::{Tool, ToolOutput};
 
 /// Declares a file tool: the struct (its description, argument schema and [`FileAccess`]), `new`,
-/// `with_description`, `files`, and the [`Tool`] impl. Every file tool pages or caps its own
+/// `with_description`, `files`, and the [`Tool`] impl with the given
+/// [`SideEffects`](crate::SideEffects) class. Every file tool pages or caps its own
 /// output, and its `call` runs the type's own `run(args, files) -> Result<ToolOutput, ToolOutput>`
 /// over [`FileAccess::for_call`], where the error side is an answer for the model too. Expects a
 /// `DESCRIPTION` constant in scope.
 macro_rules! file_tool {
-    ($(#[$meta:meta])* $ty:ident, $name:literal, $args:ty) => {
+    ($(#[$meta:meta])* $ty:ident, $name:literal, $args:ty, $effects:ident) => {
         $(#[$meta])*
         #[derive(Debug, Clone)]
         pub struct $ty {
@@ -58,6 +59,10 @@ macro_rules! file_tool {
 
             fn bounds_own_output(&self) -> bool {
                 true
+            }
+
+            fn side_effects(&self) -> crate::tool::SideEffects {
+                crate::tool::SideEffects::$effects
             }
 
             async fn call(

@@ -44,7 +44,7 @@ fn default_limit() -> u64 {
 
 file_tool! {
     /// `read_file`: see the crate docs for the output format.
-    ReadFileTool, "read_file", ReadArgs
+    ReadFileTool, "read_file", ReadArgs, ReadOnly
 }
 
 impl ReadFileTool {

@@ -30,7 +30,7 @@ struct WriteArgs {
 
 file_tool! {
     /// `write_file`: creates a file (create-only), or replaces it when `overwrite` is true.
-    WriteFileTool, "write_file", WriteArgs
+    WriteFileTool, "write_file", WriteArgs, Idempotent
 }
 
 impl WriteFileTool {

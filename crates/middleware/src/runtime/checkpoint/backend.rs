@@ -10,10 +10,10 @@ use bytes::Bytes;
 use super::blobs::{KnownBlobs, ensure_blob};
 use super::delta::{Previous, message_delta, slot_delta, slots_unchanged};
 use super::record::{
-    BodyOut, CHUNK_MESSAGES, Head, LOG_FORMAT, SNAPSHOT_STEPS, SinceBase, StepHeader, StepName, encode_step,
-    summarize,
+    BodyOut, CHUNK_MESSAGES, Head, LOG_FORMAT, SNAPSHOT_STEPS, SinceBase, StepHeader, StepName,
+    chunk_messages, encode_step, summarize,
 };
-use super::shared::{ContentBlob, ContentMemo, blob_of};
+use super::shared::ContentMemo;
 use super::thread_cache::{Known, ThreadCache};
 use super::{
     CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion, Checkpointer,
@@ -32,6 +32,7 @@ use crate::runtime::random;
 /// {root}/{thread}/log/{seq}-{nonce}-{parent}.json   what each step changed (see `checkpoint/record.rs`)
 /// {root}/{thread}/blobs/{sha256}.json    large shared values and message chunks, once each, by content
 /// {root}/{thread}/files/                 the thread's own files (Checkpointer::thread_files)
+/// {root}/{thread}/calls/{sha256}.json    the current step's tool-call journal (`journal.rs`)
 /// ```
 ///
 /// A save writes the step's new messages and changed slots (found by identity against the state
@@ -123,12 +124,16 @@ impl BackendCheckpointer {
         }
     }
 
-    fn join(thread_id: &ThreadId, dir: &VirtualPath, name: &str) -> Result<VirtualPath, CheckpointError> {
+    pub(super) fn join(
+        thread_id: &ThreadId,
+        dir: &VirtualPath,
+        name: &str,
+    ) -> Result<VirtualPath, CheckpointError> {
         dir.join(name)
             .map_err(|e| Self::storage(thread_id, BackendError::invalid_path(name, e)))
     }
 
-    fn thread_dir(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
+    pub(super) fn thread_dir(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
         Self::join(thread_id, &self.root, thread_id.as_str())
     }
 
@@ -166,37 +171,6 @@ impl BackendCheckpointer {
     /// `{root}/{thread_id}/files`: the thread's own files.
     pub(super) fn files_dir(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
         Self::join(thread_id, &self.thread_dir(thread_id)?, FILES_DIR)
-    }
-
-    /// The ids of the stored threads, sorted: the directories under the root that hold a head (or
-    /// an old-format checkpoint). Directories whose names are not thread ids are left out.
-    pub async fn threads(&self) -> Result<Vec<ThreadId>, CheckpointError> {
-        let entries = match self.backend.ls(&self.root).await {
-            Ok(entries) => entries,
-            Err(BackendError::NotFound { .. }) => return Ok(Vec::new()),
-            Err(source) => return Err(CheckpointError::Listing { source }),
-        };
-        let candidates: Vec<ThreadId> = entries
-            .iter()
-            .filter_map(|e| e.path.file_name())
-            .filter_map(|name| ThreadId::new(name).ok())
-            .collect();
-        let heads = candidates
-            .iter()
-            .map(|id| self.path(id))
-            .collect::<Result<Vec<_>, _>>()?;
-        let legacy = candidates
-            .iter()
-            .map(|id| self.legacy_path(id))
-            .collect::<Result<Vec<_>, _>>()?;
-        let (heads, legacy) = futures::join!(self.backend.stat_many(&heads), self.backend.stat_many(&legacy));
-        let mut ids: Vec<ThreadId> = candidates
-            .into_iter()
-            .zip(heads.into_iter().zip(legacy))
-            .filter_map(|(id, (head, old))| (head.is_ok() || old.is_ok()).then_some(id))
-            .collect();
-        ids.sort();
-        Ok(ids)
     }
 
     /// Write one step object (`since`: the steps before it from the latest base step) and move
@@ -357,21 +331,6 @@ pub(super) async fn off_executor<R: Send + 'static>(
     } else {
         Ok(job())
     }
-}
-
-/// Extend `chunks` (the hashes of `messages`' first complete chunks) to every complete chunk of
-/// [`CHUNK_MESSAGES`] messages, encoding only the new ones. Returns the new chunks' blobs.
-fn chunk_messages(
-    messages: &[Arc<Message>],
-    chunks: &mut Vec<String>,
-) -> Result<Vec<ContentBlob>, serde_json::Error> {
-    let mut blobs = Vec::new();
-    for part in messages.chunks_exact(CHUNK_MESSAGES).skip(chunks.len()) {
-        let blob = blob_of(serde_json::to_vec(part)?);
-        chunks.push(blob.hash.clone());
-        blobs.push(blob);
-    }
-    Ok(blobs)
 }
 
 /// A fresh step nonce: 16 hex digits.
@@ -565,13 +524,43 @@ impl Checkpointer for BackendCheckpointer {
         }
         let blob_dir = self.blob_dir(thread_id)?;
         self.known_blobs.forget_below(&blob_dir);
-        for dir in [self.log_dir(thread_id)?, blob_dir, self.files_dir(thread_id)?] {
+        let dirs = [
+            self.log_dir(thread_id)?,
+            blob_dir,
+            self.files_dir(thread_id)?,
+            self.calls_dir(thread_id)?,
+        ];
+        for dir in dirs {
             ScopedBackend::new(self.backend.clone(), dir)
                 .delete_all()
                 .await
                 .map_err(|e| Self::storage(thread_id, e))?;
         }
         Ok(())
+    }
+
+    fn keeps_call_journal(&self) -> bool {
+        true
+    }
+
+    async fn record_call(
+        &self,
+        thread_id: &ThreadId,
+        record: &super::CallRecord,
+    ) -> Result<(), CheckpointError> {
+        self.write_call(thread_id, record).await
+    }
+
+    async fn recorded_calls(
+        &self,
+        thread_id: &ThreadId,
+        ids: &[String],
+    ) -> Result<Vec<super::CallRecord>, CheckpointError> {
+        self.read_calls(thread_id, ids).await
+    }
+
+    async fn forget_calls(&self, thread_id: &ThreadId, ids: &[String]) -> Result<(), CheckpointError> {
+        self.delete_calls(thread_id, ids).await
     }
 
     fn thread_files(&self, thread_id: &ThreadId) -> Option<Arc<dyn Backend>> {

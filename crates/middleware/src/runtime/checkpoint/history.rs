@@ -1,5 +1,6 @@
-//! A [`BackendCheckpointer`] thread's past: listing its checkpoints, reading the state at one,
-//! forking a new thread from one, and collecting what no checkpoint refers to.
+//! A [`BackendCheckpointer`]'s threads and their past: listing the threads, a thread's
+//! checkpoints, reading the state at one, forking a new thread from one, and collecting what no
+//! checkpoint refers to.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime};
@@ -291,4 +292,37 @@ fn base_step(
             unset: &[],
         },
     )
+}
+
+impl BackendCheckpointer {
+    /// The ids of the stored threads, sorted: the directories under the root that hold a head (or
+    /// an old-format checkpoint). Directories whose names are not thread ids are left out.
+    pub async fn threads(&self) -> Result<Vec<ThreadId>, CheckpointError> {
+        let entries = match self.backend.ls(&self.root).await {
+            Ok(entries) => entries,
+            Err(BackendError::NotFound { .. }) => return Ok(Vec::new()),
+            Err(source) => return Err(CheckpointError::Listing { source }),
+        };
+        let candidates: Vec<ThreadId> = entries
+            .iter()
+            .filter_map(|e| e.path.file_name())
+            .filter_map(|name| ThreadId::new(name).ok())
+            .collect();
+        let heads = candidates
+            .iter()
+            .map(|id| self.path(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let legacy = candidates
+            .iter()
+            .map(|id| self.legacy_path(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (heads, legacy) = futures::join!(self.backend.stat_many(&heads), self.backend.stat_many(&legacy));
+        let mut ids: Vec<ThreadId> = candidates
+            .into_iter()
+            .zip(heads.into_iter().zip(legacy))
+            .filter_map(|(id, (head, old))| (head.is_ok() || old.is_ok()).then_some(id))
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
 }

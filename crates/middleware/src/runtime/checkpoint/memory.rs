@@ -7,7 +7,10 @@ use async_trait::async_trait;
 
 use super::delta::message_delta;
 use super::record::summarize;
-use super::{Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion, Checkpointer, StoredCheckpoint};
+use super::{
+    CallRecord, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion, Checkpointer,
+    StoredCheckpoint,
+};
 use crate::backend::{Backend, StateBackend};
 use crate::runtime::context::ThreadId;
 
@@ -43,6 +46,8 @@ struct Entry {
 struct Inner {
     threads: HashMap<ThreadId, VecDeque<Entry>>,
     files: HashMap<ThreadId, Arc<StateBackend>>,
+    /// Each thread's tool-call journal, by call id.
+    calls: HashMap<ThreadId, HashMap<String, CallRecord>>,
     /// Last revision handed out; revisions never repeat, even after a delete.
     revision: u64,
 }
@@ -133,6 +138,46 @@ impl Checkpointer for InMemoryCheckpointer {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.threads.remove(thread_id);
         inner.files.remove(thread_id);
+        inner.calls.remove(thread_id);
+        Ok(())
+    }
+
+    fn keeps_call_journal(&self) -> bool {
+        true
+    }
+
+    async fn record_call(&self, thread_id: &ThreadId, record: &CallRecord) -> Result<(), CheckpointError> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner
+            .calls
+            .entry(thread_id.clone())
+            .or_default()
+            .insert(record.call_id.clone(), record.clone());
+        Ok(())
+    }
+
+    async fn recorded_calls(
+        &self,
+        thread_id: &ThreadId,
+        call_ids: &[String],
+    ) -> Result<Vec<CallRecord>, CheckpointError> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(calls) = inner.calls.get(thread_id) else {
+            return Ok(Vec::new());
+        };
+        Ok(call_ids.iter().filter_map(|id| calls.get(id).cloned()).collect())
+    }
+
+    async fn forget_calls(&self, thread_id: &ThreadId, call_ids: &[String]) -> Result<(), CheckpointError> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(calls) = inner.calls.get_mut(thread_id) {
+            for id in call_ids {
+                calls.remove(id);
+            }
+            if calls.is_empty() {
+                inner.calls.remove(thread_id);
+            }
+        }
         Ok(())
     }
 

@@ -6,11 +6,14 @@
 //! thread can never overwrite each other. The second gets [`CheckpointError::Conflict`] and can
 //! reload and retry. Earlier checkpoints stay: [`Checkpointer::history`] lists them,
 //! [`Checkpointer::load_at`] reads one, [`Checkpointer::fork`] starts a new thread from one.
+//! Within a step, the tool-call journal ([`Checkpointer::record_call`], see `journal.rs`) keeps
+//! each call's result as it completes, so a run resumed after a crash re-runs only what has none.
 
 mod backend;
 mod blobs;
 mod delta;
 mod history;
+mod journal;
 mod legacy;
 mod log_read;
 mod memory;
@@ -27,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::backend::BackendCheckpointer;
 pub use self::history::GarbageReport;
+pub use self::journal::{CallOutcome, CallRecord, SlotWrite};
 pub use self::memory::InMemoryCheckpointer;
 pub use self::record::ForkOrigin;
 pub use self::shared::{TEXT_BY_CONTENT_BYTES, serialize_by_content, serialize_str_by_content};
@@ -233,7 +237,10 @@ fn step_name(step: Option<u64>) -> String {
 ///   fails with `Conflict` otherwise (changed, or deleted);
 /// * `load` returns the latest checkpoint with its version, or `None` for an unknown thread;
 /// * `history`, `load_at` and `fork` see the checkpoints the implementation keeps (the defaults:
-///   the latest only).
+///   the latest only);
+/// * when [`keeps_call_journal`](Checkpointer::keeps_call_journal) is true, a record given to
+///   `record_call` is durable when it returns, replaces the call's earlier record, is returned by
+///   `recorded_calls` until `forget_calls` or `delete`, and is never copied by `fork`.
 #[async_trait]
 pub trait Checkpointer: Send + Sync + Debug {
     /// The thread's latest checkpoint.
@@ -264,6 +271,38 @@ pub trait Checkpointer: Send + Sync + Debug {
     fn thread_files(&self, thread_id: &ThreadId) -> Option<Arc<dyn Backend>> {
         let _ = thread_id;
         None
+    }
+
+    /// True when this checkpointer keeps the tool-call journal ([`record_call`](Self::record_call)).
+    /// The default, false, keeps none: a run resumed after a crash then cannot tell a call that
+    /// never started from one that did, and treats every call without a result as possibly started.
+    fn keeps_call_journal(&self) -> bool {
+        false
+    }
+
+    /// Keep `record` in the thread's tool-call journal, replacing the call's earlier record;
+    /// durable (as a checkpoint is) when this returns. The default keeps nothing.
+    async fn record_call(&self, thread_id: &ThreadId, record: &CallRecord) -> Result<(), CheckpointError> {
+        let _ = (thread_id, record);
+        Ok(())
+    }
+
+    /// The journal's records of the calls `call_ids` of the thread: those it has, in any order.
+    /// The default has none.
+    async fn recorded_calls(
+        &self,
+        thread_id: &ThreadId,
+        call_ids: &[String],
+    ) -> Result<Vec<CallRecord>, CheckpointError> {
+        let _ = (thread_id, call_ids);
+        Ok(Vec::new())
+    }
+
+    /// Forget the journal's records of the calls `call_ids` (unknown ones are no error): the
+    /// agent loop calls it once the checkpoint holding their results is saved.
+    async fn forget_calls(&self, thread_id: &ThreadId, call_ids: &[String]) -> Result<(), CheckpointError> {
+        let _ = (thread_id, call_ids);
+        Ok(())
     }
 
     /// The thread's checkpoints, oldest first; empty for an unknown thread. The default lists the

@@ -352,6 +352,21 @@ fn one_line(text: &str) -> String {
     cut
 }
 
+/// Extend `chunks` (the hashes of `messages`' first complete chunks) to every complete chunk of
+/// [`CHUNK_MESSAGES`] messages, encoding only the new ones. Returns the new chunks' blobs.
+pub(super) fn chunk_messages(
+    messages: &[std::sync::Arc<crate::runtime::message::Message>],
+    chunks: &mut Vec<String>,
+) -> Result<Vec<super::shared::ContentBlob>, serde_json::Error> {
+    let mut blobs = Vec::new();
+    for part in messages.chunks_exact(CHUNK_MESSAGES).skip(chunks.len()) {
+        let blob = super::shared::blob_of(serde_json::to_vec(part)?);
+        chunks.push(blob.hash.clone());
+        blobs.push(blob);
+    }
+    Ok(blobs)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

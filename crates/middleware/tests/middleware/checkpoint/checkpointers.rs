@@ -11,7 +11,9 @@ use serde_json::json;
 use tokio::sync::Barrier;
 use trellis_middleware::backend::{Backend, ObjectStoreBackend, StateBackend, StoreOptions, VirtualPath};
 use trellis_middleware::core_stack::{TODOS, TOKEN_USAGE};
-use trellis_middleware::runtime::checkpoint::{CHECKPOINT_FORMAT, Checkpoint, CheckpointError};
+use trellis_middleware::runtime::checkpoint::{
+    CHECKPOINT_FORMAT, CallOutcome, CallRecord, Checkpoint, CheckpointError, SlotWrite,
+};
 use trellis_middleware::runtime::context::RunContext;
 use trellis_middleware::runtime::message_list::Messages;
 use trellis_middleware::runtime::scripted_model::ScriptedModel;
@@ -96,8 +98,17 @@ async fn contract(cp: Arc<dyn Checkpointer>) {
     assert_eq!((loaded.version, loaded.checkpoint.seq), (v2.clone(), 1));
     assert_eq!(loaded.checkpoint.state.messages.len(), 2);
 
+    journal_contract(cp.as_ref(), &thread).await;
+
     cp.delete(&thread).await.unwrap();
     assert!(cp.load(&thread).await.unwrap().is_none());
+    assert!(
+        cp.recorded_calls(&thread, &["c:1".to_owned()])
+            .await
+            .unwrap()
+            .is_empty(),
+        "delete takes the journal with the thread"
+    );
     let after_delete = cp
         .save(Checkpoint::new(thread.clone(), 2, state), Some(&v2))
         .await;
@@ -106,6 +117,57 @@ async fn contract(cp: Arc<dyn Checkpointer>) {
         "{after_delete:?}"
     );
     cp.delete(&thread).await.unwrap();
+}
+
+/// The tool-call journal: a record replaces the call's earlier one, only the calls asked for come
+/// back, forgetting removes them, and a fork does not copy them. Leaves call `c:1` recorded (the
+/// caller checks that `delete` removes it).
+async fn journal_contract(cp: &dyn Checkpointer, thread: &ThreadId) {
+    assert!(cp.keeps_call_journal());
+    // Call ids may hold any character; records are stored by digest.
+    let ids = ["c:1".to_owned(), "c/../2".to_owned(), "never".to_owned()];
+    let started = |id: &str| CallRecord {
+        call_id: id.to_owned(),
+        reply: 1,
+        fingerprint: CallRecord::fingerprint("send", &json!({"to": id})),
+        outcome: CallOutcome::Started,
+    };
+    cp.record_call(thread, &started("c:1")).await.unwrap();
+    cp.record_call(thread, &started("c/../2")).await.unwrap();
+    let finished = CallRecord {
+        call_id: "c:1".to_owned(),
+        reply: 1,
+        fingerprint: CallRecord::fingerprint("send", &json!({"to": "c:1"})),
+        outcome: CallOutcome::Finished {
+            message: trellis_middleware::runtime::message::ToolMessage::text("c:1", "send", "sent"),
+            updates: vec![SlotWrite {
+                name: "notes".to_owned(),
+                private: false,
+                value: json!(["n"]),
+            }],
+        },
+    };
+    cp.record_call(thread, &finished).await.unwrap();
+    let mut got = cp.recorded_calls(thread, &ids).await.unwrap();
+    got.sort_by(|a, b| a.call_id.cmp(&b.call_id));
+    assert_eq!(got, [started("c/../2"), finished.clone()]);
+    assert_eq!(
+        cp.recorded_calls(thread, &ids[2..]).await.unwrap(),
+        [],
+        "only the calls asked for"
+    );
+
+    let fork = ThreadId::new(unique("journal-fork")).unwrap();
+    let seq = cp.load(thread).await.unwrap().unwrap().checkpoint.seq;
+    cp.fork(thread, seq, &fork).await.unwrap();
+    assert!(
+        cp.recorded_calls(&fork, &ids).await.unwrap().is_empty(),
+        "a fork starts with no journal"
+    );
+    cp.delete(&fork).await.unwrap();
+
+    cp.forget_calls(thread, &ids[1..]).await.unwrap();
+    assert_eq!(cp.recorded_calls(thread, &ids).await.unwrap(), [finished]);
 }
 
 // ---------------------------------------------------------------------------------------------------
