@@ -200,7 +200,7 @@ impl Server {
 /// The shared server, as the handlers see it.
 pub type Shared = Arc<Server>;
 
-/// The routes of the API subset ([`routes::routes`]; docs/server.md lists what is not built yet)
+/// The routes of the API subset ([`routes`]; docs/server.md lists what is not built yet)
 /// and `/openapi.json`, with the authentication layer and the body limit; and the web page
 /// ([`ui`]) unless turned off, outside the key check (the page asks for a key and sends it with
 /// its API calls).
