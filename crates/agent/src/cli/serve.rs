@@ -21,7 +21,7 @@ use trellis_middleware::{Agent, BackendCheckpointer, RunInput, ThreadId};
 
 use crate::cli::assemble::{self, Built};
 use crate::cli::config::{self, Flags, RunConfig};
-use crate::cli::state_dir::StateDir;
+use crate::cli::state_dir::{StateDir, threads_on};
 use crate::mcp::McpServers;
 use crate::server::{self, ApiKeys, Graph, Server};
 
@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// Where threads, checkpoints, the server's thread records and users' workspaces are kept.
     #[arg(long, default_value = ".trellis")]
     pub state_dir: PathBuf,
+    /// Keep threads (checkpoints, thread files) and the server's thread records here instead: an
+    /// object-store URL (s3://bucket/prefix, gs://…, az://…, with the usual environment for
+    /// credentials) or a directory. Users' workspaces and saved run settings stay in --state-dir.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
     /// A file of `USER_ID KEY` lines (`#` comments): every request must send one of the keys as
     /// x-api-key or Authorization: Bearer, and its threads belong to that user.
     #[arg(long, value_name = "FILE")]
@@ -173,8 +178,16 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     let cwd = std::env::current_dir()?;
     let state_dir = StateDir::new(args.state_dir);
-    let checkpointer = Arc::new(state_dir.checkpointer()?);
-    let store: Arc<dyn Backend> = Arc::new(FilesystemBackend::new(state_dir.root())?);
+    let (checkpointer, store): (Arc<BackendCheckpointer>, Arc<dyn Backend>) = match &args.store {
+        Some(url) => {
+            let store = crate::cli::mounts::backend_for(url).context("--store")?;
+            (Arc::new(threads_on(store.clone())?), store)
+        }
+        None => (
+            Arc::new(state_dir.checkpointer()?),
+            Arc::new(FilesystemBackend::new(state_dir.root())?),
+        ),
+    };
     let mut server = Server::open(checkpointer.clone(), store).await?;
     let mut all_servers = Vec::new();
     for (name, file) in parse_agents(&args.agents)? {

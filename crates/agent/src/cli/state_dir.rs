@@ -57,9 +57,17 @@ impl StateDir {
     pub fn checkpointer(&self) -> Result<BackendCheckpointer> {
         self.create()?;
         let store: Arc<dyn Backend> = Arc::new(FilesystemBackend::new(&self.root)?);
-        Ok(BackendCheckpointer::new(store, VirtualPath::parse(THREADS)?)?)
+        threads_on(store)
     }
+}
 
+/// The checkpointer of threads kept on `store` as a state dir keeps them (`/threads/`): `trellis
+/// serve --store URL` keeps them on an object store this way.
+pub fn threads_on(store: Arc<dyn Backend>) -> Result<BackendCheckpointer> {
+    Ok(BackendCheckpointer::new(store, VirtualPath::parse(THREADS)?)?)
+}
+
+impl StateDir {
     /// The directory of the saved run configurations (`runs/`).
     pub fn runs_dir(&self) -> PathBuf {
         self.root.join(RUNS)

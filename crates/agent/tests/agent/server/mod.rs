@@ -4,7 +4,7 @@
 //! `TRELLIS_LANGGRAPH_NODE_MODULES`), by plain HTTP ([`http`]), and the router mounted in a larger
 //! axum app ([`mount`]); `command.resume` ([`resume`]) and the run lifecycle — cancel, delete,
 //! multitask strategies, `on_disconnect`, stateless runs ([`lifecycle`]) and batches ([`batch`]); thread state, history,
-//! updates and copies ([`state`]); runs from an older checkpoint ([`branching`]); files in state, uploads and downloads ([`files`]); run records
+//! updates and copies ([`state`]); runs from an older checkpoint ([`branching`]); threads on an object store with `--store` ([`store`]); files in state, uploads and downloads ([`files`]); run records
 //! with usage and cost ([`run_records`]); `/openapi.json` and schemathesis against it ([`openapi`]); the `tasks`, `checkpoints`, `debug` and `custom` stream modes ([`introspection`]); the web page in headless Chromium ([`ui`]; its message model under Node, [`ui_model`]; connections dropped by [`cut_proxy`]); and side by side with the reference server, `langgraph dev`
 //! ([`differential`]). [`harness`] starts the server.
 
@@ -25,5 +25,6 @@ mod resume;
 mod run_records;
 mod sdk;
 mod state;
+mod store;
 mod ui;
 mod ui_model;
