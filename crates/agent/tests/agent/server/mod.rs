@@ -19,3 +19,5 @@ mod resume;
 mod run_records;
 mod sdk;
 mod state;
+#[cfg(feature = "postgres")]
+mod workers;
