@@ -375,6 +375,12 @@ fn end(server: &Shared, run: &RunHandle, status: Status, result: Value, forget: 
 
 /// Store the thread's status after `run`.
 async fn set_thread(server: &Shared, run: &RunHandle, rest: Rest, interrupts: Option<Value>) {
+    if let Some(shared) = &server.shared
+        && let Some(held) = shared.holding(&run.run_id)
+    {
+        // A worker that stalled past its lease learns it here, before it writes.
+        crate::server::workers::claimed::beat(shared, &held).await;
+    }
     if run.is_lost() {
         // Another worker has the run now: its end is that worker's to record.
         return;

@@ -100,10 +100,17 @@ pub(crate) async fn run(server: &Shared, shared: &Arc<SharedQueue>, lease: Lease
     let _ = mirror.await;
     heart.abort();
     shared.drop_held(&lease.run_id);
+    let result = run.result().await;
     if run.is_lost() {
+        tracing::warn!(
+            "worker {}: run {} attempt {} ended after losing its lease, storing nothing: {}",
+            shared.worker,
+            lease.run_id,
+            lease.attempt,
+            result["__error__"]
+        );
         return;
     }
-    let result = run.result().await;
     let outcome = match run.status() {
         Status::Error => Outcome::Error(result["__error__"].clone()),
         Status::Interrupted => Outcome::Interrupted,

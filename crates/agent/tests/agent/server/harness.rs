@@ -148,6 +148,11 @@ impl Served {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kill the process (SIGKILL) and wait for it.
     pub(crate) fn kill(mut self) {
         let _ = self.child.kill();

@@ -562,3 +562,101 @@ async fn another_user_cannot_reach_a_run_through_another_worker() {
         "alice's run was not stopped: {ended}"
     );
 }
+
+/// Send `signal` (`STOP`, `CONT`, `TERM`) to `served`.
+fn signal(served: &Served, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(served.pid().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_frozen_past_its_lease_commits_nothing_when_it_wakes() {
+    let Some((_db, url)) = database().await else {
+        return;
+    };
+    // A's call answers after 3 s, while A is frozen; B's answers at once.
+    let late =
+        reply(json!([{"type": "text", "text": "from A"}]), "end_turn").set_delay(Duration::from_secs(3));
+    let model = first_then(
+        late,
+        reply(json!([{"type": "text", "text": "from B"}]), "end_turn"),
+    )
+    .await;
+    let dir = setup(None);
+    let a = worker(dir.path(), &model, &url, false, 1.0);
+    let client = http();
+    let thread = new_thread(&client, &a, None).await;
+    let every_mode =
+        json!({"stream_resumable": true, "stream_mode": ["values", "updates", "messages-tuple"]});
+    let run = start_run(&client, &a, &thread, "hi", every_mode).await;
+    let run = run["run_id"].as_str().unwrap().to_owned();
+    model_called(&model, 1).await;
+    signal(&a, "STOP");
+    let b = worker(dir.path(), &model, &url, false, 1.0);
+    let ended = settled(&client, &b, &thread, &run, Duration::from_secs(60)).await;
+    assert_eq!(
+        (ended["status"].as_str(), ended["attempt"].as_u64()),
+        (Some("success"), Some(2))
+    );
+
+    // A wakes with its model's answer in hand, long past its lease.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    signal(&a, "CONT");
+    for _ in 0..100 {
+        if a.stderr().contains("lost the lease") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        a.stderr().contains(&format!("lost the lease of run {run}")),
+        "{}",
+        a.stderr()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        texts(&client, &a, &thread).await,
+        ["hi", "from B"],
+        "A committed nothing"
+    );
+    let record: Value = get(&client, format!("{}/threads/{thread}", a.url), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["status"], "idle", "A did not mark the thread");
+    let after: Value = get(&client, format!("{}/threads/{thread}/runs/{run}", a.url), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (after["status"].as_str(), after["attempt"].as_u64()),
+        (Some("success"), Some(2))
+    );
+    let replay = client
+        .get(format!("{}/threads/{thread}/runs/{run}/stream", a.url))
+        .header("last-event-id", "-1")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events = parse_sse(&replay);
+    assert_numbered(&events);
+    assert!(
+        !replay.contains("from A"),
+        "no event of A's after it lost the run"
+    ); // What stopped A's step: the thread head's version check, B having saved after it.
+    let log = a.stderr();
+    assert!(
+        log.contains("ended after losing its lease, storing nothing")
+            && log.contains("another writer saved it first"),
+        "A's checkpoint save failed on the version: {log}"
+    );
+}
