@@ -294,21 +294,23 @@ async fn cancel_sent_to_one_worker_stops_the_run_on_another() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_killed_mid_model_call_is_taken_over() {
-    let Some((_db, url)) = database().await else {
-        return;
-    };
-    // The first call never answers in time; later calls answer at once.
-    let never =
-        reply(json!([{"type": "text", "text": "never"}]), "end_turn").set_delay(Duration::from_secs(120));
-    let model = first_then(
-        never,
-        reply(json!([{"type": "text", "text": "done"}]), "end_turn"),
-    )
-    .await;
+/// Worker A in a fresh state dir whose model answers `first` (after `delay`) to the first call
+/// and `then` at once to later ones, with leases of `lease` s, running a resumable run of `hi`
+/// (every mode) on a new thread, caught inside its first model call.
+struct MidCall {
+    dir: tempfile::TempDir,
+    model: MockServer,
+    a: Served,
+    client: reqwest::Client,
+    thread: String,
+    run: String,
+}
+
+async fn mid_call(url: &str, (first, delay): (&str, Duration), then: &str, lease: f64) -> MidCall {
+    let text = |t: &str| reply(json!([{"type": "text", "text": t}]), "end_turn");
+    let model = first_then(text(first).set_delay(delay), text(then)).await;
     let dir = setup(None);
-    let a = worker(dir.path(), &model, &url, false, 2.0);
+    let a = worker(dir.path(), &model, url, false, lease);
     let client = http();
     let thread = new_thread(&client, &a, None).await;
     let every_mode =
@@ -316,7 +318,48 @@ async fn a_worker_killed_mid_model_call_is_taken_over() {
     let run = start_run(&client, &a, &thread, "hi", every_mode).await;
     let run = run["run_id"].as_str().unwrap().to_owned();
     model_called(&model, 1).await;
-    assert!(a.stderr().contains(&format!("running run {run}")));
+    assert!(
+        a.stderr().contains(&format!("running run {run}")),
+        "{}",
+        a.stderr()
+    );
+    MidCall {
+        dir,
+        model,
+        a,
+        client,
+        thread,
+        run,
+    }
+}
+
+/// The whole stream of `run`, replayed by `on` (`Last-Event-ID: -1`).
+async fn replay(client: &reqwest::Client, on: &Served, thread: &str, run: &str) -> String {
+    client
+        .get(format!("{}/threads/{thread}/runs/{run}/stream", on.url))
+        .header("last-event-id", "-1")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_model_call_is_taken_over() {
+    let Some((_db, url)) = database().await else {
+        return;
+    };
+    // The first call never answers in time; later calls answer at once.
+    let MidCall {
+        dir,
+        model,
+        a,
+        client,
+        thread,
+        run,
+    } = mid_call(&url, ("never", Duration::from_secs(120)), "done", 2.0).await;
     let b = worker(dir.path(), &model, &url, false, 2.0);
     let killed = Instant::now();
     a.kill();
@@ -354,15 +397,7 @@ async fn a_worker_killed_mid_model_call_is_taken_over() {
     unique.dedup();
     assert_eq!(steps, unique, "each step checkpointed once: {steps:?}");
 
-    let replay = client
-        .get(format!("{}/threads/{thread}/runs/{run}/stream", b.url))
-        .header("last-event-id", "-1")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let replay = replay(&client, &b, &thread, &run).await;
     let events = parse_sse(&replay);
     assert_numbered(&events);
     let last = events.last().unwrap();
@@ -579,22 +614,14 @@ async fn a_worker_frozen_past_its_lease_commits_nothing_when_it_wakes() {
         return;
     };
     // A's call answers after 3 s, while A is frozen; B's answers at once.
-    let late =
-        reply(json!([{"type": "text", "text": "from A"}]), "end_turn").set_delay(Duration::from_secs(3));
-    let model = first_then(
-        late,
-        reply(json!([{"type": "text", "text": "from B"}]), "end_turn"),
-    )
-    .await;
-    let dir = setup(None);
-    let a = worker(dir.path(), &model, &url, false, 1.0);
-    let client = http();
-    let thread = new_thread(&client, &a, None).await;
-    let every_mode =
-        json!({"stream_resumable": true, "stream_mode": ["values", "updates", "messages-tuple"]});
-    let run = start_run(&client, &a, &thread, "hi", every_mode).await;
-    let run = run["run_id"].as_str().unwrap().to_owned();
-    model_called(&model, 1).await;
+    let MidCall {
+        dir,
+        model,
+        a,
+        client,
+        thread,
+        run,
+    } = mid_call(&url, ("from A", Duration::from_secs(3)), "from B", 1.0).await;
     signal(&a, "STOP");
     let b = worker(dir.path(), &model, &url, false, 1.0);
     let ended = settled(&client, &b, &thread, &run, Duration::from_secs(60)).await;
@@ -638,15 +665,7 @@ async fn a_worker_frozen_past_its_lease_commits_nothing_when_it_wakes() {
         (after["status"].as_str(), after["attempt"].as_u64()),
         (Some("success"), Some(2))
     );
-    let replay = client
-        .get(format!("{}/threads/{thread}/runs/{run}/stream", a.url))
-        .header("last-event-id", "-1")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let replay = replay(&client, &a, &thread, &run).await;
     let events = parse_sse(&replay);
     assert_numbered(&events);
     assert!(
@@ -659,4 +678,42 @@ async fn a_worker_frozen_past_its_lease_commits_nothing_when_it_wakes() {
             && log.contains("another writer saved it first"),
         "A's checkpoint save failed on the version: {log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_an_unfinished_run_back() {
+    let Some((_db, url)) = database().await else {
+        return;
+    };
+    // Leases of 30 s: a run finished well before that was handed back, not reaped.
+    let MidCall {
+        dir,
+        model,
+        a,
+        client,
+        thread,
+        run,
+    } = mid_call(&url, ("never", Duration::from_secs(120)), "done", 30.0).await;
+    let b = worker(dir.path(), &model, &url, false, 30.0);
+    let asked = Instant::now();
+    signal(&a, "TERM");
+    let ended = settled(&client, &b, &thread, &run, Duration::from_secs(25)).await;
+    eprintln!(
+        "SIGTERM to the run finished on the other worker: {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(
+        (ended["status"].as_str(), ended["attempt"].as_u64()),
+        (Some("success"), Some(2))
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(25),
+        "before the lease could expire"
+    );
+    assert!(
+        a.stderr().contains(&format!("handed run {run} back")),
+        "{}",
+        a.stderr()
+    );
+    assert_eq!(texts(&client, &b, &thread).await, ["hi", "done"]);
 }
