@@ -171,7 +171,7 @@ async fn model_called(model: &MockServer, n: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_created_on_one_worker_streams_on_another_in_order() {
+async fn a_run_created_on_one_worker_streams_on_two_others_in_order() {
     let Some((_db, url)) = database().await else {
         return;
     };
@@ -185,6 +185,7 @@ async fn a_run_created_on_one_worker_streams_on_another_in_order() {
     let dir = setup(None);
     let a = worker(dir.path(), &model, &url, false, 5.0);
     let b = worker(dir.path(), &model, &url, false, 5.0);
+    let c = worker(dir.path(), &model, &url, false, 5.0);
     let client = http();
     let thread = new_thread(&client, &a, None).await;
 
@@ -208,10 +209,10 @@ async fn a_run_created_on_one_worker_streams_on_another_in_order() {
     let on_a = tokio::spawn(async move { response.text().await.unwrap() });
 
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let join = |last: &'static str| {
+    let join = |on: &Served, last: &'static str| {
         let (client, url) = (
             client.clone(),
-            format!("{}/threads/{thread}/runs/{run}/stream", b.url),
+            format!("{}/threads/{thread}/runs/{run}/stream", on.url),
         );
         async move {
             let response = client
@@ -224,7 +225,7 @@ async fn a_run_created_on_one_worker_streams_on_another_in_order() {
             response.text().await.unwrap()
         }
     };
-    let (whole, after_two) = tokio::join!(join("-1"), join("2"));
+    let (whole, after_two) = tokio::join!(join(&b, "-1"), join(&c, "2"));
     let on_a = parse_sse(&on_a.await.unwrap());
     let (whole, after_two) = (parse_sse(&whole), parse_sse(&after_two));
 
@@ -237,7 +238,7 @@ async fn a_run_created_on_one_worker_streams_on_another_in_order() {
     assert_eq!(
         after_two,
         on_a[3..],
-        "joined on B after event 2: exactly the rest"
+        "joined on C after event 2: exactly the rest"
     );
     let last_values = on_a.iter().rev().find(|(_, e, _)| e == "values").unwrap();
     assert!(last_values.2.contains("Streamed answer."), "{last_values:?}");
