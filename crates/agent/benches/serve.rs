@@ -105,6 +105,8 @@ fn start_trellis(dir: &Path, model: &str) -> Server {
             .env("TRELLIS_CONFIG_HOME", dir.join("config"))
             .env("OPENAI_API_KEY", "bench")
             .env("RUST_LOG", "error")
+            // One process with its runs in memory, whatever database the environment names.
+            .env_remove("TRELLIS_DATABASE_URL")
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

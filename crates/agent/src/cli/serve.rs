@@ -58,6 +58,19 @@ pub struct ServeArgs {
     /// Do not serve the web page at `/` (the API alone; `/` is then a 404).
     #[arg(long)]
     pub no_ui: bool,
+    /// Keep runs in this PostgreSQL database (postgres://user:password@host:port/db), shared with
+    /// every `trellis serve` given the same database and the same --state-dir: any of them takes
+    /// any request, and each runs the runs it claims (see docs/server.md, "Many workers").
+    /// Default: the environment variable TRELLIS_DATABASE_URL, when set and not empty.
+    #[arg(long, value_name = "URL")]
+    pub database: Option<String>,
+    /// With --database: how long a worker holds a run without renewing its lease, in seconds; a
+    /// worker that died loses its runs to another after this long.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub lease_seconds: f64,
+    /// With --database: runs this worker runs at once.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub worker_runs: usize,
 }
 
 /// `NAME=FILE` or `FILE` → (graph id, file).
@@ -177,7 +190,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         );
     }
     let cwd = std::env::current_dir()?;
-    let state_dir = StateDir::new(args.state_dir);
+    let state_dir = StateDir::new(args.state_dir.clone());
     let (checkpointer, store): (Arc<BackendCheckpointer>, Arc<dyn Backend>) = match &args.store {
         Some(url) => {
             let store = crate::cli::mounts::backend_for(url).context("--store")?;
@@ -216,6 +229,17 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
         server = server.prices(crate::usage::Prices::default().with(overrides));
     }
     server = server.ui(!args.no_ui);
+    let mut wakeups = None;
+    let database = args.database.clone().or_else(|| {
+        std::env::var("TRELLIS_DATABASE_URL")
+            .ok()
+            .filter(|url| !url.is_empty())
+    });
+    if let Some(url) = &database {
+        let (queue, hints) = shared_queue(url, &args).await?;
+        server = server.shared_queue(queue);
+        wakeups = hints;
+    }
     let graphs: Vec<String> = server.graph_ids().map(str::to_owned).collect();
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -226,13 +250,66 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     if !args.no_ui {
         eprintln!("trellis serve: the web page is at http://{addr}/");
     }
-    axum::serve(listener, server::router(server))
-        .with_graceful_shutdown(shutdown())
+    let server: server::Shared = Arc::new(server);
+    let workers = server::workers::start(&server, wakeups);
+    let drain = async move {
+        shutdown().await;
+        if let Some(workers) = workers {
+            eprintln!("trellis serve: draining");
+            workers.drain().await;
+        }
+    };
+    axum::serve(listener, server::router_shared(server))
+        .with_graceful_shutdown(drain)
         .await?;
     for servers in all_servers {
         servers.shutdown().await;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// This worker's side of the run queue in the database at `url`, and its wake-ups.
+#[cfg(feature = "postgres")]
+async fn shared_queue(
+    url: &str,
+    args: &ServeArgs,
+) -> Result<(
+    server::workers::SharedQueue,
+    Option<tokio::sync::mpsc::Receiver<server::workers::Wakeup>>,
+)> {
+    if !(args.lease_seconds.is_finite() && (0.3..=3600.0).contains(&args.lease_seconds)) {
+        bail!("--lease-seconds must be between 0.3 and 3600");
+    }
+    let runs = args.worker_runs.clamp(1, 1024);
+    let queue = server::queue::PostgresQueue::connect(url, u32::try_from(runs).unwrap_or(64) + 4)
+        .await
+        .context("--database")?;
+    let wakeups = server::workers::listen(&queue)
+        .await
+        .context("--database: LISTEN")?;
+    let options = server::workers::WorkerOptions {
+        lease: std::time::Duration::from_secs_f64(args.lease_seconds),
+        runs,
+        ..Default::default()
+    };
+    let worker = format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
+    eprintln!("trellis serve: worker {worker} on a shared run queue");
+    Ok((
+        server::workers::SharedQueue::new(Arc::new(queue), worker, options),
+        Some(wakeups),
+    ))
+}
+
+/// Without the `postgres` feature there is no shared queue.
+#[cfg(not(feature = "postgres"))]
+async fn shared_queue(
+    _url: &str,
+    _args: &ServeArgs,
+) -> Result<(
+    server::workers::SharedQueue,
+    Option<tokio::sync::mpsc::Receiver<server::workers::Wakeup>>,
+)> {
+    bail!("--database needs a build with the `postgres` feature")
 }
 
 /// Ctrl-C or SIGTERM.

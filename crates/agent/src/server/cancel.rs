@@ -10,8 +10,6 @@
 //! and forgets the run. The run's future is dropped at its current await point, so a command it
 //! was running in the sandbox is killed with its whole process group.
 
-use std::sync::Arc;
-
 use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -20,8 +18,9 @@ use serde::Deserialize;
 use crate::server::Shared;
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::{JsonBody, User, parse_uuid};
-use crate::server::run_registry::{RunHandle, Status};
-use crate::server::runs::{find, result_body};
+use crate::server::run_ref::RunRef;
+use crate::server::run_registry::Status;
+use crate::server::runs::{find, find_of, result_body};
 
 /// How a run is cancelled (`action` of `POST …/cancel`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,14 +84,25 @@ impl Strategy {
 /// Cancels its run (action `interrupt`) when dropped before the run has ended: held by a
 /// response whose client asked for it, so a hung-up client stops the run.
 #[derive(Debug)]
-pub(crate) struct CancelOnDrop(pub(crate) Option<Arc<RunHandle>>);
+pub(crate) struct CancelOnDrop(pub(crate) Option<RunRef>);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let Some(run) = &self.0
-            && run.cancel(CancelAction::Interrupt)
-        {
-            tracing::info!("run {}: its client hung up, cancelling it", run.run_id);
+        match self.0.take() {
+            Some(RunRef::Local(run)) if run.cancel(CancelAction::Interrupt) => {
+                tracing::info!("run {}: its client hung up, cancelling it", run.run_id);
+            }
+            Some(shared @ RunRef::Shared(_)) => {
+                // Dropped inside the runtime (a response body): the queue is asked on a task.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move {
+                        if let Ok(true) = shared.cancel(CancelAction::Interrupt).await {
+                            tracing::info!("run {}: its client hung up, cancelling it", shared.run_id());
+                        }
+                    });
+                }
+            }
+            Some(RunRef::Local(_)) | None => {}
         }
     }
 }
@@ -121,7 +131,7 @@ pub async fn cancel(
     Path((thread, run)): Path<(String, String)>,
     RawQuery(query): RawQuery,
 ) -> ApiResult<Response> {
-    let run = find(&server, &user, &thread, &run)?;
+    let run = find(&server, &user, &thread, &run).await?;
     let mut wait = false;
     let mut action = CancelAction::Interrupt;
     for (key, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
@@ -131,10 +141,10 @@ pub async fn cancel(
             _ => {}
         }
     }
-    if !run.cancel(action) && action == CancelAction::Rollback {
+    if !run.cancel(action).await? && action == CancelAction::Rollback {
         return Err(ApiError::conflict(format!(
             "run {} has already ended: it can no longer be rolled back",
-            run.run_id
+            run.run_id()
         )));
     }
     if wait {
@@ -150,15 +160,24 @@ pub async fn delete(
     Extension(user): Extension<User>,
     Path((thread, run)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let run = find(&server, &user, &thread, &run)?;
+    let run = find(&server, &user, &thread, &run).await?;
     if !run.is_done() {
         return Err(ApiError::conflict(format!(
             "run {} is still {}: cancel it first",
-            run.run_id,
-            run.status().as_str()
+            run.run_id(),
+            run.status_name()
         )));
     }
-    server.runs.remove(&run);
+    match &run {
+        RunRef::Local(run) => server.runs.remove(run),
+        RunRef::Shared(shared) => {
+            shared
+                .queue
+                .delete(shared.record.run_id)
+                .await
+                .map_err(crate::server::run_ref::queue_error)?;
+        }
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -195,9 +214,11 @@ pub async fn cancel_many(
         (Some(thread), Some(ids), None) => {
             let thread = parse_uuid("thread_id", &thread)?;
             server.threads.get(&user, &thread)?;
-            ids.iter()
-                .map(|id| server.runs.get(&thread, &parse_uuid("run_id", id)?))
-                .collect::<ApiResult<Vec<_>>>()?
+            let mut runs = Vec::new();
+            for id in &ids {
+                runs.push(find_of(&server, &thread, &parse_uuid("run_id", id)?).await?);
+            }
+            runs
         }
         (None, None, Some(status)) => {
             let wanted: &[Status] = match status.as_str() {
@@ -211,11 +232,17 @@ pub async fn cancel_many(
                     )));
                 }
             };
+            if server.shared.is_some() {
+                return Err(ApiError::unprocessable(
+                    "cancelling by status is not supported with a shared queue (--database) yet: give thread_id and run_ids",
+                ));
+            }
             server
                 .runs
                 .in_flight()
                 .into_iter()
                 .filter(|r| wanted.contains(&r.status()) && server.threads.get(&user, &r.thread_id).is_ok())
+                .map(RunRef::Local)
                 .collect()
         }
         _ => {
@@ -225,7 +252,7 @@ pub async fn cancel_many(
         }
     };
     for run in runs {
-        run.cancel(action);
+        run.cancel(action).await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -27,6 +27,7 @@ use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::User;
 use crate::server::introspection::Introspection;
 use crate::server::messages::input_messages;
+use crate::server::run_ref::RunRef;
 use crate::server::run_registry::{CancelAction, RunHandle, Status, Strategy};
 use crate::server::runs::RunCreate;
 use crate::server::stream::{Mode, Part, Translator, interrupt_json, thread_values};
@@ -37,13 +38,13 @@ use crate::server::{Graph, Shared, assistants, files, resume};
 /// A run that has been checked and registered, not yet started.
 pub(crate) struct Started {
     /// The run.
-    pub run: Arc<RunHandle>,
+    pub run: RunRef,
     /// The modes its creator streams.
     pub modes: Vec<Mode>,
 }
 
 /// What the run hands the agent.
-enum Input {
+pub(crate) enum Input {
     /// New messages.
     Messages(Vec<Message>),
     /// Decisions for the calls the thread waits on.
@@ -87,6 +88,11 @@ fn check(server: &Shared, target: &Target, body: &RunCreate) -> ApiResult<Checke
         .ok_or_else(|| ApiError::not_found("graph"))?;
     let command = body.command.as_ref().filter(|c| !c.is_null());
     let input = body.input.as_ref().filter(|i| !i.is_null());
+    if server.shared.is_some() && matches!(target, Target::Stateless { .. }) {
+        return Err(ApiError::unprocessable(
+            "stateless runs (POST /runs…) are not supported with a shared queue (--database) yet: create a thread",
+        ));
+    }
     if command.is_some() && matches!(target, Target::Stateless { .. }) {
         return Err(ApiError::new(
             axum::http::StatusCode::BAD_REQUEST,
@@ -209,6 +215,26 @@ pub(crate) async fn start(
         "langsmith_tracer": body.langsmith_tracer, "temporary": matches!(target, Target::Stateless { .. }),
     });
     let resumable = body.stream_resumable.unwrap_or(false);
+    if let Some(shared) = &server.shared {
+        let metadata = body.metadata.unwrap_or_default();
+        let spec = crate::server::workers::RunSpec {
+            graph: &graph_id,
+            modes: &modes,
+            resumable,
+            strategy,
+            metadata: &metadata,
+            kwargs: &kwargs,
+        };
+        let enqueued = crate::server::workers::enqueue(shared, user, thread, spec).await;
+        if enqueued.is_err() && !exists {
+            // The thread was made for this run only.
+            let _ = server.threads.remove(&thread).await;
+        }
+        return Ok(Started {
+            run: enqueued?,
+            modes,
+        });
+    }
     let run = Arc::new(RunHandle::new(
         thread,
         graph_id,
@@ -235,7 +261,10 @@ pub(crate) async fn start(
         ahead,
         delete_after,
     ));
-    Ok(Started { run, modes })
+    Ok(Started {
+        run: RunRef::Local(run),
+        modes,
+    })
 }
 
 /// The older checkpoint of `thread` a run starts from, when the body names one; `None` for its
@@ -263,7 +292,7 @@ async fn branch_point(server: &Shared, thread: &Uuid, body: &RunCreate) -> ApiRe
 /// The run's input: its messages, or the decisions `command` gives for what the thread waits on.
 /// A new message for a thread that waits for decisions, with no run ahead that could answer them,
 /// is a 409, as a resume of a thread that waits for nothing.
-async fn check_input(
+pub(crate) async fn check_input(
     server: &Shared,
     graph: &dyn Graph,
     user: &User,
@@ -299,7 +328,7 @@ async fn check_input(
         )?)),
         (Some(messages), None) => {
             if let Some(pending) = pending
-                && server.runs.active_run(thread).is_none()
+                && !server.busy(thread).await?
             {
                 let ids: Vec<&str> = pending.requests.iter().map(|r| r.tool.as_str()).collect();
                 return Err(ApiError::conflict(format!(
@@ -323,7 +352,7 @@ enum Failure {
 }
 
 /// The run's task: wait for its turn, run it, set its status and its thread's.
-async fn execute(
+pub(crate) async fn execute(
     server: Shared,
     run: Arc<RunHandle>,
     (graph, user): (Arc<dyn Graph>, User),
@@ -408,7 +437,7 @@ async fn execute(
         }
         Err(Failure::Cancelled(pending)) => {
             let rollback = run.cancelled_with() == Some(CancelAction::Rollback);
-            if rollback {
+            if rollback && !run.is_lost() {
                 if let Err(e) = roll_back(&server, &tid, start_seq).await {
                     tracing::warn!("run {}: cannot roll its thread back: {e:#}", run.run_id);
                 }
@@ -449,6 +478,16 @@ fn end(server: &Shared, run: &RunHandle, status: Status, result: Value, forget: 
 
 /// Store the thread's status after `run`.
 async fn set_thread(server: &Shared, run: &RunHandle, rest: Rest, interrupts: Option<Value>) {
+    if let Some(shared) = &server.shared
+        && let Some(held) = shared.holding(&run.run_id)
+    {
+        // A worker that stalled past its lease learns it here, before it writes.
+        crate::server::workers::claimed::beat(shared, &held).await;
+    }
+    if run.is_lost() {
+        // Another worker has the run now: its end is that worker's to record.
+        return;
+    }
     let stored = server.threads.update(&run.thread_id, |r| {
         r.status = rest;
         r.interrupts = interrupts;
@@ -554,6 +593,11 @@ async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User,
         }
         Input::Resume(decisions) => (RunInput::resume(decisions), 0),
     };
+    if server.shared.is_some() {
+        // Saved with the run's input in its first checkpoint: a later attempt knows from it that
+        // the input is in the thread already (see `workers::claimed`).
+        run_input = run_input.slot_json(crate::server::workers::claimed::RUN_SLOT, json!(run.run_id));
+    }
     run_input = run_input.thread(tid.clone()).events(sink);
     let subgraphs =
         (run.kwargs()["stream_subgraphs"] == true).then(|| Subgraphs::new(run.run_id, metadata.clone()));

@@ -28,7 +28,9 @@
 //! | [`run_handle`] | one run in memory: status, stream parts, usage, result |
 //! | [`run_registry`] | the runs in memory by id, each thread's queue of runs, which finished runs are forgotten |
 //! | [`run_usage`] | what a run used and cost, in its record (a Trellis extension) |
-//! | [`queue`] | the run queue: one trait, in memory and on PostgreSQL (not used by the routes yet) |
+//! | [`queue`] | the run queue: one trait, in memory and on PostgreSQL |
+//! | `run_ref` | a run as the handlers see it: of this process, or of the shared queue |
+//! | [`workers`] | many servers sharing runs through the queue (`--database`): claims, leases, reaper, drain |
 //! | [`routes`] | the table of routes: method, path, handler and documentation of each |
 //! | [`openapi`] | `/openapi.json`, built from that table; request schemas from the handlers' types |
 //! | [`shapes`] | the shapes of the JSON answers, for the document |
@@ -44,7 +46,7 @@
 //! | graph / assistant | the server (one per `--agent`) | in memory, from the agent files | rebuilt from the files |
 //! | thread record (owner, metadata, times, status) | a user (the key's user that created it; anonymous without keys) | `STORE/server/threads/<id>.json` on the [`Backend`] given to [`Server::open`] | yes |
 //! | checkpoints and the thread's own files | a thread | the [`Checkpointer`] the agents use (`trellis serve`: the state dir's `threads/<id>/`, as `trellis run` keeps them) | yes |
-//! | run record (status, times, its stream parts) | a run of a thread | in memory only | no: the run list of a thread starts empty after a restart |
+//! | run record (status, times, its stream parts) | a run of a thread | in memory; with a shared queue ([`workers`]), in its store (PostgreSQL) | in memory: no, the run list of a thread starts empty after a restart; shared: yes |
 //! | the user's workspace, memory, personal skills | a user | as `trellis run --user` keeps them (`users/<id>/`) | yes |
 //!
 //! Another user's thread is a 404, exactly like a thread that does not exist, on every route.
@@ -77,6 +79,7 @@ pub mod queue;
 pub mod resume;
 pub mod routes;
 pub mod run_handle;
+pub(crate) mod run_ref;
 pub mod run_registry;
 pub mod run_usage;
 pub mod runs;
@@ -87,6 +90,7 @@ pub mod threads;
 pub mod transfer;
 pub mod ui;
 pub mod update;
+pub mod workers;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -99,7 +103,7 @@ use trellis_middleware::backend::Backend;
 use trellis_middleware::{Agent, Checkpointer, RunInput, ThreadId};
 
 pub use auth::ApiKeys;
-pub use error::ApiError;
+pub use error::{ApiError, ApiResult};
 pub use extract::User;
 
 /// Largest request body accepted by default, in bytes (413 above it).
@@ -141,6 +145,8 @@ pub struct Server {
     prices: crate::usage::Prices,
     started: chrono::DateTime<chrono::Utc>,
     ui: bool,
+    /// With a shared queue, every run goes through it (see [`workers`]).
+    shared: Option<Arc<workers::SharedQueue>>,
 }
 
 impl Server {
@@ -157,7 +163,30 @@ impl Server {
             prices: crate::usage::Prices::default(),
             started: chrono::Utc::now(),
             ui: true,
+            shared: None,
         })
+    }
+
+    /// Keep runs in `queue`, shared with other servers (see [`workers`]): this server enqueues
+    /// every run there and runs the runs it claims; start its loops with [`workers::start`]. The
+    /// servers must share the checkpointer's and the thread records' storage.
+    pub fn shared_queue(mut self, queue: workers::SharedQueue) -> Self {
+        self.shared = Some(Arc::new(queue));
+        self
+    }
+
+    /// Whether `thread` has a run pending or running (on any worker, with a shared queue).
+    pub(crate) async fn busy(&self, thread: &uuid::Uuid) -> ApiResult<bool> {
+        let Some(shared) = &self.shared else {
+            return Ok(self.runs.active_run(thread).is_some());
+        };
+        // Runs of a thread run in enqueue order, so the active ones are among its newest.
+        let runs = shared
+            .queue
+            .list(*thread, run_registry::MAX_QUEUED_RUNS * 2)
+            .await
+            .map_err(run_ref::queue_error)?;
+        Ok(runs.iter().any(|r| r.status.is_active()))
     }
 
     /// Serve `graph` as graph id `id` (its assistant's `graph_id` and name).
@@ -205,10 +234,15 @@ pub type Shared = Arc<Server>;
 /// ([`ui`]) unless turned off, outside the key check (the page asks for a key and sends it with
 /// its API calls).
 pub fn router(server: Server) -> Router {
+    router_shared(Arc::new(server))
+}
+
+/// [`router`] for a server already shared (to start its [`workers`] too).
+pub fn router_shared(server: Shared) -> Router {
     let keys = server.keys.clone();
     let limit = server.body_limit;
     let page = server.ui;
-    let server: Shared = Arc::new(server);
+    let refresh = server.shared.is_some();
     let doc = bytes::Bytes::from(routes::openapi_json(keys.is_some(), server.graph_ids()).to_string());
     let openapi = get(move || {
         let doc = doc.clone();
@@ -226,8 +260,37 @@ pub fn router(server: Server) -> Router {
                 "method not allowed on this route",
             )
         })
-        .with_state(server)
+        .with_state(server.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            (server, refresh),
+            fresh_threads,
+        ))
         .layer(axum::middleware::from_fn_with_state(keys, auth::authenticate))
         .layer(DefaultBodyLimit::max(limit));
     if page { ui::routes().merge(api) } else { api }
+}
+
+/// With a shared queue, thread records may have been written by another worker: a request on
+/// `/threads/{id}…` reads that record again first, a search reads them all.
+async fn fresh_threads(
+    axum::extract::State((server, refresh)): axum::extract::State<(Shared, bool)>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if refresh {
+        let mut segments = request.uri().path().trim_start_matches('/').split('/');
+        let fresh = match (segments.next(), segments.next()) {
+            (Some("threads"), Some("search")) => server.threads.reload().await,
+            (Some("threads"), Some(id)) => match uuid::Uuid::parse_str(id) {
+                Ok(id) => server.threads.refresh(&id).await,
+                Err(_) => Ok(()),
+            },
+            _ => Ok(()),
+        };
+        if let Err(e) = fresh {
+            return e.into_response();
+        }
+    }
+    next.run(request).await
 }

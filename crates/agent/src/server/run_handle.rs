@@ -91,6 +91,8 @@ pub struct RunHandle {
     usage: Mutex<RunUsage>,
     /// The number of parts so far, bumped on every change.
     changed: watch::Sender<usize>,
+    /// Set when a shared worker lost the run's lease: it must write nothing more for it.
+    lost: std::sync::atomic::AtomicBool,
 }
 
 impl RunHandle {
@@ -126,7 +128,19 @@ impl RunHandle {
             }),
             changed: watch::channel(0).0,
             usage: Mutex::new(RunUsage::default()),
+            lost: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// This worker no longer holds the run (its lease was lost or handed back): the run's end
+    /// writes nothing to its thread (see `execute`).
+    pub(crate) fn mark_lost(&self) {
+        self.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// See [`mark_lost`](Self::mark_lost).
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn usage(&self) -> std::sync::MutexGuard<'_, RunUsage> {

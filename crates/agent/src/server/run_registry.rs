@@ -117,6 +117,14 @@ impl RunRegistry {
         Ok(ahead)
     }
 
+    /// Register `run`, claimed by this worker from the shared queue (which already applied its
+    /// strategy and lets one run of a thread run at a time), as its thread's running run.
+    pub(crate) fn adopt(&self, run: Arc<RunHandle>) {
+        let mut runs = self.lock();
+        runs.queues.entry(run.thread_id).or_default().push(run.clone());
+        runs.by_id.insert(run.run_id, run);
+    }
+
     /// Forget `run` (a rollback, or `DELETE …/runs/{id}`): 404 afterwards.
     pub(crate) fn remove(&self, run: &RunHandle) {
         let mut runs = self.lock();

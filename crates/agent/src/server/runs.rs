@@ -6,7 +6,7 @@
 //!
 //! Every run executes on a task of its own, whatever the client does: a stream or wait whose
 //! client hangs up leaves the run going, unless it asked for `on_disconnect: "cancel"`. Its parts
-//! ([`Part`](crate::server::stream::Part)) are kept in its [`RunHandle`] (in memory, up to
+//! ([`Part`](crate::server::stream::Part)) are kept in its [`RunHandle`](crate::server::run_handle::RunHandle) (in memory, up to
 //! [`MAX_PART_BYTES`](crate::server::run_registry::MAX_PART_BYTES)) for every follower
 //! ([`crate::server::run_registry`]). A run is reachable only through its thread, by the thread's
 //! owner.
@@ -16,7 +16,6 @@
 //! then `error`) or `interrupted` (cancelled).
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -34,7 +33,7 @@ use crate::server::checkpoints::CheckpointRef;
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::execute::{self, Started, Target};
 use crate::server::extract::{JsonBody, User, parse_uuid};
-use crate::server::run_registry::RunHandle;
+use crate::server::run_ref::{RunRef, queue_error};
 use crate::server::stream::Mode;
 use crate::server::{Shared, shapes};
 
@@ -42,6 +41,8 @@ use crate::server::{Shared, shapes};
 /// clients' read timeouts (300 s in the Python client) do not cut a long run; JSON parsers skip
 /// the leading whitespace. The reference server writes one every 5 s.
 pub const WAIT_KEEPALIVE: Duration = Duration::from_secs(5);
+/// The most runs of a thread a list reads from a shared queue.
+const LIST_MAX: usize = 1000;
 /// How often an idle SSE stream gets a comment line, so proxies and client timeouts keep it open.
 const HEARTBEAT: Duration = Duration::from_secs(10);
 
@@ -196,12 +197,12 @@ impl RunCreate {
 
 /// `Content-Location` of a run: `/threads/{tid}/runs/{rid}`, or `/runs/{rid}` for a stateless
 /// stream or background run (as the reference server answers; the clients read both).
-fn locations(run: &RunHandle, stateless: bool) -> HeaderMap {
+fn locations(run: &RunRef, stateless: bool) -> HeaderMap {
     let mut headers = HeaderMap::new();
     let at = if stateless {
-        format!("/runs/{}", run.run_id)
+        format!("/runs/{}", run.run_id())
     } else {
-        format!("/threads/{}/runs/{}", run.thread_id, run.run_id)
+        format!("/threads/{}/runs/{}", run.thread_id(), run.run_id())
     };
     if let Ok(value) = HeaderValue::from_str(&at) {
         headers.insert(header::CONTENT_LOCATION, value);
@@ -295,13 +296,13 @@ async fn stream_run(
     let cancel = body.cancels_on_disconnect();
     let Started { run, modes } = begin(server, user, thread, body).await?;
     let mut headers = locations(&run, thread.is_none());
-    if run.resumable {
-        let at = format!("/threads/{}/runs/{}/stream", run.thread_id, run.run_id);
+    if run.resumable() {
+        let at = format!("/threads/{}/runs/{}/stream", run.thread_id(), run.run_id());
         if let Ok(value) = HeaderValue::from_str(&at) {
             headers.insert(header::LOCATION, value);
         }
     }
-    Ok((headers, sse(run, modes, Resume::FromStart, cancel)).into_response())
+    Ok((headers, sse(run, modes, Resume::FromStart, cancel).await).into_response())
 }
 
 /// Where a stream of a run starts.
@@ -318,19 +319,19 @@ enum Resume {
 /// The SSE response of `run`'s parts in `modes` (an `error` part whatever the modes), starting
 /// at `from`; with `id:` lines when the run is resumable. Comment lines keep it open when idle.
 /// With `cancel`, dropping the response before the run ends (the client hung up) cancels it.
-fn sse(run: Arc<RunHandle>, modes: Vec<Mode>, from: Resume, cancel: bool) -> Response {
-    let ids = run.resumable;
+async fn sse(run: RunRef, modes: Vec<Mode>, from: Resume, cancel: bool) -> Response {
+    let ids = run.resumable();
     let guard = CancelOnDrop(cancel.then(|| run.clone()));
     let first = (from == Resume::FromStart).then(|| {
         let event = Event::default()
             .event("metadata")
-            .data(json!({"run_id": run.run_id, "attempt": 1}).to_string());
+            .data(json!({"run_id": run.run_id(), "attempt": 1}).to_string());
         if ids { event.id("0") } else { event }
     });
     let start = match from {
         Resume::FromStart => 0,
         Resume::After(id) => id,
-        Resume::New => run.parts_len(),
+        Resume::New => run.parts_len().await,
     };
     let parts = run
         .follow(start)
@@ -365,7 +366,7 @@ pub async fn join_stream(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let run = find(&server, &user, &thread, &run)?;
+    let run = find(&server, &user, &thread, &run).await?;
     let mut modes = Vec::new();
     let mut cancel = false;
     for (key, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
@@ -386,7 +387,7 @@ pub async fn join_stream(
         }
     }
     if modes.is_empty() {
-        modes = run.modes.clone();
+        modes = run.modes();
     }
     let from = match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
         None => Resume::New,
@@ -405,7 +406,7 @@ pub async fn join_stream(
             ));
         }
     };
-    Ok(sse(run, modes, from, cancel))
+    Ok(sse(run, modes, from, cancel).await)
 }
 
 /// `POST /threads/{thread_id}/runs/wait`: start a run and answer with its result when it ends
@@ -444,7 +445,7 @@ async fn wait_run(
 /// The result of `run` as a JSON response that starts at once and writes a newline every
 /// [`WAIT_KEEPALIVE`] until the run ends. With `cancel`, dropping the response before the run
 /// ends (the client hung up) cancels it.
-pub(crate) fn result_body(run: Arc<RunHandle>, cancel: bool) -> Response {
+pub(crate) fn result_body(run: RunRef, cancel: bool) -> Response {
     let guard = CancelOnDrop(cancel.then(|| run.clone()));
     let chunks = futures::stream::unfold(Some((run, guard)), |state| async move {
         let (run, guard) = state?;
@@ -481,11 +482,22 @@ pub async fn stateless_create(
 }
 
 /// The run `run` of `thread` as `user` sees it.
-pub(crate) fn find(server: &Shared, user: &User, thread: &str, run: &str) -> ApiResult<Arc<RunHandle>> {
+pub(crate) async fn find(server: &Shared, user: &User, thread: &str, run: &str) -> ApiResult<RunRef> {
     let thread = parse_uuid("thread_id", thread)?;
     let run = parse_uuid("run_id", run)?;
     server.threads.get(user, &thread)?;
-    server.runs.get(&thread, &run)
+    find_of(server, &thread, &run).await
+}
+
+/// Run `run` of `thread` (whose owner the caller checked): 404 when it is not that thread's.
+pub(crate) async fn find_of(server: &Shared, thread: &uuid::Uuid, run: &uuid::Uuid) -> ApiResult<RunRef> {
+    let Some(shared) = &server.shared else {
+        return server.runs.get(thread, run).map(RunRef::Local);
+    };
+    match shared.queue.get(*run).await.map_err(queue_error)? {
+        Some(record) if record.thread_id == *thread => Ok(RunRef::shared(record, shared.queue.clone())),
+        _ => Err(ApiError::not_found(format!("run {run}"))),
+    }
 }
 
 /// `GET /threads/{thread_id}/runs/{run_id}`.
@@ -494,7 +506,7 @@ pub async fn get_one(
     Extension(user): Extension<User>,
     Path((thread, run)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(find(&server, &user, &thread, &run)?.to_json()))
+    Ok(Json(find(&server, &user, &thread, &run).await?.to_json()))
 }
 
 /// `GET /threads/{thread_id}/runs/{run_id}/join`: wait for the run; its result, as `/wait`.
@@ -503,7 +515,7 @@ pub async fn join(
     Extension(user): Extension<User>,
     Path((thread, run)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    Ok(result_body(find(&server, &user, &thread, &run)?, false))
+    Ok(result_body(find(&server, &user, &thread, &run).await?, false))
 }
 
 /// `GET /threads/{thread_id}/runs` query.
@@ -527,11 +539,25 @@ pub async fn list(
     let axum::extract::Query(query) = query.map_err(|e| ApiError::unprocessable(e.body_text()))?;
     let thread = parse_uuid("thread_id", &thread)?;
     server.threads.get(&user, &thread)?;
-    let runs: Vec<Value> = server
-        .runs
-        .of_thread(&thread)
+    let all: Vec<RunRef> = match &server.shared {
+        None => server
+            .runs
+            .of_thread(&thread)
+            .into_iter()
+            .map(RunRef::Local)
+            .collect(),
+        Some(shared) => shared
+            .queue
+            .list(thread, LIST_MAX)
+            .await
+            .map_err(queue_error)?
+            .into_iter()
+            .map(|record| RunRef::shared(record, shared.queue.clone()))
+            .collect(),
+    };
+    let runs: Vec<Value> = all
         .iter()
-        .map(|r| r.to_json())
+        .map(RunRef::to_json)
         .filter(|r| query.status.as_deref().is_none_or(|s| r["status"] == s))
         .skip(query.offset.unwrap_or(0))
         .take(query.limit.unwrap_or(10))

@@ -126,6 +126,33 @@ impl ThreadStore {
         })
     }
 
+    /// Read the record of `id` again from the store (another worker sharing it may have created,
+    /// changed or deleted it since this one loaded it).
+    pub async fn refresh(&self, id: &Uuid) -> ApiResult<()> {
+        match self.store.read(&Self::path(id)?, None).await {
+            Ok(read) => {
+                let record: ThreadRecord = serde_json::from_slice(&read.bytes)
+                    .map_err(|e| ApiError::internal("reading a thread record", e))?;
+                self.lock().insert(*id, record);
+            }
+            Err(e) if e.is_not_found() => {
+                self.lock().remove(id);
+            }
+            Err(e) => return Err(ApiError::internal("reading a thread record", e)),
+        }
+        Ok(())
+    }
+
+    /// Read every record again from the store (see [`refresh`](Self::refresh)).
+    pub async fn reload(&self) -> ApiResult<()> {
+        let fresh = Self::open(self.store.clone())
+            .await
+            .map_err(|e| ApiError::internal("reading thread records", format!("{e:#}")))?;
+        let records = std::mem::take(&mut *fresh.lock());
+        *self.lock() = records;
+        Ok(())
+    }
+
     fn path(id: &Uuid) -> ApiResult<VirtualPath> {
         VirtualPath::parse(&format!("{RECORDS}/{id}.json")).map_err(|e| ApiError::internal("record path", e))
     }
@@ -218,7 +245,7 @@ pub fn time(t: &DateTime<Utc>) -> String {
 /// The `Thread` JSON of `record`, with its current values and status.
 pub async fn thread_json(server: &Shared, record: &ThreadRecord) -> ApiResult<Value> {
     let values = stream::thread_values(server, &record.thread_id).await?;
-    let status = if server.runs.active_run(&record.thread_id).is_some() {
+    let status = if server.busy(&record.thread_id).await? {
         "busy"
     } else {
         match record.status {
@@ -361,7 +388,7 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     let id = parse_uuid("thread_id", &id)?;
     let record = server.threads.get(&user, &id)?;
-    if server.runs.active_run(&id).is_some() {
+    if server.busy(&id).await? {
         return Err(ApiError::conflict(
             "the thread is running a task: wait for it to finish",
         ));
@@ -501,7 +528,7 @@ pub async fn copy(
 ) -> ApiResult<Json<Value>> {
     let id = parse_uuid("thread_id", &id)?;
     let source = server.threads.get(&user, &id)?;
-    if server.runs.active_run(&id).is_some() {
+    if server.busy(&id).await? {
         return Err(ApiError::conflict(
             "the thread is running a task: wait for it to finish",
         ));

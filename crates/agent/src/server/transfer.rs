@@ -225,7 +225,7 @@ pub async fn upload(
 ) -> ApiResult<Response> {
     let record = server.threads.get(&user, &parse_uuid("thread_id", &id)?)?;
     let uploads = uploads_of(query.as_deref(), request).await?;
-    if server.runs.active_run(&record.thread_id).is_some() {
+    if server.busy(&record.thread_id).await? {
         return Err(ApiError::conflict(
             "the thread is running a task: wait for it to finish",
         ));

@@ -111,7 +111,7 @@ pub async fn update_state(
         }
         expected = Some(seq);
     }
-    if server.runs.active_run(&thread).is_some() {
+    if server.busy(&thread).await? {
         return Err(busy());
     }
     let stored = server

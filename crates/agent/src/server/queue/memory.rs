@@ -14,8 +14,11 @@ use async_trait::async_trait;
 use chrono::Utc;
 use uuid::Uuid;
 
+use serde_json::Value;
+
 use super::{
     CancelAction, Heartbeat, Lease, Multitask, NewRun, Outcome, QueueError, RunQueue, RunRecord, RunStatus,
+    StoredEvent,
 };
 
 /// How many finished runs are remembered.
@@ -30,6 +33,8 @@ struct Entry {
     lease_until: Option<Instant>,
     /// While pending: not claimable before.
     run_after: Instant,
+    /// Its stream events, in order (the `n`th has `seq` n + 1).
+    events: Vec<StoredEvent>,
 }
 
 #[derive(Debug, Default)]
@@ -153,6 +158,7 @@ impl RunQueue for MemoryQueue {
             error: None,
             created_at: now,
             updated_at: now,
+            result: None,
         };
         let seq = state.next_seq;
         state.next_seq += 1;
@@ -164,6 +170,7 @@ impl RunQueue for MemoryQueue {
                 seq,
                 lease_until: None,
                 run_after: Instant::now(),
+                events: Vec::new(),
             },
         );
         Ok(record)
@@ -225,11 +232,17 @@ impl RunQueue for MemoryQueue {
         }
     }
 
-    async fn finish(&self, lease: &Lease, outcome: Outcome) -> Result<bool, QueueError> {
+    async fn finish_with(
+        &self,
+        lease: &Lease,
+        outcome: Outcome,
+        result: Option<Value>,
+    ) -> Result<bool, QueueError> {
         let mut state = self.lock();
         let Some(entry) = state.held(lease) else {
             return Ok(false);
         };
+        entry.record.result = result;
         let status = match outcome {
             Outcome::Success => RunStatus::Success,
             Outcome::Error(error) => {
@@ -240,6 +253,32 @@ impl RunQueue for MemoryQueue {
         };
         state.settle(lease.run_id, status);
         Ok(true)
+    }
+
+    async fn append_events(&self, lease: &Lease, events: &[(String, String)]) -> Result<bool, QueueError> {
+        let mut state = self.lock();
+        let Some(entry) = state.held(lease) else {
+            return Ok(false);
+        };
+        for (event, data) in events {
+            let seq = entry.events.len() as u64 + 1;
+            entry.events.push(StoredEvent {
+                seq,
+                attempt: lease.attempt,
+                event: event.clone(),
+                data: data.clone(),
+            });
+        }
+        Ok(true)
+    }
+
+    async fn events(&self, run_id: Uuid, after: u64, limit: usize) -> Result<Vec<StoredEvent>, QueueError> {
+        let state = self.lock();
+        let Some(entry) = state.runs.get(&run_id) else {
+            return Ok(Vec::new());
+        };
+        let from = usize::try_from(after).unwrap_or(usize::MAX);
+        Ok(entry.events.iter().skip(from).take(limit).cloned().collect())
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, QueueError> {

@@ -27,6 +27,12 @@
 //!   running one finished.
 //! * **Draining.** [`release`](RunQueue::release) hands a run back to `pending` without spending an
 //!   attempt of its budget (a worker shutting down).
+//! * **Stream events.** The worker holding a run appends its stream events
+//!   ([`append_events`](RunQueue::append_events)) under its lease: a worker that lost its lease
+//!   stores nothing. Events of one run are numbered 1, 2, … in the order they were appended,
+//!   across attempts (an attempt after a takeover continues the numbering), and anyone reads them
+//!   back from a number on ([`events`](RunQueue::events)) — the replay behind `Last-Event-ID`.
+//!   They are deleted with their run.
 //!
 //! Times are the queue's own clock (PostgreSQL's `now()`, or this process's monotonic clock), never
 //! a worker's.
@@ -50,7 +56,7 @@ mod postgres;
 
 pub use memory::MemoryQueue;
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresQueue;
+pub use postgres::{CANCEL_CHANNEL, PostgresQueue, RUNS_CHANNEL};
 
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -224,6 +230,22 @@ pub struct RunRecord {
     pub created_at: DateTime<Utc>,
     /// When it last changed.
     pub updated_at: DateTime<Utc>,
+    /// What its worker gave [`finish_with`](RunQueue::finish_with) (`None` before it finished,
+    /// or when it was finished without one).
+    pub result: Option<Value>,
+}
+
+/// One stream event of a run, as [`RunQueue::events`] returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEvent {
+    /// Its number: 1 for the run's first event, one more for each after it.
+    pub seq: u64,
+    /// The attempt that appended it.
+    pub attempt: u32,
+    /// The SSE event name.
+    pub event: String,
+    /// The SSE data (one line of JSON).
+    pub data: String,
 }
 
 /// A claimed run: what the worker runs, and the fencing token for everything it then asks.
@@ -316,8 +338,27 @@ pub trait RunQueue: Send + Sync + fmt::Debug {
     /// Renews `lease` for `extend` from now.
     async fn heartbeat(&self, lease: &Lease, extend: Duration) -> Result<Heartbeat, QueueError>;
 
-    /// Ends the run; `false` (and nothing changed) when `lease` no longer holds it.
-    async fn finish(&self, lease: &Lease, outcome: Outcome) -> Result<bool, QueueError>;
+    /// Ends the run with no result: [`finish_with`](RunQueue::finish_with) and `null`.
+    async fn finish(&self, lease: &Lease, outcome: Outcome) -> Result<bool, QueueError> {
+        self.finish_with(lease, outcome, None).await
+    }
+
+    /// Ends the run, keeping `result` in its record; `false` (and nothing changed) when `lease`
+    /// no longer holds it.
+    async fn finish_with(
+        &self,
+        lease: &Lease,
+        outcome: Outcome,
+        result: Option<Value>,
+    ) -> Result<bool, QueueError>;
+
+    /// Appends `events` (SSE event name, data) to the run's stream, numbered after the last one
+    /// stored; `false` (and nothing stored) when `lease` no longer holds the run.
+    async fn append_events(&self, lease: &Lease, events: &[(String, String)]) -> Result<bool, QueueError>;
+
+    /// The run's events numbered after `after`, in order, at most `limit` (none for a run the
+    /// queue does not have).
+    async fn events(&self, run_id: Uuid, after: u64, limit: usize) -> Result<Vec<StoredEvent>, QueueError>;
 
     /// Puts the run back to `pending` without spending an attempt of its budget; `false` when
     /// `lease` no longer holds it.

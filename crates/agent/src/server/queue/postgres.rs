@@ -31,12 +31,23 @@ use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::{Row, SqlSafeStr, postgres::PgConnectOptions};
 use uuid::Uuid;
 
+use serde_json::Value;
+
 use super::{
     CancelAction, Heartbeat, Lease, Multitask, NewRun, Outcome, QueueError, RunQueue, RunRecord, RunStatus,
+    StoredEvent,
 };
 
 /// The schema, in order; a released migration is never edited, only followed by another.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "runs", include_str!("migrations/0001_runs.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "runs", include_str!("migrations/0001_runs.sql")),
+    (2, "events", include_str!("migrations/0002_events.sql")),
+];
+
+/// The channel a claimable run is announced on (payload: the run id).
+pub const RUNS_CHANNEL: &str = "trellis_runs";
+/// The channel a cancellation of a running run is announced on (payload: the run id).
+pub const CANCEL_CHANNEL: &str = "trellis_cancel";
 
 /// Where applied migrations are recorded.
 const MIGRATIONS_TABLE: &str = "trellis_schema_migrations";
@@ -45,7 +56,7 @@ const MIGRATIONS_TABLE: &str = "trellis_schema_migrations";
 macro_rules! columns {
     () => {
         "run_id, thread_id, status, payload, attempt, max_attempts, worker_id, cancel, error, \
-         created_at, updated_at"
+         created_at, updated_at, result"
     };
 }
 
@@ -95,6 +106,7 @@ fn record(row: &PgRow) -> Result<RunRecord, QueueError> {
         error: row.try_get("error").map_err(corrupt)?,
         created_at: row.try_get::<DateTime<Utc>, _>("created_at").map_err(corrupt)?,
         updated_at: row.try_get::<DateTime<Utc>, _>("updated_at").map_err(corrupt)?,
+        result: row.try_get("result").map_err(corrupt)?,
     })
 }
 
@@ -138,6 +150,15 @@ impl PostgresQueue {
         Ok(Self { pool })
     }
 
+    /// Tells listening workers that runs may be claimable (requeued, released).
+    async fn wake(&self) -> Result<(), QueueError> {
+        sqlx::query("SELECT pg_notify('trellis_runs', '')")
+            .execute(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
     /// The pool, for the server's other tables.
     pub fn pool(&self) -> &PgPool {
         &self.pool
@@ -173,11 +194,15 @@ impl PostgresQueue {
         }
         if let Some(action) = run.multitask.cancels_with() {
             sqlx::query(
-                "UPDATE trellis_runs
-                 SET cancel = $2,
-                     status = CASE WHEN status = 'pending' THEN 'interrupted' ELSE status END,
-                     updated_at = now()
-                 WHERE thread_id = $1 AND status IN ('pending', 'running')",
+                "WITH cancelled AS (
+                     UPDATE trellis_runs
+                     SET cancel = $2,
+                         status = CASE WHEN status = 'pending' THEN 'interrupted' ELSE status END,
+                         updated_at = now()
+                     WHERE thread_id = $1 AND status IN ('pending', 'running')
+                     RETURNING run_id, status)
+                 SELECT pg_notify('trellis_cancel', run_id::text) FROM cancelled
+                 WHERE status = 'running'",
             )
             .bind(run.thread_id)
             .bind(action.as_str())
@@ -310,7 +335,12 @@ impl RunQueue for PostgresQueue {
         })
     }
 
-    async fn finish(&self, lease: &Lease, outcome: Outcome) -> Result<bool, QueueError> {
+    async fn finish_with(
+        &self,
+        lease: &Lease,
+        outcome: Outcome,
+        result: Option<Value>,
+    ) -> Result<bool, QueueError> {
         let (status, error) = match outcome {
             Outcome::Success => (RunStatus::Success, None),
             Outcome::Error(error) => (RunStatus::Error, Some(error)),
@@ -318,17 +348,74 @@ impl RunQueue for PostgresQueue {
         };
         let done = sqlx::query(
             "UPDATE trellis_runs
-             SET status = $3, error = $4, worker_id = NULL, lease_until = NULL, updated_at = now()
+             SET status = $3, error = $4, result = $5, worker_id = NULL, lease_until = NULL,
+                 updated_at = now()
              WHERE run_id = $1 AND attempt = $2 AND status = 'running'",
         )
         .bind(lease.run_id)
         .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
         .bind(status.as_str())
         .bind(error)
+        .bind(result)
         .execute(&self.pool)
         .await
         .map_err(unavailable)?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn append_events(&self, lease: &Lease, events: &[(String, String)]) -> Result<bool, QueueError> {
+        if events.is_empty() {
+            return Ok(self
+                .get(lease.run_id)
+                .await?
+                .is_some_and(|r| r.status == RunStatus::Running && r.attempt == lease.attempt));
+        }
+        let (names, data): (Vec<&str>, Vec<&str>) =
+            events.iter().map(|(e, d)| (e.as_str(), d.as_str())).unzip();
+        // `FOR SHARE` on the run's row: a reap (an UPDATE of that row) waits for this insert, so
+        // once a run was taken from this lease no event of it can slip in; one holder at a time
+        // makes `max(seq)` safe.
+        let done = sqlx::query(
+            "WITH held AS (
+                 SELECT run_id FROM trellis_runs
+                 WHERE run_id = $1 AND attempt = $2 AND status = 'running'
+                 FOR SHARE),
+             last AS (
+                 SELECT coalesce(max(seq), 0) AS seq FROM trellis_run_events WHERE run_id = $1)
+             INSERT INTO trellis_run_events (run_id, seq, attempt, event, data)
+             SELECT held.run_id, last.seq + e.n, $2, e.event, e.data
+             FROM held, last, unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(event, data, n)",
+        )
+        .bind(lease.run_id)
+        .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
+        .bind(names)
+        .bind(data)
+        .execute(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn events(&self, run_id: Uuid, after: u64, limit: usize) -> Result<Vec<StoredEvent>, QueueError> {
+        let rows: Vec<(i64, i32, String, String)> = sqlx::query_as(
+            "SELECT seq, attempt, event, data FROM trellis_run_events
+             WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(run_id)
+        .bind(i64::try_from(after).unwrap_or(i64::MAX))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(rows
+            .into_iter()
+            .map(|(seq, attempt, event, data)| StoredEvent {
+                seq: u64::try_from(seq).unwrap_or(0),
+                attempt: u32::try_from(attempt).unwrap_or(0),
+                event,
+                data,
+            })
+            .collect())
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, QueueError> {
@@ -343,6 +430,9 @@ impl RunQueue for PostgresQueue {
         .execute(&self.pool)
         .await
         .map_err(unavailable)?;
+        if done.rows_affected() == 1 {
+            self.wake().await?;
+        }
         Ok(done.rows_affected() == 1)
     }
 
@@ -363,7 +453,18 @@ impl RunQueue for PostgresQueue {
         .await
         .map_err(unavailable)?;
         match row {
-            Some(row) => record(&row),
+            Some(row) => {
+                let stored = record(&row)?;
+                if stored.status == RunStatus::Running {
+                    // A hint for the worker holding it; its heartbeat reads the flag anyway.
+                    sqlx::query("SELECT pg_notify('trellis_cancel', $1::text)")
+                        .bind(run_id)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(unavailable)?;
+                }
+                Ok(stored)
+            }
             None => match self.get(run_id).await? {
                 Some(_) => Err(QueueError::Finished(run_id)),
                 None => Err(QueueError::NotFound(run_id)),
@@ -387,6 +488,9 @@ impl RunQueue for PostgresQueue {
         .execute(&self.pool)
         .await
         .map_err(unavailable)?;
+        if done.rows_affected() > 0 {
+            self.wake().await?;
+        }
         Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
     }
 

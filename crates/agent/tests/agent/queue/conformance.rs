@@ -35,6 +35,8 @@ macro_rules! suite {
             duplicates_and_unknown_runs_are_errors,
             list_and_delete,
             concurrent_workers_never_share_a_thread,
+            events_are_appended_under_the_lease_and_numbered_across_attempts,
+            finish_keeps_the_result,
         );
     };
     (@tests $make:path; $($name:ident),+ $(,)?) => {
@@ -401,4 +403,96 @@ pub async fn concurrent_workers_never_share_a_thread(q: Arc<dyn RunQueue>) {
             "a thread's runs in enqueue order"
         );
     }
+}
+
+fn events(names: &[&str]) -> Vec<(String, String)> {
+    names
+        .iter()
+        .map(|n| ((*n).to_owned(), format!("{{\"n\":\"{n}\"}}")))
+        .collect()
+}
+
+pub async fn events_are_appended_under_the_lease_and_numbered_across_attempts(q: Arc<dyn RunQueue>) {
+    let a = Uuid::new_v4();
+    let queued = q.enqueue(run(a, 1)).await.unwrap();
+    let first = claim(&q, SHORT).await.unwrap();
+    assert!(
+        q.append_events(&first, &events(&["values", "updates"]))
+            .await
+            .unwrap()
+    );
+    assert!(q.append_events(&first, &events(&["messages"])).await.unwrap());
+    tokio::time::sleep(PAST_SHORT).await;
+    assert_eq!(q.reap(Duration::ZERO).await.unwrap(), 1);
+    assert!(
+        !q.append_events(&first, &events(&["late"])).await.unwrap(),
+        "a reaped lease stores nothing"
+    );
+    let second = claim(&q, LONG).await.unwrap();
+    assert_eq!(second.attempt, 2);
+    assert!(
+        q.append_events(&second, &events(&["values", "end"]))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !q.append_events(&first, &events(&["late"])).await.unwrap(),
+        "nor once another worker holds the run"
+    );
+
+    let all = q.events(queued.run_id, 0, 100).await.unwrap();
+    let got: Vec<(u64, u32, &str)> = all.iter().map(|e| (e.seq, e.attempt, e.event.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            (1, 1, "values"),
+            (2, 1, "updates"),
+            (3, 1, "messages"),
+            (4, 2, "values"),
+            (5, 2, "end")
+        ],
+        "numbered in order across attempts, nothing from the fenced worker"
+    );
+    assert_eq!(all[0].data, r#"{"n":"values"}"#);
+    let after: Vec<u64> = q
+        .events(queued.run_id, 2, 2)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(after, [3, 4], "from a number on, at most the limit");
+    assert!(q.events(queued.run_id, 5, 10).await.unwrap().is_empty());
+    assert!(q.events(Uuid::new_v4(), 0, 10).await.unwrap().is_empty());
+
+    assert!(q.finish(&second, Outcome::Success).await.unwrap());
+    assert!(
+        !q.append_events(&second, &events(&["after"])).await.unwrap(),
+        "a finished run takes no more events"
+    );
+    assert!(q.delete(queued.run_id).await.unwrap());
+    assert!(
+        q.events(queued.run_id, 0, 10).await.unwrap().is_empty(),
+        "events go with their run"
+    );
+}
+
+pub async fn finish_keeps_the_result(q: Arc<dyn RunQueue>) {
+    let queued = q.enqueue(run(Uuid::new_v4(), 1)).await.unwrap();
+    let lease = claim(&q, LONG).await.unwrap();
+    assert_eq!(q.get(queued.run_id).await.unwrap().unwrap().result, None);
+    let result = json!({"messages": [{"type": "ai", "content": "done"}]});
+    assert!(
+        q.finish_with(&lease, Outcome::Success, Some(result.clone()))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !q.finish_with(&lease, Outcome::Error(json!({})), Some(json!(1)))
+            .await
+            .unwrap(),
+        "finished once"
+    );
+    let record = q.get(queued.run_id).await.unwrap().unwrap();
+    assert_eq!((record.status, record.result), (RunStatus::Success, Some(result)));
 }

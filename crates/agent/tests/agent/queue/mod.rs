@@ -6,4 +6,4 @@
 mod conformance;
 mod memory;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;

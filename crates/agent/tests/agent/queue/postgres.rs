@@ -60,7 +60,9 @@ pub(crate) async fn fresh_database(admin_url: &str) -> (Database, String) {
     )
 }
 
-async fn queue() -> Option<(Arc<dyn RunQueue>, Database)> {
+/// A fresh database on the cluster `TRELLIS_DATABASE_URL` names, and its URL; `None` (skip)
+/// without it, a panic without it under `TRELLIS_EMULATORS=required`.
+pub(crate) async fn test_database() -> Option<(Database, String)> {
     let admin = std::env::var("TRELLIS_DATABASE_URL")
         .ok()
         .filter(|v| !v.is_empty());
@@ -71,7 +73,11 @@ async fn queue() -> Option<(Arc<dyn RunQueue>, Database)> {
         eprintln!("skipped: set TRELLIS_DATABASE_URL or run `cargo xtask test`");
         return None;
     };
-    let (database, url) = fresh_database(&admin).await;
+    Some(fresh_database(&admin).await)
+}
+
+async fn queue() -> Option<(Arc<dyn RunQueue>, Database)> {
+    let (database, url) = test_database().await?;
     let queue = PostgresQueue::connect(&url, 8).await.unwrap();
     Some((Arc::new(queue), database))
 }

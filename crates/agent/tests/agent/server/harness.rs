@@ -42,6 +42,19 @@ pub(crate) async fn ls_then_streamed_answer() -> MockServer {
     server
 }
 
+/// A mock model answering `first` to the first request and `then` to every later one.
+pub(crate) async fn first_then(first: ResponseTemplate, then: ResponseTemplate) -> MockServer {
+    let server = MockServer::start().await;
+    messages()
+        .respond_with(first)
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    messages().respond_with(then).mount(&server).await;
+    server
+}
+
 /// A mock model answering `done` to every request.
 pub(crate) async fn always_done() -> MockServer {
     let server = MockServer::start().await;
@@ -101,6 +114,8 @@ impl Served {
     /// Start `command` (a `trellis serve` whose model the caller set up) in `dir` and wait for its
     /// address.
     pub(crate) fn spawn_as_is(mut command: Command, dir: &Path) -> Self {
+        // The tests' own database is for the tests that ask for it (`--database`).
+        command.env_remove("TRELLIS_DATABASE_URL");
         let mut child = command
             .current_dir(dir)
             .stdin(Stdio::null())
@@ -131,6 +146,11 @@ impl Served {
     /// What the server wrote to stderr so far.
     pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Kill the process (SIGKILL) and wait for it.

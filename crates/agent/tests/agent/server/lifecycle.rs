@@ -35,11 +35,16 @@ impl wiremock::Match for LastSaysSlow {
 /// A mock model that takes 8 s to answer `slow` when the conversation ends with the user's
 /// `slow please`, and answers `quick` at once otherwise.
 async fn slow_or_quick() -> MockServer {
+    slow_or_quick_after(Duration::from_secs(8)).await
+}
+
+/// [`slow_or_quick`] taking `delay` to answer `slow`.
+pub(crate) async fn slow_or_quick_after(delay: Duration) -> MockServer {
     let server = MockServer::start().await;
     let slow = reply(json!([{"type": "text", "text": "slow"}]), "end_turn");
     messages()
         .and(LastSaysSlow)
-        .respond_with(slow.set_delay(Duration::from_secs(8)))
+        .respond_with(slow.set_delay(delay))
         .with_priority(1)
         .mount(&server)
         .await;

@@ -28,3 +28,5 @@ mod state;
 mod store;
 mod ui;
 mod ui_model;
+#[cfg(feature = "postgres")]
+mod workers;

@@ -1,0 +1,257 @@
+//! One run a worker claimed from the shared queue: rebuilt from its payload as a [`RunHandle`]
+//! in this process and run by the same code as a single server's runs
+//! ([`prepare_and_run`]), while three things go on
+//! beside it: its parts are appended to the queue's events table as they come (in batches, under
+//! the lease), its lease is renewed (and a cancel flag read) every third of the lease, and at its
+//! end its outcome and result are stored under the lease.
+//!
+//! A lease found lost (a heartbeat or an append refused) stops the run at once and it writes
+//! nothing more ([`RunHandle::mark_lost`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use super::{Held, SharedQueue};
+use crate::server::Shared;
+use crate::server::cancel::{CancelAction, Strategy};
+use crate::server::execute::{Input, check_input, execute};
+use crate::server::extract::User;
+use crate::server::messages::input_messages;
+use crate::server::queue::{self, Heartbeat, Lease, Outcome};
+use crate::server::run_handle::{RunHandle, Status};
+use crate::server::run_ref::payload;
+use crate::server::stream::Part;
+use crate::server::threads::thread_id;
+
+/// Parts appended to the events table in one statement at most.
+const BATCH: usize = 256;
+
+/// Renew `held`'s lease now and act on what the queue says: a cancel flag cancels the run, a
+/// lost lease stops it writing anything more.
+pub(crate) async fn beat(shared: &SharedQueue, held: &Held) {
+    match shared.queue.heartbeat(&held.lease, shared.options.lease).await {
+        Ok(Heartbeat::Held { cancel: None }) => {}
+        Ok(Heartbeat::Held { cancel: Some(action) }) => {
+            held.run.cancel(match action {
+                queue::CancelAction::Interrupt => CancelAction::Interrupt,
+                queue::CancelAction::Rollback => CancelAction::Rollback,
+            });
+        }
+        Ok(Heartbeat::Lost) => lost(shared, held),
+        // The store is unreachable: keep going; the lease (database time) decides.
+        Err(e) => tracing::warn!("run {}: heartbeat failed: {e}", held.lease.run_id),
+    }
+}
+
+fn lost(shared: &SharedQueue, held: &Held) {
+    if !held.run.is_lost() {
+        tracing::warn!(
+            "worker {}: lost the lease of run {} (attempt {}): stopping it",
+            shared.worker,
+            held.lease.run_id,
+            held.lease.attempt
+        );
+    }
+    held.run.mark_lost();
+    held.run.cancel(CancelAction::Interrupt);
+}
+
+/// The run's handle, rebuilt from its payload.
+fn handle(lease: &Lease) -> RunHandle {
+    let p = &lease.payload;
+    let strategy = Strategy::parse(p[payload::STRATEGY].as_str()).unwrap_or(Strategy::Enqueue);
+    let mut run = RunHandle::new(
+        lease.thread_id,
+        p[payload::GRAPH].as_str().unwrap_or_default().to_owned(),
+        (
+            payload::modes(p),
+            p[payload::RESUMABLE].as_bool().unwrap_or(false),
+            strategy,
+        ),
+        p[payload::METADATA].as_object().cloned().unwrap_or_default(),
+        p[payload::KWARGS].clone(),
+    );
+    run.run_id = lease.run_id;
+    run
+}
+
+/// Run `lease`'s run to its end on this worker.
+pub(crate) async fn run(server: &Shared, shared: &Arc<SharedQueue>, lease: Lease) {
+    let run = Arc::new(handle(&lease));
+    let held = Held {
+        lease: lease.clone(),
+        run: run.clone(),
+    };
+    shared.hold(held.clone());
+    tracing::info!(
+        "worker {}: running run {} of thread {} (attempt {})",
+        shared.worker,
+        lease.run_id,
+        lease.thread_id,
+        lease.attempt
+    );
+    let mirror = tokio::spawn(mirror(shared.clone(), held.clone()));
+    let heart = tokio::spawn(heartbeats(shared.clone(), held.clone()));
+    let user = User(lease.payload[payload::USER].as_str().map(str::to_owned));
+    prepare_and_run(server, run.clone(), user).await;
+    let _ = mirror.await;
+    heart.abort();
+    shared.drop_held(&lease.run_id);
+    let result = run.result().await;
+    if run.is_lost() {
+        tracing::warn!(
+            "worker {}: run {} attempt {} ended after losing its lease, storing nothing: {}",
+            shared.worker,
+            lease.run_id,
+            lease.attempt,
+            result["__error__"]
+        );
+        return;
+    }
+    let outcome = match run.status() {
+        Status::Error => Outcome::Error(result["__error__"].clone()),
+        Status::Interrupted => Outcome::Interrupted,
+        _ => Outcome::Success,
+    };
+    let rolled_back = run.cancelled_with() == Some(CancelAction::Rollback);
+    let stored = json!({"result": result, "run": run.to_json()});
+    match shared.queue.finish_with(&lease, outcome, Some(stored)).await {
+        Ok(true) if rolled_back => {
+            if let Err(e) = shared.queue.delete(lease.run_id).await {
+                tracing::warn!("run {}: rolled back, but its record stays: {e}", lease.run_id);
+            }
+        }
+        Ok(true) => {}
+        Ok(false) => tracing::warn!("run {}: its lease was gone at its end", lease.run_id),
+        Err(e) => tracing::warn!("run {}: cannot store its end: {e}", lease.run_id),
+    }
+}
+
+/// Renew the lease every third of it until the run ends.
+async fn heartbeats(shared: Arc<SharedQueue>, held: Held) {
+    let every = (shared.options.lease / 3).max(Duration::from_millis(50));
+    loop {
+        tokio::time::sleep(every).await;
+        if held.run.is_done() {
+            return;
+        }
+        beat(&shared, &held).await;
+    }
+}
+
+/// Append the run's parts to the events table as they come, in batches, until the run ends. A
+/// batch the queue refuses (the lease is gone) stops the run; a store that cannot be reached is
+/// retried a few times, then the parts are dropped (with a warning).
+async fn mirror(shared: Arc<SharedQueue>, held: Held) {
+    let mut parts = held.run.clone().follow(0).boxed().ready_chunks(BATCH);
+    while let Some(batch) = parts.next().await {
+        if held.run.is_lost() {
+            return;
+        }
+        let events: Vec<(String, String)> = batch
+            .iter()
+            .map(|(_, part)| (part.event.to_owned(), part.data.clone()))
+            .collect();
+        let mut tries = 0;
+        loop {
+            match shared.queue.append_events(&held.lease, &events).await {
+                Ok(true) => break,
+                Ok(false) => {
+                    lost(&shared, &held);
+                    return;
+                }
+                Err(e) if tries < 5 => {
+                    tries += 1;
+                    tracing::warn!(
+                        "run {}: cannot store its events (try {tries}): {e}",
+                        held.lease.run_id
+                    );
+                    tokio::time::sleep(Duration::from_millis(200 * tries)).await;
+                }
+                Err(e) => {
+                    tracing::warn!("run {}: dropping {} events: {e}", held.lease.run_id, events.len());
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The payload of `spec`, a run a server enqueues for `user`.
+pub(crate) fn payload_of(user: &User, spec: super::RunSpec<'_>) -> Value {
+    let modes: Vec<&str> = spec.modes.iter().map(|m| payload::mode_name(*m)).collect();
+    json!({
+        payload::USER: user.0,
+        payload::GRAPH: spec.graph,
+        payload::MODES: modes,
+        payload::RESUMABLE: spec.resumable,
+        payload::STRATEGY: spec.strategy.as_str(),
+        payload::METADATA: spec.metadata,
+        payload::KWARGS: spec.kwargs,
+        payload::CREATED_AT: crate::server::threads::time(&chrono::Utc::now()),
+    })
+}
+
+/// The state slot a shared run's first checkpoint names it in.
+pub(crate) const RUN_SLOT: &str = "trellis_server_run";
+
+/// Run `run`, claimed from the shared queue by this worker, for `user`: its thread's record is
+/// read afresh (another worker may have written it), its input rebuilt from its `kwargs` and
+/// checked against the thread as it is now, then it runs as any run of a single server. A run
+/// taken over from a worker that died after saving the run's input (the thread's newest
+/// checkpoint names the run in [`RUN_SLOT`]) goes on from that checkpoint with no input, so its
+/// input is never added twice.
+pub(crate) async fn prepare_and_run(server: &Shared, run: Arc<RunHandle>, user: User) {
+    let refused = |message: String| {
+        let run = run.clone();
+        async move {
+            run.push(Part::error("AssemblyError", &message), true);
+            run.finish(
+                Status::Error,
+                json!({"__error__": {"error": "AssemblyError", "message": message}}),
+            );
+        }
+    };
+    if let Err(e) = server.threads.refresh(&run.thread_id).await {
+        return refused(e.detail).await;
+    }
+    let Some(graph) = server.graphs.get(&run.graph).cloned() else {
+        return refused(format!("this worker does not serve graph {:?}", run.graph)).await;
+    };
+    let kwargs = run.to_json()["kwargs"].clone();
+    let command = kwargs.get("command").filter(|c| !c.is_null());
+    let messages = match kwargs.get("input").filter(|i| !i.is_null()) {
+        Some(input) => match input_messages(input) {
+            Ok(messages) => Some(messages),
+            Err(e) => return refused(e.detail).await,
+        },
+        None => None,
+    };
+    let saved = match server.checkpointer.peek(&thread_id(&run.thread_id)).await {
+        Ok(head) => head.and_then(|h| h.checkpoint.state.get_json(RUN_SLOT).ok().flatten()),
+        Err(e) => return refused(e.to_string()).await,
+    };
+    let input = if saved == Some(json!(run.run_id)) {
+        Input::Messages(Vec::new())
+    } else {
+        match check_input(
+            server,
+            graph.as_ref(),
+            &user,
+            &run.thread_id,
+            true,
+            messages,
+            command,
+        )
+        .await
+        {
+            Ok(input) => input,
+            Err(e) => return refused(e.detail).await,
+        }
+    };
+    server.runs.adopt(run.clone());
+    execute(server.clone(), run, (graph, user), input, Vec::new(), false).await;
+}
