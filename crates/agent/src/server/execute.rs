@@ -213,6 +213,7 @@ pub(crate) async fn start(
         "on_completion": body.on_completion, "feedback_keys": body.feedback_keys,
         "durability": body.durability, "checkpoint_during": body.checkpoint_during,
         "langsmith_tracer": body.langsmith_tracer, "temporary": matches!(target, Target::Stateless { .. }),
+        "checkpoint": body.checkpoint, "checkpoint_id": body.checkpoint_id,
     });
     let resumable = body.stream_resumable.unwrap_or(false);
     if let Some(shared) = &server.shared {
@@ -270,7 +271,19 @@ pub(crate) async fn start(
 /// The older checkpoint of `thread` a run starts from, when the body names one; `None` for its
 /// latest (or none named). 404 for an id of none of its checkpoints.
 async fn branch_point(server: &Shared, thread: &Uuid, body: &RunCreate) -> ApiResult<Option<u64>> {
-    let Some(seq) = body.start_from(thread)? else {
+    branch_at(server, thread, body.start_from(thread)?).await
+}
+
+/// [`branch_point`] of a queued run, from the `checkpoint` / `checkpoint_id` its `kwargs` keep
+/// (checked when it was created; the thread may have moved on since).
+pub(crate) async fn branch_in(server: &Shared, thread: &Uuid, kwargs: &Value) -> ApiResult<Option<u64>> {
+    let named =
+        crate::server::runs::checkpoint_named(kwargs.get("checkpoint"), kwargs.get("checkpoint_id"), thread)?;
+    branch_at(server, thread, named).await
+}
+
+async fn branch_at(server: &Shared, thread: &Uuid, seq: Option<u64>) -> ApiResult<Option<u64>> {
+    let Some(seq) = seq else {
         return Ok(None);
     };
     let head = server

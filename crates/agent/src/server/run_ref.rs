@@ -89,23 +89,42 @@ pub(crate) mod payload {
             Mode::Values => "values",
             Mode::Updates => "updates",
             Mode::Messages => "messages-tuple",
+            Mode::Tasks => "tasks",
+            Mode::Checkpoints => "checkpoints",
+            Mode::Debug => "debug",
+            Mode::Custom => "custom",
         }
     }
 }
 
-/// A stored event as a part.
+/// A stored event as a part: its name is the SSE event name (`updates`, or `updates|tools:…` for
+/// a subagent's).
 fn part_of(event: &queue::StoredEvent) -> Part {
-    let (mode, name) = match event.event.as_str() {
-        "values" => (Some(Mode::Values), "values"),
-        "updates" => (Some(Mode::Updates), "updates"),
-        "messages" => (Some(Mode::Messages), "messages"),
-        "error" => (None, "error"),
-        _ => (None, "metadata"),
+    let (base, namespace) = match event.event.split_once('|') {
+        Some((base, ns)) => (base, Some(ns.into())),
+        None => (event.event.as_str(), None),
+    };
+    let mode = [
+        Mode::Values,
+        Mode::Updates,
+        Mode::Messages,
+        Mode::Tasks,
+        Mode::Checkpoints,
+        Mode::Debug,
+        Mode::Custom,
+    ]
+    .into_iter()
+    .find(|m| m.event() == base);
+    let name = match (mode, base) {
+        (Some(mode), _) => mode.event(),
+        (None, "error") => "error",
+        _ => "metadata",
     };
     Part {
         mode,
         event: name,
         data: event.data.clone(),
+        namespace,
     }
 }
 

@@ -116,6 +116,31 @@ pub struct RunCreate {
     pub(crate) langsmith_tracer: Option<Value>,
 }
 
+/// The checkpoint of `thread` that `checkpoint` (`{"checkpoint_id", …}`) or else `checkpoint_id`
+/// names: its number, `None` when neither names one. 404 for an id of none of its checkpoints,
+/// 422 for a malformed one.
+pub(crate) fn checkpoint_named(
+    checkpoint: Option<&Value>,
+    checkpoint_id: Option<&Value>,
+    thread: &uuid::Uuid,
+) -> ApiResult<Option<u64>> {
+    let reference = match (checkpoint, checkpoint_id) {
+        (Some(c), _) if !c.is_null() => serde_json::from_value::<CheckpointRef>(c.clone())
+            .map_err(|e| ApiError::unprocessable(format!("checkpoint: {e}")))?,
+        (_, Some(Value::String(id))) => CheckpointRef {
+            checkpoint_id: Some(id.clone()),
+            checkpoint_ns: None,
+            checkpoint_map: None,
+            thread_id: None,
+        },
+        (_, Some(id)) if !id.is_null() => {
+            return Err(ApiError::unprocessable("checkpoint_id must be a string"));
+        }
+        _ => return Ok(None),
+    };
+    reference.seq(thread)
+}
+
 fn set(value: &Option<Value>) -> bool {
     value.as_ref().is_some_and(|v| !v.is_null())
 }
@@ -149,21 +174,7 @@ impl RunCreate {
     /// number, `None` for the thread's latest. 404 for an id of none of its checkpoints, 422 for a
     /// malformed one.
     pub(crate) fn start_from(&self, thread: &uuid::Uuid) -> ApiResult<Option<u64>> {
-        let reference = match (&self.checkpoint, &self.checkpoint_id) {
-            (Some(c), _) if !c.is_null() => serde_json::from_value::<CheckpointRef>(c.clone())
-                .map_err(|e| ApiError::unprocessable(format!("checkpoint: {e}")))?,
-            (_, Some(Value::String(id))) => CheckpointRef {
-                checkpoint_id: Some(id.clone()),
-                checkpoint_ns: None,
-                checkpoint_map: None,
-                thread_id: None,
-            },
-            (_, Some(id)) if !id.is_null() => {
-                return Err(ApiError::unprocessable("checkpoint_id must be a string"));
-            }
-            _ => return Ok(None),
-        };
-        reference.seq(thread)
+        checkpoint_named(self.checkpoint.as_ref(), self.checkpoint_id.as_ref(), thread)
     }
 
     /// Whether the body names a checkpoint to start from.

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::{Held, SharedQueue};
 use crate::server::Shared;
 use crate::server::cancel::{CancelAction, Strategy};
-use crate::server::execute::{Input, check_input, execute};
+use crate::server::execute::{Input, branch_in, check_input, execute};
 use crate::server::extract::User;
 use crate::server::messages::input_messages;
 use crate::server::queue::{self, Heartbeat, Lease, Outcome};
@@ -153,7 +153,7 @@ async fn mirror(shared: Arc<SharedQueue>, held: Held) {
         }
         let events: Vec<(String, String)> = batch
             .iter()
-            .map(|(_, part)| (part.event.to_owned(), part.data.clone()))
+            .map(|(_, part)| (part.event_name(), part.data.clone()))
             .collect();
         let mut tries = 0;
         loop {
@@ -234,24 +234,36 @@ pub(crate) async fn prepare_and_run(server: &Shared, run: Arc<RunHandle>, user: 
         Ok(head) => head.and_then(|h| h.checkpoint.state.get_json(RUN_SLOT).ok().flatten()),
         Err(e) => return refused(e.to_string()).await,
     };
-    let input = if saved == Some(json!(run.run_id)) {
-        Input::Messages(Vec::new())
+    let (input, from) = if saved == Some(json!(run.run_id)) {
+        // A takeover: the run's input (and its branch, if any) is in the thread already.
+        (Input::Messages(Vec::new()), None)
     } else {
+        let from = match branch_in(server, &run.thread_id, &kwargs).await {
+            Ok(from) => from,
+            Err(e) => return refused(e.detail).await,
+        };
         match check_input(
             server,
             graph.as_ref(),
             &user,
-            &run.thread_id,
-            true,
+            (&run.thread_id, true, from.is_some()),
             messages,
             command,
         )
         .await
         {
-            Ok(input) => input,
+            Ok(input) => (input, from),
             Err(e) => return refused(e.detail).await,
         }
     };
     server.runs.adopt(run.clone());
-    execute(server.clone(), run, (graph, user), input, Vec::new(), false).await;
+    execute(
+        server.clone(),
+        run,
+        (graph, user),
+        (input, from),
+        Vec::new(),
+        false,
+    )
+    .await;
 }
