@@ -406,7 +406,7 @@ async fn a_worker_killed_mid_model_call_is_taken_over() {
     assert!(last.2.contains("done") && !last.2.contains("never"), "{last:?}");
 }
 
-/// A slow run started on `on`, once a worker runs it.
+/// A slow run started on `on`, once a worker runs it and has checkpointed its input.
 async fn slow_run(client: &reqwest::Client, on: &Served, thread: &str) -> String {
     let run = start_run(client, on, thread, "slow please", json!({})).await;
     let run = run["run_id"].as_str().unwrap().to_owned();
@@ -416,12 +416,15 @@ async fn slow_run(client: &reqwest::Client, on: &Served, thread: &str) -> String
             .json()
             .await
             .unwrap();
-        if got["status"] == "running" {
+        // Running, and its input checkpointed (what an interrupt keeps).
+        if got["status"] == "running"
+            && texts(client, on, thread).await.last().map(String::as_str) == Some("slow please")
+        {
             return run;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!("never running: {}", on.stderr());
+    panic!("never running with its input saved: {}", on.stderr());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
