@@ -270,3 +270,39 @@ async fn without_a_bridge_a_request_for_domains_fails_and_runs_nothing() {
     assert!(err.to_string().contains("/nonexistent/bridge"), "{err}");
     assert!(super::text(backend.as_ref(), "/ran").await.is_none());
 }
+
+/// A bridge program under a directory others cannot enter — a checkout under `/root`, mode 0700,
+/// as CI's clean clone is — is still bound into the sandbox: bwrap sets up its mounts in a user
+/// namespace that maps no other user, so it failed with "Can't find source path …: Permission
+/// denied" before Trellis staged a copy others can reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridge_under_a_private_directory_still_carries_connections() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(shared) = proxied("a_bridge_under_a_private_directory_still_carries_connections") else {
+        return;
+    };
+    drop(shared);
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap();
+    let original = [
+        dir.join("trellis-sandbox-bridge"),
+        dir.join("../trellis-sandbox-bridge"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .expect("cargo builds trellis-sandbox-bridge for the tests");
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let bridge = private.path().join("bridge");
+    std::fs::copy(&original, &bridge).unwrap();
+    let sandbox = BubblewrapSandbox::new(BubblewrapConfig::default().network_bridge(&bridge)).unwrap();
+    let server = Server::start().await;
+    let out = run(
+        &sandbox,
+        &format!("curl -sS --max-time 20 http://localhost:{}/private", server.port),
+        domains(&["localhost", "127.0.0.1", "::1"]),
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{}", out.output);
+    assert!(out.output.contains("hello /private"), "{}", out.output);
+}

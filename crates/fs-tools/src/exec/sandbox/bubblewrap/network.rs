@@ -17,6 +17,10 @@ const BRIDGE_PROGRAM: &str = "trellis-sandbox-bridge";
 /// beside the running executable or one directory up (where cargo puts a package's programs for
 /// its tests), else why there is none.
 pub(super) fn find_bridge(configured: Option<&Path>) -> Result<PathBuf, String> {
+    reachable(locate_bridge(configured)?)
+}
+
+fn locate_bridge(configured: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(path) = configured {
         return std::fs::canonicalize(path)
             .map_err(|e| format!("the bridge program {}: {e}", path.display()));
@@ -33,6 +37,62 @@ pub(super) fn find_bridge(configured: Option<&Path>) -> Result<PathBuf, String> 
                 exe.display()
             )
         })
+}
+
+/// `program` where bwrap can bind it from. bwrap sets up its mounts inside a user namespace that
+/// maps none of the host's users but the command's, so a source under a directory others cannot
+/// enter (a checkout under `/root`, mode 0700) is "Permission denied" even to root. Such a program
+/// is copied once into `TMPDIR/trellis-sandbox-bridge-<uid>/` (a directory of this user's, mode
+/// 0755, checked to be owned by it and writable by no one else), named by the original's device,
+/// inode, size and modification time, so processes share the copy and a rebuilt program gets a new
+/// one.
+fn reachable(program: PathBuf) -> Result<PathBuf, String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let others_enter = |dir: &Path| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0);
+    let meta =
+        std::fs::metadata(&program).map_err(|e| format!("the bridge program {}: {e}", program.display()))?;
+    if meta.permissions().mode() & 0o005 == 0o005 && program.ancestors().skip(1).all(others_enter) {
+        return Ok(program);
+    }
+    let fail = |what: &str, e: std::io::Error| {
+        format!("cannot stage the bridge program for the sandbox ({what}): {e}")
+    };
+    let uid = rustix::process::geteuid().as_raw();
+    let dir = std::env::temp_dir().join(format!("{BRIDGE_PROGRAM}-{uid}"));
+    match std::fs::create_dir(&dir) {
+        Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| fail("mode of its directory", e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(fail("its directory", e)),
+    }
+    let dir_meta = std::fs::symlink_metadata(&dir).map_err(|e| fail("its directory", e))?;
+    if !dir_meta.is_dir() || dir_meta.uid() != uid || dir_meta.permissions().mode() & 0o022 != 0 {
+        return Err(format!(
+            "cannot stage the bridge program for the sandbox: {} is not a directory of this user's that only it can write",
+            dir.display()
+        ));
+    }
+    let staged = dir.join(format!(
+        "{}-{}-{}-{}",
+        meta.dev(),
+        meta.ino(),
+        meta.len(),
+        meta.mtime_nsec() + meta.mtime() * 1_000_000_000
+    ));
+    if std::fs::metadata(&staged).is_ok_and(|m| m.len() == meta.len()) {
+        return Ok(staged);
+    }
+    let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|e| fail("a temporary file", e))?;
+    std::io::copy(
+        &mut std::fs::File::open(&program).map_err(|e| fail("reading it", e))?,
+        tmp.as_file_mut(),
+    )
+    .map_err(|e| fail("copying it", e))?;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| fail("its mode", e))?;
+    tmp.persist(&staged)
+        .map_err(|e| fail("naming the copy", e.error))?;
+    Ok(staged)
 }
 
 /// What a command with allowed domains gets besides the usual sandbox: the proxy, alive for the
