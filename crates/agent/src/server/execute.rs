@@ -18,22 +18,20 @@ use std::sync::Arc;
 use chrono::Utc;
 use serde_json::{Map, Value, json};
 use trellis_middleware::runtime::checkpoint::Checkpoint;
-use trellis_middleware::runtime::events::{EventSink, RunEvent};
 use trellis_middleware::runtime::state::State;
-use trellis_middleware::{AgentError, Message, RunInput, ThreadId};
+use trellis_middleware::{Message, RunInput, ThreadId};
 use uuid::Uuid;
 
+use crate::server::drive::{Failure, drive};
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::User;
-use crate::server::introspection::Introspection;
 use crate::server::messages::input_messages;
 use crate::server::run_ref::RunRef;
 use crate::server::run_registry::{CancelAction, RunHandle, Status, Strategy};
 use crate::server::runs::RunCreate;
-use crate::server::stream::{Mode, Part, Translator, interrupt_json, thread_values};
-use crate::server::subgraphs::Subgraphs;
+use crate::server::stream::{Mode, Part, thread_values};
 use crate::server::threads::{Rest, ThreadRecord, thread_id};
-use crate::server::{Graph, Shared, assistants, files, resume};
+use crate::server::{Graph, Shared, assistants, resume};
 
 /// A run that has been checked and registered, not yet started.
 pub(crate) struct Started {
@@ -354,16 +352,6 @@ pub(crate) async fn check_input(
     }
 }
 
-/// How [`drive`] ended when the agent did not finish.
-enum Failure {
-    /// Cancelled; what the thread still waits for, if anything.
-    Cancelled(Option<Value>),
-    /// The decisions were refused when the run started: nothing changed.
-    Refused(String),
-    /// Failed: the error's kind and message.
-    Failed(String, String),
-}
-
 /// The run's task: wait for its turn, run it, set its status and its thread's.
 pub(crate) async fn execute(
     server: Shared,
@@ -573,181 +561,4 @@ pub(crate) async fn roll_back(server: &Shared, tid: &ThreadId, start: Option<u64
         .save(checkpoint, Some(&latest.version))
         .await?;
     Ok(())
-}
-
-type Outcome = Result<(Vec<Part>, Value, Option<Value>), Failure>;
-
-/// Build the user's agent and run it until it ends or the run is cancelled, translating its
-/// events into parts as they come. On success: the final parts, the result and the interrupts the
-/// thread waits on.
-async fn drive(server: &Shared, run: &RunHandle, graph: &dyn Graph, user: &User, input: Input) -> Outcome {
-    let failed = |kind: &str, message: String| Failure::Failed(kind.to_owned(), message);
-    let tid = thread_id(&run.thread_id);
-    let head = server
-        .checkpointer
-        .peek(&tid)
-        .await
-        .map_err(|e| failed("CheckpointError", e.to_string()))?;
-    let before = head.as_ref().map_or(0, |s| s.checkpoint.state.messages.len());
-    let next_seq = head.as_ref().map_or(0, |s| s.checkpoint.seq + 1);
-    let metadata = json!({
-        "run_id": run.run_id, "thread_id": run.thread_id, "graph_id": run.graph,
-        "assistant_id": assistants::assistant_id(&run.graph),
-    });
-    let (sink, mut events) = EventSink::channel();
-    let (mut run_input, added) = match input {
-        Input::Messages(messages) => {
-            let added = messages.len();
-            let mut run_input = RunInput::new();
-            for message in messages {
-                run_input = run_input.message(message);
-            }
-            (run_input, added)
-        }
-        Input::Resume(decisions) => (RunInput::resume(decisions), 0),
-    };
-    if server.shared.is_some() {
-        // Saved with the run's input in its first checkpoint: a later attempt knows from it that
-        // the input is in the thread already (see `workers::claimed`).
-        run_input = run_input.slot_json(crate::server::workers::claimed::RUN_SLOT, json!(run.run_id));
-    }
-    run_input = run_input.thread(tid.clone()).events(sink);
-    let subgraphs =
-        (run.kwargs()["stream_subgraphs"] == true).then(|| Subgraphs::new(run.run_id, metadata.clone()));
-    let mut streams = Streams {
-        main: Translator::new(run.thread_id, before + added, metadata),
-        introspection: Introspection::new(run.thread_id, run.run_id, &run.modes, next_seq, before + added),
-        subgraphs,
-    };
-    let (agent, run_input) = graph
-        .prepare(user.id(), &tid, run_input)
-        .await
-        .map_err(|e| failed("AssemblyError", format!("{e:#}")))?;
-    let running = agent.run_until(run_input, async {
-        run.cancelled().await;
-    });
-    tokio::pin!(running);
-    let result = loop {
-        tokio::select! {
-            Some(event) = events.recv() => on_event(server, run, &mut streams, &event).await,
-            result = &mut running => break result,
-        }
-    };
-    while let Ok(event) = events.try_recv() {
-        on_event(server, run, &mut streams, &event).await;
-    }
-    let out = match result {
-        Ok(out) => out,
-        Err(e) if e.is_cancelled() => {
-            let pending = agent
-                .pending_interrupt(&tid)
-                .await
-                .ok()
-                .flatten()
-                .map(|i| interrupt_json(&run.thread_id, &i));
-            return Err(Failure::Cancelled(pending));
-        }
-        Err(AgentError::Decision(e)) => return Err(Failure::Refused(e.to_string())),
-        Err(e) => return Err(failed("AgentError", e.to_string())),
-    };
-    read_files(server, run, &mut streams.main).await;
-    let (parts, values) = streams.main.finish(&out.state, out.interrupt.as_ref());
-    let interrupts = out.interrupt.as_ref().map(|i| interrupt_json(&run.thread_id, i));
-    Ok((parts, values, interrupts))
-}
-
-/// Give `translator` the thread's files as they are now (`values.files`, as Deep Agents' state has
-/// them), when a tool may have changed them since the last read; a read that fails leaves the
-/// last ones, with a warning.
-async fn read_files(server: &Shared, run: &RunHandle, translator: &mut Translator) {
-    if !translator.files_stale() {
-        return;
-    }
-    match files::files_of(server, &run.thread_id).await {
-        Ok(files) => translator.files(files),
-        Err(e) => tracing::warn!("run {}: cannot list its thread's files: {}", run.run_id, e.detail),
-    }
-}
-
-/// What turns a run's events into parts: its own agent's ([`Translator`]), the `tasks` /
-/// `checkpoints` / `debug` / `custom` modes when asked for, its subagents' with `stream_subgraphs`.
-struct Streams {
-    main: Translator,
-    introspection: Option<Introspection>,
-    subgraphs: Option<Subgraphs>,
-}
-
-/// One event of the run: counted in its usage (a subagent's too), and, for the top-level agent's,
-/// turned into parts (a subagent's events are not streamed).
-async fn on_event(server: &Shared, run: &RunHandle, streams: &mut Streams, event: &RunEvent) {
-    run.count(event, &server.prices);
-    let push_all = |parts: Vec<Part>| parts.into_iter().for_each(|p| run.push(p, false));
-    let Streams {
-        main: translator,
-        introspection,
-        subgraphs,
-    } = streams;
-    match event {
-        RunEvent::Subagent { .. } => {
-            if let Some(subgraphs) = subgraphs {
-                push_all(subgraphs.event(event));
-            }
-        }
-        RunEvent::ModelStarted { step, messages, .. } => {
-            translator.reply_started(*step, *messages);
-            if let Some(introspection) = introspection {
-                push_all(introspection.model_started(*step));
-            }
-        }
-        RunEvent::ToolStarted { call_id, name, .. } => {
-            if let Some(introspection) = introspection {
-                push_all(introspection.tool_started(call_id, name));
-            }
-        }
-        RunEvent::Middleware {
-            middleware,
-            kind,
-            data,
-        } => {
-            if let Some(introspection) = introspection {
-                push_all(introspection.middleware(middleware, kind, data));
-            }
-        }
-        RunEvent::ToolFinished { .. } => translator.tool_ran(),
-        RunEvent::ModelDelta { delta, .. } => {
-            if let Some(part) = translator.delta(delta) {
-                run.push(part, false);
-            }
-        }
-        RunEvent::CheckpointSaved { state, .. } => {
-            // The state the event's checkpoint saved; reading the latest checkpoint instead could
-            // find a later step's (the run goes on meanwhile) and merge two steps' updates.
-            let state = match state.get() {
-                Some(saved) => saved.public_view(),
-                None => match server.checkpointer.peek(&thread_id(&run.thread_id)).await {
-                    Ok(Some(stored)) => stored.checkpoint.state.public_view(),
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::warn!("run {}: cannot read its checkpoint: {e}", run.run_id);
-                        return;
-                    }
-                },
-            };
-            read_files(server, run, translator).await;
-            match state {
-                Ok(state) => {
-                    let parts = translator.checkpoint(&state);
-                    if let Some(introspection) = introspection {
-                        let values = translator.values_with_files(&state);
-                        push_all(parts);
-                        push_all(introspection.checkpoint(&state, &values));
-                    } else {
-                        push_all(parts);
-                    }
-                }
-                Err(e) => tracing::warn!("run {}: cannot read its checkpoint: {e}", run.run_id),
-            }
-        }
-        _ => {}
-    }
 }

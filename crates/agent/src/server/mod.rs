@@ -23,6 +23,7 @@
 //! | [`transfer`] | upload and download of a thread's files (a Trellis extension) |
 //! | [`runs`] | runs on a thread and stateless: stream (SSE), wait, background, get, list, join, join stream |
 //! | [`execute`] | a run from its checked body to its end: `multitask_strategy`, cancel, rollback, thread status |
+//! | [`drive`] | one run's agent driven to its end, its events turned into parts as they come |
 //! | [`resume`] | `command.resume` (human-in-the-loop decisions) → Trellis decisions |
 //! | [`cancel`] | cancel (`interrupt`, `rollback`), delete, `on_disconnect` |
 //! | [`run_handle`] | one run in memory: status, stream parts, usage, result |
@@ -68,6 +69,7 @@ pub mod assistants;
 pub mod auth;
 pub mod cancel;
 pub mod checkpoints;
+pub mod drive;
 pub mod error;
 pub mod execute;
 pub mod extract;
