@@ -42,6 +42,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("todos.js", JS, include_str!("todos.js")),
     ("files.js", JS, include_str!("files.js")),
     ("runs.js", JS, include_str!("runs.js")),
+    ("skills.js", JS, include_str!("skills.js")),
     ("icon.svg", "image/svg+xml", include_str!("icon.svg")),
 ];
 

@@ -29,5 +29,6 @@ mod state;
 mod store;
 mod ui;
 mod ui_model;
+mod ui_skills;
 #[cfg(feature = "postgres")]
 mod workers;
