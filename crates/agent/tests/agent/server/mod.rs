@@ -28,6 +28,7 @@ mod skills;
 mod state;
 mod store;
 mod ui;
+mod ui_cost;
 mod ui_model;
 mod ui_skills;
 #[cfg(feature = "postgres")]
