@@ -4,7 +4,7 @@
 //! it does the same work whether the page exists or not.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::harness::{Served, http, json_of};
 use super::ui::scripted_model;
