@@ -41,7 +41,7 @@ export class MessageView {
     const items = shown.map((m, i) => {
       const id = m.id ?? `i-${i}`;
       const calls = (m.tool_calls ?? []).map((c) => [c, ...this.facts(c, results)]);
-      const key = JSON.stringify([m.content, m.type, m.status, calls]);
+      const key = JSON.stringify([m.content, m.type, m.status, Boolean(m.partial), calls]);
       const old = this.items.get(id);
       const li = old && old.key === key ? old.li : this.item(m, calls, old?.li);
       next.set(id, { key, li });
@@ -80,7 +80,10 @@ function messageItem(m, calls, closed, facts) {
     "li",
     { class: `msg msg-${role}`, "data-id": m.id ?? "" },
     h("div", { class: "who" }, ROLE[role] ?? role, source ? ` (${source})` : "", m.partial ? " …" : ""),
-    text ? h("div", { class: "text" }, text) : null,
+    // A pinned skill's instructions (`/NAME`): folded, they are the skill's file, not a message.
+    text && source === "skills.pinned"
+      ? h("details", { class: "pinned" }, h("summary", {}, "The pinned skill's instructions"), h("pre", {}, text))
+      : text ? h("div", { class: "text" }, text) : null,
     role === "tool" ? h("pre", { class: "result" }, text) : null,
     calls.map(([call, ...rest]) => card(call, rest, !closed.has(call.id), facts)),
   );

@@ -71,6 +71,7 @@ async function transcript(page) {
     [...list.children].map((li) => ({
       id: li.dataset.id,
       role: li.className,
+      who: li.querySelector(":scope > .who")?.textContent ?? "",
       text: li.querySelector(":scope > .text")?.textContent ?? "",
       cards: [...li.querySelectorAll(":scope > .card")].map((c) => ({
         tool: c.dataset.tool,
@@ -238,7 +239,8 @@ const scenarios = {
     await idle(page);
     const pinsLeft = await page.locator("#pin-list li").count();
     const pinsShown = await page.locator("#pins").isVisible();
-    return { listed, found, refused, pinsLeft, pinsShown, messages: await transcript(page), audit: await audit(page) };
+    const folded = await page.locator(".msg details.pinned:not([open])").count();
+    return { listed, found, refused, pinsLeft, pinsShown, folded, messages: await transcript(page), audit: await audit(page) };
   },
 
   /** Upload a CSV; the skill's script summarizes it under execute; the output is downloaded. */
@@ -249,12 +251,13 @@ const scenarios = {
     await idle(page);
     await page.locator('.card[data-tool="execute"] .took').waitFor();
     await shot(page, ".conversation", "execute");
+    const messages = await transcript(page);
     const [download] = await Promise.all([
       page.waitForEvent("download"),
       page.getByRole("button", { name: "Download /outputs/summary.txt" }).click(),
     ]);
     const saved = fs.readFileSync(await download.path(), "utf8");
-    return { downloaded: saved, name: download.suggestedFilename(), messages: await transcript(page) };
+    return { downloaded: saved, name: download.suggestedFilename(), messages };
   },
 
   /** The other two decisions: edit one call's arguments, respond to the other with an answer. */

@@ -40,6 +40,10 @@ async fn skills_are_listed_searched_and_pinned_from_the_page() {
     assert_eq!(texts.last(), Some(&"Pinned skill seen."), "{report:#}");
     assert_eq!(report["pinsLeft"], 0, "{report:#}");
     assert_eq!(report["pinsShown"], false, "no empty pin line: {report:#}");
+    assert_eq!(
+        report["folded"], 1,
+        "the skill's instructions, folded: {report:#}"
+    );
     assert_eq!(report["audit"], json!([]), "{report:#}");
     let requests = model.received_requests().await.unwrap();
     assert_eq!(requests.len(), 1, "the refused message reached no model");
@@ -73,6 +77,10 @@ async fn an_uploaded_csv_is_summarized_by_a_skill_script_and_its_output_download
         .find(|c| c["tool"] == "execute")
         .unwrap();
     assert_eq!(card["status"], "done", "{report:#}");
+    // The run is over: no message is still marked as streaming.
+    for message in report["messages"].as_array().unwrap() {
+        assert!(!message["who"].as_str().unwrap().ends_with('…'), "{report:#}");
+    }
     let result = card["result"].as_str().unwrap();
     assert!(result.contains("summarized 3 rows"), "{report:#}");
     assert!(result.contains("exit code 0"), "{report:#}");
