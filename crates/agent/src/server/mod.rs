@@ -88,6 +88,7 @@ pub mod runs;
 pub mod shapes;
 pub mod stream;
 pub mod subgraphs;
+pub mod thread_copy;
 pub mod threads;
 pub mod transfer;
 pub mod ui;

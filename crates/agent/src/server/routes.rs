@@ -12,7 +12,7 @@ use crate::server::openapi::{Route, count, flag, route, string};
 use crate::server::shapes::{
     Assistant, Health, Info, Run, RunResult, StateUpdated, Thread, ThreadState, Uploads,
 };
-use crate::server::{assistants, cancel, checkpoints, runs, threads, transfer, update};
+use crate::server::{assistants, cancel, checkpoints, runs, thread_copy, threads, transfer, update};
 
 /// `stream_mode` as a join-stream query parameter.
 fn stream_modes() -> Value {
@@ -158,7 +158,7 @@ pub(crate) fn routes(openapi: MethodRouter<crate::server::Shared>) -> Vec<Route>
             "threads",
             M::POST,
             "/threads/{thread_id}/copy",
-            post(threads::copy),
+            post(thread_copy::copy),
             "Copy a thread: its checkpoints and files, owned by the caller",
         )
         .body::<threads::NoBody>()
