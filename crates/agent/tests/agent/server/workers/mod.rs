@@ -1,0 +1,13 @@
+//! Many `trellis serve` workers sharing runs (`--database`): real `trellis serve` processes
+//! sharing one PostgreSQL database (a fresh one per test on the cluster `TRELLIS_DATABASE_URL`
+//! names; `cargo xtask test` starts it, and without it these tests skip — or fail under
+//! `TRELLIS_EMULATORS=required`) and one state dir, against a mock model, over plain HTTP.
+//!
+//! [`streams`]: a run followed from other workers; [`control`]: cancel, multitask strategies and
+//! access across workers; [`takeover`]: a worker killed, frozen or drained mid-run. [`support`]
+//! starts the workers.
+
+mod control;
+mod streams;
+mod support;
+mod takeover;
