@@ -17,6 +17,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
 use trellis_middleware::backend::{Backend, FilesystemBackend};
+use trellis_middleware::skills::SkillCatalog;
 use trellis_middleware::{Agent, BackendCheckpointer, RunInput, ThreadId};
 
 use crate::cli::assemble::{self, Built};
@@ -128,6 +129,30 @@ struct FileGraph {
     built: tokio::sync::Mutex<HashMap<Option<String>, Arc<Built>>>,
 }
 
+impl FileGraph {
+    /// The agent of `user`, built on first use.
+    async fn built(&self, user: Option<&str>) -> Result<Arc<Built>> {
+        let key = user.map(str::to_owned);
+        let mut cache = self.built.lock().await;
+        if let Some(built) = cache.get(&key) {
+            return Ok(built.clone());
+        }
+        let mut config = self.config.clone();
+        config.user = key.clone();
+        let built = Arc::new(
+            assemble::build_on(
+                &config,
+                &self.state_dir,
+                self.servers.clone(),
+                self.checkpointer.clone(),
+            )
+            .await?,
+        );
+        cache.insert(key, built.clone());
+        Ok(built)
+    }
+}
+
 #[async_trait]
 impl Graph for FileGraph {
     async fn prepare(
@@ -136,34 +161,19 @@ impl Graph for FileGraph {
         thread: &ThreadId,
         input: RunInput,
     ) -> Result<(Agent, RunInput)> {
-        let key = user.map(str::to_owned);
-        let built = {
-            let mut cache = self.built.lock().await;
-            match cache.get(&key) {
-                Some(built) => built.clone(),
-                None => {
-                    let mut config = self.config.clone();
-                    config.user = key.clone();
-                    let built = Arc::new(
-                        assemble::build_on(
-                            &config,
-                            &self.state_dir,
-                            self.servers.clone(),
-                            self.checkpointer.clone(),
-                        )
-                        .await?,
-                    );
-                    cache.insert(key, built.clone());
-                    built
-                }
-            }
-        };
+        let built = self.built(user).await?;
         // Saved beside the thread as `trellis run` saves it, so `trellis resume ID` continues a
         // thread whose run stopped for approvals with this user's agent.
         let mut config = self.config.clone();
         config.user = user.map(str::to_owned);
         config.save(&self.state_dir, thread)?;
         Ok((built.agent.clone(), built.prepare(input, thread)))
+    }
+
+    /// The skills a pin may name, as in `trellis chat`: the agent file's sources and the user's
+    /// personal skills.
+    async fn skills(&self, user: Option<&str>) -> Result<SkillCatalog> {
+        Ok(crate::cli::pin::catalog(&self.built(user).await?.ws).await)
     }
 
     /// The run settings saved for `trellis resume` go with the thread.

@@ -63,6 +63,10 @@ pub(crate) async fn drive(
         }
         Input::Resume(decisions) => (RunInput::resume(decisions), 0),
     };
+    let pins = crate::server::skills::pins_of(&run.kwargs()["input"]);
+    if !pins.is_empty() {
+        run_input = run_input.slot(&trellis_middleware::skills::PIN_SKILLS, pins);
+    }
     if server.shared.is_some() {
         // Saved with the run's input in its first checkpoint: a later attempt knows from it that
         // the input is in the thread already (see `workers::claimed`).

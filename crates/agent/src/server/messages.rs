@@ -103,11 +103,15 @@ pub fn input_messages(input: &Value) -> Result<Vec<Message>, ApiError> {
             "input must be an object like {\"messages\": [...]}",
         ));
     };
-    if let Some(key) = input.keys().find(|k| *k != "messages") {
+    if let Some(key) = input
+        .keys()
+        .find(|k| *k != "messages" && *k != crate::server::skills::PIN_KEY)
+    {
         return Err(ApiError::unprocessable(format!(
-            "input.{key} is not supported: input takes only messages"
+            "input.{key} is not supported: input takes only messages and pin_skills"
         )));
     }
+    crate::server::skills::input_pins(input)?;
     let Some(Value::Array(list)) = input.get("messages") else {
         return Err(ApiError::unprocessable(
             "input.messages must be a list of messages",

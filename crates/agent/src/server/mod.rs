@@ -35,6 +35,7 @@
 //! | [`routes`] | the table of routes: method, path, handler and documentation of each |
 //! | [`openapi`] | `/openapi.json`, built from that table; request schemas from the handlers' types |
 //! | [`shapes`] | the shapes of the JSON answers, for the document |
+//! | [`skills`] | the skills a thread's runs see, and pinning them (a Trellis extension) |
 //! | [`stream`] | a run's events turned into stream parts (`values`, `updates`, `messages`) |
 //! | [`introspection`] | the stream modes `tasks`, `checkpoints`, `debug` and `custom` |
 //! | [`subgraphs`] | `stream_subgraphs`: subagents' events under `tools:<task id>` namespaces |
@@ -86,6 +87,7 @@ pub mod run_registry;
 pub mod run_usage;
 pub mod runs;
 pub mod shapes;
+pub mod skills;
 pub mod stream;
 pub mod subgraphs;
 pub mod thread_copy;
@@ -127,6 +129,13 @@ pub trait Graph: Send + Sync + std::fmt::Debug {
         thread: &ThreadId,
         input: RunInput,
     ) -> anyhow::Result<(Agent, RunInput)>;
+
+    /// The skills `user`'s runs see (`GET /threads/{id}/skills`, a run's `input.pin_skills`).
+    /// The default: none.
+    async fn skills(&self, user: Option<&str>) -> anyhow::Result<trellis_middleware::skills::SkillCatalog> {
+        let _ = user;
+        Ok(Default::default())
+    }
 
     /// `thread` was deleted (its record, checkpoints and files are gone): forget what the graph
     /// kept about it. The default keeps nothing.

@@ -10,9 +10,9 @@ use serde_json::{Map, Value};
 
 use crate::server::openapi::{Route, count, flag, route, string};
 use crate::server::shapes::{
-    Assistant, Health, Info, Run, RunResult, StateUpdated, Thread, ThreadState, Uploads,
+    Assistant, Health, Info, Run, RunResult, Skill, StateUpdated, Thread, ThreadState, Uploads,
 };
-use crate::server::{assistants, cancel, checkpoints, runs, thread_copy, threads, transfer, update};
+use crate::server::{assistants, cancel, checkpoints, runs, skills, thread_copy, threads, transfer, update};
 
 /// `stream_mode` as a join-stream query parameter.
 fn stream_modes() -> Value {
@@ -183,6 +183,22 @@ pub(crate) fn routes(openapi: MethodRouter<crate::server::Shared>) -> Vec<Route>
         .query("path", string, "The file name, for a raw body")
         .upload()
         .reply::<Uploads>(200)
+        .extension(),
+        route(
+            "skills",
+            M::GET,
+            "/threads/{thread_id}/skills",
+            get(skills::list),
+            "The skills the thread's runs see for the caller (search with q)",
+        )
+        .query("q", string, "Only skills matching these words, best first")
+        .query("limit", count, "At most this many (default 50, at most 500)")
+        .query(
+            "assistant_id",
+            string,
+            "The graph (default: the thread's graph_id, or the only graph)",
+        )
+        .reply::<Vec<Skill>>(200)
         .extension(),
         route(
             runs_tag,

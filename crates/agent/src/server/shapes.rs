@@ -162,11 +162,30 @@ pub struct Uploads {
     pub checkpoint: Value,
 }
 
-/// A run's `input`: new human messages.
+/// A run's `input`: new human messages, and skills to pin for its next model call.
 #[derive(Debug, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunInput {
     pub messages: Vec<InputMessage>,
+    /// Trellis extension: skills whose instructions go with the next model call (as `/NAME` in
+    /// `trellis chat`); names the user cannot see are ignored.
+    #[schemars(length(max = 16))]
+    pub pin_skills: Option<Vec<SkillName>>,
+}
+
+/// A skill's name.
+#[derive(Debug, JsonSchema)]
+pub struct SkillName(#[schemars(length(min = 1, max = 64))] pub String);
+
+/// `GET /threads/{thread_id}/skills`: one skill a run of the thread sees.
+#[derive(Debug, JsonSchema)]
+pub struct Skill {
+    pub name: String,
+    pub description: String,
+    /// The label of the source it comes from (`personal` for the user's own skills).
+    pub source: String,
+    /// Its `SKILL.md`, in the agent's view.
+    pub path: String,
 }
 
 /// Who wrote an input message: a human (`role: "user"`, or LangChain's `type: "human"`).

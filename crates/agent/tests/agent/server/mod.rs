@@ -24,6 +24,7 @@ mod openapi;
 mod resume;
 mod run_records;
 mod sdk;
+mod skills;
 mod state;
 mod store;
 mod ui;

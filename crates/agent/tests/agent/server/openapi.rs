@@ -39,7 +39,7 @@ async fn the_document_describes_every_route() {
                 .map(move |method| format!("{} {path}", method.to_uppercase()))
         })
         .collect();
-    assert_eq!(operations.len(), 33, "{operations:#?}");
+    assert_eq!(operations.len(), 34, "{operations:#?}");
     // Each documented operation is routed: its method on its path is never the router's 404 or 405.
     let client_key = |r: reqwest::RequestBuilder| r.header("x-api-key", "key-a");
     for (path, item) in paths {
@@ -85,6 +85,10 @@ async fn the_document_describes_every_route() {
     );
     assert_eq!(
         paths["/threads/{thread_id}/files"]["post"]["x-trellis-extension"],
+        true
+    );
+    assert_eq!(
+        paths["/threads/{thread_id}/skills"]["get"]["x-trellis-extension"],
         true
     );
     assert!(paths["/threads"]["post"].get("x-trellis-extension").is_none());
