@@ -14,6 +14,8 @@ mod crash;
 mod cut_proxy;
 mod differential;
 mod files;
+#[cfg(feature = "postgres")]
+mod follow;
 mod harness;
 mod http;
 mod introspection;
@@ -24,6 +26,8 @@ mod openapi;
 mod resume;
 mod run_records;
 mod sdk;
+#[cfg(feature = "postgres")]
+mod sse;
 mod state;
 mod store;
 mod ui;
