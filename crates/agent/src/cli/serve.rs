@@ -72,6 +72,10 @@ pub struct ServeArgs {
     /// With --database: runs this worker runs at once.
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub worker_runs: usize,
+    /// With --database: how often a stream, /join or /wait following a run reads the database
+    /// again when no notification came (a notification wakes it at once), in seconds.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub follow_poll_seconds: f64,
 }
 
 /// `NAME=FILE` or `FILE` → (graph id, file).
@@ -290,24 +294,26 @@ async fn shared_queue(
     if !(args.lease_seconds.is_finite() && (0.3..=3600.0).contains(&args.lease_seconds)) {
         bail!("--lease-seconds must be between 0.3 and 3600");
     }
+    if !(args.follow_poll_seconds.is_finite() && (0.01..=86400.0).contains(&args.follow_poll_seconds)) {
+        bail!("--follow-poll-seconds must be between 0.01 and 86400");
+    }
     let runs = args.worker_runs.clamp(1, 1024);
     let queue = server::queue::PostgresQueue::connect(url, u32::try_from(runs).unwrap_or(64) + 4)
         .await
         .context("--database")?;
-    let wakeups = server::workers::listen(&queue)
-        .await
-        .context("--database: LISTEN")?;
     let options = server::workers::WorkerOptions {
         lease: std::time::Duration::from_secs_f64(args.lease_seconds),
         runs,
+        follow_poll: std::time::Duration::from_secs_f64(args.follow_poll_seconds),
         ..Default::default()
     };
     let worker = format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
+    let shared = server::workers::SharedQueue::new(Arc::new(queue.clone()), worker.clone(), options);
+    let wakeups = server::workers::listen(&queue, shared.waiters())
+        .await
+        .context("--database: LISTEN")?;
     eprintln!("trellis serve: worker {worker} on a shared run queue");
-    Ok((
-        server::workers::SharedQueue::new(Arc::new(queue), worker, options),
-        Some(wakeups),
-    ))
+    Ok((shared, Some(wakeups)))
 }
 
 /// Without the `postgres` feature there is no shared queue.

@@ -31,6 +31,7 @@
 //! | [`run_usage`] | what a run used and cost, in its record (a Trellis extension) |
 //! | [`queue`] | the run queue: one trait, in memory and on PostgreSQL |
 //! | `run_ref` | a run as the handlers see it: of this process, or of the shared queue |
+//! | [`run_wake`] | wake-ups of the streams following a shared run: `NOTIFY` fanned out in-process, a fallback poll |
 //! | [`workers`] | many servers sharing runs through the queue (`--database`): claims, leases, reaper, drain |
 //! | [`routes`] | the table of routes: method, path, handler and documentation of each |
 //! | [`openapi`] | `/openapi.json`, built from that table; request schemas from the handlers' types |
@@ -85,6 +86,7 @@ pub mod run_handle;
 pub(crate) mod run_ref;
 pub mod run_registry;
 pub mod run_usage;
+pub mod run_wake;
 pub mod runs;
 pub mod shapes;
 pub mod skills;

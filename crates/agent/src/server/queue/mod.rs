@@ -56,7 +56,7 @@ mod postgres;
 
 pub use memory::MemoryQueue;
 #[cfg(feature = "postgres")]
-pub use postgres::{CANCEL_CHANNEL, PostgresQueue, RUNS_CHANNEL};
+pub use postgres::{CANCEL_CHANNEL, EVENTS_CHANNEL, PostgresQueue, RUNS_CHANNEL};
 
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -118,7 +118,9 @@ pub(crate) async fn run(server: &Shared, shared: &Arc<SharedQueue>, lease: Lease
     };
     let rolled_back = run.cancelled_with() == Some(CancelAction::Rollback);
     let stored = json!({"result": result, "run": run.to_json()});
-    match shared.queue.finish_with(&lease, outcome, Some(stored)).await {
+    let finished = shared.queue.finish_with(&lease, outcome, Some(stored)).await;
+    shared.waiters.notify(&lease.run_id);
+    match finished {
         Ok(true) if rolled_back => {
             if let Err(e) = shared.queue.delete(lease.run_id).await {
                 tracing::warn!("run {}: rolled back, but its record stays: {e}", lease.run_id);
@@ -158,7 +160,11 @@ async fn mirror(shared: Arc<SharedQueue>, held: Held) {
         let mut tries = 0;
         loop {
             match shared.queue.append_events(&held.lease, &events).await {
-                Ok(true) => break,
+                Ok(true) => {
+                    // This worker's own followers; the store notifies the other workers'.
+                    shared.waiters.notify(&held.lease.run_id);
+                    break;
+                }
                 Ok(false) => {
                     lost(&shared, &held);
                     return;

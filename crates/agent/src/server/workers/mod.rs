@@ -31,6 +31,7 @@ use uuid::Uuid;
 
 use crate::server::queue::{Lease, RunQueue};
 use crate::server::run_handle::RunHandle;
+use crate::server::run_wake::RunWaiters;
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -45,6 +46,9 @@ pub struct WorkerOptions {
     pub poll: Duration,
     /// How long a draining worker lets its runs finish before handing them back.
     pub drain: Duration,
+    /// How often a stream, `/join` or `/wait` following a run reads the queue again when no
+    /// wake-up came ([`crate::server::run_wake`]).
+    pub follow_poll: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -55,6 +59,7 @@ impl Default for WorkerOptions {
             max_attempts: 3,
             poll: Duration::from_secs(1),
             drain: Duration::from_secs(10),
+            follow_poll: crate::server::run_wake::DEFAULT_POLL,
         }
     }
 }
@@ -85,12 +90,16 @@ pub struct SharedQueue {
     wake: Notify,
     draining: AtomicBool,
     slots: Arc<Semaphore>,
+    /// The tasks of this process following runs, woken by the worker holding a run and by the
+    /// store's notifications.
+    pub(crate) waiters: Arc<RunWaiters>,
 }
 
 impl SharedQueue {
     /// This worker (named `worker`, unique among the workers) on `queue`.
     pub fn new(queue: Arc<dyn RunQueue>, worker: impl Into<String>, options: WorkerOptions) -> Self {
         let slots = Arc::new(Semaphore::new(options.runs.max(1)));
+        let waiters = Arc::new(RunWaiters::new(options.follow_poll));
         Self {
             queue,
             worker: worker.into(),
@@ -99,7 +108,13 @@ impl SharedQueue {
             wake: Notify::new(),
             draining: AtomicBool::new(false),
             slots,
+            waiters,
         }
+    }
+
+    /// The followers of runs in this process, for [`listen`] to wake.
+    pub fn waiters(&self) -> Arc<RunWaiters> {
+        self.waiters.clone()
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Held>> {
@@ -175,10 +190,7 @@ pub(crate) async fn enqueue(
         .await
         .map_err(crate::server::run_ref::queue_error)?;
     shared.wake();
-    Ok(crate::server::run_ref::RunRef::shared(
-        record,
-        shared.queue.clone(),
-    ))
+    Ok(crate::server::run_ref::RunRef::shared(record, shared))
 }
 
 /// The worker loops of one server; [`drain`](Self::drain) them before exiting.
@@ -294,17 +306,30 @@ impl Workers {
     }
 }
 
-/// The PostgreSQL wake-ups: `LISTEN` on the queue's channels, turned into [`Wakeup`]s; the
-/// listener reconnects by itself (notifications sent meanwhile are lost: the poll covers them).
+/// The PostgreSQL wake-ups: `LISTEN` on the queue's channels (one connection), turned into
+/// [`Wakeup`]s, and a run's changes ([`EVENTS_CHANNEL`](crate::server::queue::EVENTS_CHANNEL))
+/// fanned out to `waiters`, the tasks of this process following it; the listener reconnects by
+/// itself (notifications sent meanwhile are lost: the polls cover them).
 #[cfg(feature = "postgres")]
-pub async fn listen(queue: &crate::server::queue::PostgresQueue) -> anyhow::Result<mpsc::Receiver<Wakeup>> {
-    use crate::server::queue::{CANCEL_CHANNEL, RUNS_CHANNEL};
+pub async fn listen(
+    queue: &crate::server::queue::PostgresQueue,
+    waiters: Arc<RunWaiters>,
+) -> anyhow::Result<mpsc::Receiver<Wakeup>> {
+    use crate::server::queue::{CANCEL_CHANNEL, EVENTS_CHANNEL, RUNS_CHANNEL};
     let mut listener = sqlx::postgres::PgListener::connect_with(queue.pool()).await?;
-    listener.listen_all([RUNS_CHANNEL, CANCEL_CHANNEL]).await?;
+    listener
+        .listen_all([RUNS_CHANNEL, CANCEL_CHANNEL, EVENTS_CHANNEL])
+        .await?;
     let (tx, rx) = mpsc::channel(1024);
     tokio::spawn(async move {
         loop {
             let wakeup = match listener.recv().await {
+                Ok(n) if n.channel() == EVENTS_CHANNEL => {
+                    if let Ok(id) = n.payload().parse() {
+                        waiters.notify(&id);
+                    }
+                    continue;
+                }
                 Ok(n) if n.channel() == CANCEL_CHANNEL => match n.payload().parse() {
                     Ok(id) => Wakeup::Cancel(id),
                     Err(_) => continue,
@@ -312,6 +337,8 @@ pub async fn listen(queue: &crate::server::queue::PostgresQueue) -> anyhow::Resu
                 Ok(_) => Wakeup::Runs,
                 Err(e) => {
                     tracing::warn!("listening for run wake-ups: {e}");
+                    // Notifications may have been lost: let every follower read once more.
+                    waiters.notify_all();
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }

@@ -14,6 +14,8 @@ mod crash;
 mod cut_proxy;
 mod differential;
 mod files;
+#[cfg(feature = "postgres")]
+mod follow;
 mod harness;
 mod http;
 mod introspection;
@@ -25,6 +27,8 @@ mod resume;
 mod run_records;
 mod sdk;
 mod skills;
+#[cfg(feature = "postgres")]
+mod sse;
 mod state;
 mod store;
 mod ui;
