@@ -157,14 +157,14 @@ async fn main() {
     let mut unnamed = Vec::new();
     for i in 0..(if smoke() { 2 } else { 10 }) {
         let t = Instant::now();
-        let w = Workdir::materialize(&files, &named_request, &parent, None, None, &[])
+        let w = Workdir::materialize(&files, &named_request, &parent, None, None, None, &[])
             .await
             .unwrap();
         copied.push(t.elapsed());
         assert!(w.host_path(&p("/skills/lib/big/scripts/part49.py")).is_file());
         assert!(!w.host_path(&p("/skills/lib/skill-000")).exists());
         let t = Instant::now();
-        let w = Workdir::materialize(&files, &named_request, &parent, None, Some(&cache), &[])
+        let w = Workdir::materialize(&files, &named_request, &parent, None, Some(&cache), None, &[])
             .await
             .unwrap();
         // The first round fills the cache; the later ones measure a warm cache.
@@ -173,7 +173,7 @@ async fn main() {
         }
         assert_eq!(w.bound().len(), 1);
         let t = Instant::now();
-        let _w = Workdir::materialize(&files, &ExecRequest::new("true"), &parent, None, None, &[])
+        let _w = Workdir::materialize(&files, &ExecRequest::new("true"), &parent, None, None, None, &[])
             .await
             .unwrap();
         unnamed.push(t.elapsed());
