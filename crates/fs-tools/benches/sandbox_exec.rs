@@ -209,7 +209,7 @@ async fn thread_space(bwrap: &BubblewrapSandbox, endpoint: &str, bucket: &str) {
         )
         .unwrap(),
     );
-    let (count, bytes) = if smoke() { (50, 4_096) } else { (2_000, 4_096) };
+    let (count, bytes) = if smoke() { (100, 4_096) } else { (2_000, 4_096) };
     let body = "y".repeat(bytes);
     futures::future::join_all((0..count).map(|i| {
         let (store, body) = (store.clone(), body.clone());

@@ -70,6 +70,8 @@ pub struct ThreadCache {
     root: PathBuf,
     /// Who the base's files must belong to (the commands' user), when not Trellis.
     owner: Option<Owner>,
+    /// Views with fewer read-write files are copied instead.
+    min_files: usize,
 }
 
 /// One key's base, refreshed and locked for one command: dropping it releases the lock.
@@ -96,8 +98,9 @@ impl Base {
 }
 
 impl ThreadCache {
-    /// The caches under `parent` for commands run by `owner` (when not Trellis's own user).
-    pub fn open(parent: &Path, owner: Option<Owner>) -> std::io::Result<Self> {
+    /// The caches under `parent` for commands run by `owner` (when not Trellis's own user), used
+    /// for views of at least `min_files` files.
+    pub fn open(parent: &Path, owner: Option<Owner>, min_files: usize) -> std::io::Result<Self> {
         let uid = rustix::process::getuid().as_raw();
         // One directory per pair of users: a base belongs to the user whose commands mount it.
         let runs_as = owner.map_or(uid, |o| o.uid);
@@ -116,9 +119,18 @@ impl ThreadCache {
             )));
         }
         fs::set_permissions(&root, fs::Permissions::from_mode(mode))?;
-        let me = Self { root, owner };
+        let me = Self {
+            root,
+            owner,
+            min_files,
+        };
         me.evict_idle();
         Ok(me)
+    }
+
+    /// The fewest files a view must have to be served from a base.
+    pub fn min_files(&self) -> usize {
+        self.min_files
     }
 
     /// Where the caches are.

@@ -62,7 +62,9 @@ async fn bubblewrap_over_s3() {
 /// served from a base last refreshed for another case's store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bubblewrap_over_s3_with_a_thread_cache() {
-    let Some(sandbox) = bwrap("bubblewrap conformance over S3 with a thread cache") else {
+    let Some(sandbox) =
+        super::thread_cache::cached_bwrap("bubblewrap conformance over S3 with a thread cache")
+    else {
         return;
     };
     let Some(endpoint) = emulator("TRELLIS_S3_ENDPOINT", "sandbox over S3 (moto), thread cache") else {

@@ -11,7 +11,19 @@ use trellis_backend::sandbox::{ExecFiles, ExecOutput, ExecRequest, SandboxError,
 use trellis_backend::testing::{RecordingBackend, emulator, s3_backend};
 use trellis_backend::{Backend, Sandbox, WriteMode};
 
+use trellis_fs_tools::sandbox::{BubblewrapConfig, BubblewrapSandbox, THREAD_CACHE_MIN_FILES};
+
 use super::{bwrap, p, seed, text};
+
+/// A bubblewrap sandbox that serves every keyed view from the thread's base, however small, or
+/// `None` as [`bwrap`] says.
+pub fn cached_bwrap(test: &str) -> Option<Arc<BubblewrapSandbox>> {
+    static SANDBOX: std::sync::OnceLock<Arc<BubblewrapSandbox>> = std::sync::OnceLock::new();
+    bwrap(test)?;
+    Some(Arc::clone(SANDBOX.get_or_init(|| {
+        Arc::new(BubblewrapSandbox::new(BubblewrapConfig::default().thread_cache_min_files(0)).unwrap())
+    })))
+}
 
 /// A fresh S3 prefix on the emulator, or `None` after saying the test was skipped.
 pub fn s3(test: &str) -> Option<Arc<dyn Backend>> {
@@ -86,7 +98,7 @@ async fn run(s: &dyn Sandbox, files: &ExecFiles, command: &str) -> ExecOutput {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_command_fetches_only_what_changed() {
-    let (Some(sandbox), Some(store)) = (bwrap("thread cache"), s3("thread cache refresh")) else {
+    let (Some(sandbox), Some(store)) = (cached_bwrap("thread cache"), s3("thread cache refresh")) else {
         return;
     };
     seed_many(store.as_ref(), 40).await;
@@ -164,9 +176,11 @@ async fn a_second_command_fetches_only_what_changed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_thread_never_sees_the_cache() {
-    let (Some(sandbox), Some(a), Some(b)) =
-        (bwrap("thread cache"), s3("thread cache a"), s3("thread cache b"))
-    else {
+    let (Some(sandbox), Some(a), Some(b)) = (
+        cached_bwrap("thread cache"),
+        s3("thread cache a"),
+        s3("thread cache b"),
+    ) else {
         return;
     };
     seed(a.as_ref(), &[("/secret.txt", "thread A's\n")]).await;
@@ -205,7 +219,7 @@ async fn another_thread_never_sees_the_cache() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_base_without_a_whole_manifest_is_rebuilt() {
-    let (Some(sandbox), Some(store)) = (bwrap("thread cache"), s3("thread cache torn")) else {
+    let (Some(sandbox), Some(store)) = (cached_bwrap("thread cache"), s3("thread cache torn")) else {
         return;
     };
     seed_many(store.as_ref(), 10).await;
@@ -241,4 +255,30 @@ async fn a_base_without_a_whole_manifest_is_rebuilt() {
     let out = run(sandbox.as_ref(), &files, "cat /src/f0.txt").await;
     assert_eq!(out.output, "file 0\n", "{out:?}");
     assert_eq!(recording.read_count(), 10, "the base is fetched again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_view_is_copied_not_cached() {
+    let (Some(sandbox), Some(store)) = (bwrap("thread cache"), s3("thread cache small")) else {
+        return;
+    };
+    seed_many(store.as_ref(), THREAD_CACHE_MIN_FILES - 1).await;
+    let recording = Arc::new(RecordingBackend::new(store.clone()));
+    let files = ExecFiles::new(recording.clone()).cache_key(unique("small"));
+    for _ in 0..2 {
+        recording.clear();
+        let out = run(sandbox.as_ref(), &files, "cat /src/f0.txt").await;
+        assert_eq!(out.output, "file 0\n");
+        assert_eq!(
+            recording.read_count(),
+            THREAD_CACHE_MIN_FILES - 1,
+            "copied each time"
+        );
+    }
+    assert!(!key_dir(files.cache_key.as_deref().unwrap()).exists());
+    seed(store.as_ref(), &[("/src/one-more.txt", "x")]).await;
+    run(sandbox.as_ref(), &files, "true").await;
+    recording.clear();
+    run(sandbox.as_ref(), &files, "true").await;
+    assert_eq!(recording.read_count(), 0, "at the threshold the base is used");
 }

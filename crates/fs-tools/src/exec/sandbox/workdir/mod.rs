@@ -303,6 +303,9 @@ impl Workdir {
                 .mount_of(&e.path)
                 .is_none_or(|m| m.access == MountAccess::ReadWrite)
         });
+        if cached.len() < thread.min_files() {
+            return Ok(cached.into_iter().chain(rest).collect());
+        }
         let wanted: Vec<Wanted<'_>> = cached
             .iter()
             .map(|entry| Wanted {
