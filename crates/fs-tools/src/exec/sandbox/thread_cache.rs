@@ -183,9 +183,12 @@ impl ThreadCache {
         };
         if !base.is_dir() {
             held.clear();
+            // The commands' user's alone: the key's directory lets others pass through, and a
+            // thread id may be guessed.
             fs::create_dir(&base).map_err(io("creating the base"))?;
             self.hand_over(&base);
         }
+        fs::set_permissions(&base, fs::Permissions::from_mode(PRIVATE_DIR)).map_err(io("setting a mode"))?;
         // From here until the new manifest is in place, a crash leaves no manifest.
         match fs::remove_file(&manifest) {
             Ok(()) => {}

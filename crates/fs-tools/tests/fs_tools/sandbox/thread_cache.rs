@@ -214,7 +214,7 @@ async fn another_thread_never_sees_the_cache() {
         .permissions()
         .mode()
         & 0o777;
-    assert_eq!(base & 0o022, 0, "base mode {base:o}");
+    assert_eq!(base & 0o077, 0, "base mode {base:o}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
