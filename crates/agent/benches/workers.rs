@@ -24,7 +24,8 @@
 //! and written (`tup_returned + tup_fetched`, `tup_inserted + tup_updated + tup_deleted`).
 //!
 //! Under `cargo test --all-targets` (no `--bench`): 24 runs of 3 steps, 12 clients at once.
-//! `TRELLIS_BENCH_WORKERS_RUNS` sets the runs.
+//! `TRELLIS_BENCH_WORKERS_RUNS`, `TRELLIS_BENCH_WORKERS_STEPS` and `TRELLIS_BENCH_WORKERS_CLIENTS`
+//! set the runs, the steps of each and the clients at once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -397,14 +398,16 @@ fn main() {
         );
         return;
     };
-    let runs = std::env::var("TRELLIS_BENCH_WORKERS_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if smoke() { 24 } else { 600 });
+    let setting = |name: &str, smoke_value: usize, bench_value: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if smoke() { smoke_value } else { bench_value })
+    };
     let load = Load {
-        runs,
-        steps: if smoke() { 3 } else { 10 },
-        clients: if smoke() { 12 } else { 64 },
+        runs: setting("TRELLIS_BENCH_WORKERS_RUNS", 24, 600),
+        steps: setting("TRELLIS_BENCH_WORKERS_STEPS", 3, 10),
+        clients: setting("TRELLIS_BENCH_WORKERS_CLIENTS", 12, 64).max(1),
     };
     let rt = bench_util::runtime();
     rt.block_on(async {

@@ -76,6 +76,14 @@ pub struct ServeArgs {
     /// again when no notification came (a notification wakes it at once), in seconds.
     #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
     pub follow_poll_seconds: f64,
+    /// With --database: finished runs kept (with their stream events), the most recently
+    /// finished; older ones are deleted by the workers' reaper, every minute.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub keep_finished_runs: usize,
+    /// With --database: finished runs (with their stream events) are deleted this many hours
+    /// after they finished, however few there are.
+    #[arg(long, default_value_t = 168.0, value_name = "HOURS")]
+    pub finished_run_hours: f64,
 }
 
 /// `NAME=FILE` or `FILE` → (graph id, file).
@@ -297,6 +305,9 @@ async fn shared_queue(
     if !(args.follow_poll_seconds.is_finite() && (0.01..=86400.0).contains(&args.follow_poll_seconds)) {
         bail!("--follow-poll-seconds must be between 0.01 and 86400");
     }
+    if !(args.finished_run_hours.is_finite() && (0.0..=876_000.0).contains(&args.finished_run_hours)) {
+        bail!("--finished-run-hours must be between 0 and 876000");
+    }
     let runs = args.worker_runs.clamp(1, 1024);
     let queue = server::queue::PostgresQueue::connect(url, u32::try_from(runs).unwrap_or(64) + 4)
         .await
@@ -305,6 +316,10 @@ async fn shared_queue(
         lease: std::time::Duration::from_secs_f64(args.lease_seconds),
         runs,
         follow_poll: std::time::Duration::from_secs_f64(args.follow_poll_seconds),
+        retention: server::queue::Retention {
+            keep: args.keep_finished_runs,
+            max_age: std::time::Duration::from_secs_f64(args.finished_run_hours * 3600.0),
+        },
         ..Default::default()
     };
     let worker = format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());

@@ -134,6 +134,9 @@ fn part_of(event: &queue::StoredEvent) -> Part {
 pub(crate) fn queue_error(e: QueueError) -> ApiError {
     match e {
         QueueError::NotFound(id) => ApiError::not_found(format!("run {id}")),
+        QueueError::Full { active, .. } => ApiError::conflict(format!(
+            "the thread has {active} runs waiting: wait for them to finish"
+        )),
         QueueError::Busy { .. } => ApiError::conflict(
             "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.",
         ),

@@ -34,8 +34,8 @@ use uuid::Uuid;
 use serde_json::Value;
 
 use super::{
-    CancelAction, Heartbeat, Lease, Multitask, NewRun, Outcome, QueueError, RunQueue, RunRecord, RunStatus,
-    StoredEvent,
+    CancelAction, Heartbeat, Lease, Multitask, NewRun, Outcome, QueueError, Retention, RunQueue, RunRecord,
+    RunStatus, StoredEvent,
 };
 
 /// The schema, in order; a released migration is never edited, only followed by another.
@@ -195,6 +195,12 @@ impl PostgresQueue {
             return Err(QueueError::Busy {
                 thread_id: run.thread_id,
                 active: *first,
+            });
+        }
+        if active.len() >= run.max_active {
+            return Err(QueueError::Full {
+                thread_id: run.thread_id,
+                active: active.len(),
             });
         }
         if let Some(action) = run.multitask.cancels_with() {
@@ -545,6 +551,43 @@ impl RunQueue for PostgresQueue {
         .await
         .map_err(unavailable)?;
         rows.iter().map(record).collect()
+    }
+
+    async fn active(&self, limit: usize) -> Result<Vec<RunRecord>, QueueError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM trellis_runs WHERE status IN ('pending', 'running') ORDER BY seq LIMIT $1"
+        ))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(record).collect()
+    }
+
+    async fn prune(&self, rule: Retention) -> Result<usize, QueueError> {
+        // Events go with their run (ON DELETE CASCADE). A finished run is never written again,
+        // so its updated_at is when it finished.
+        let pruned: Vec<(Uuid,)> = sqlx::query_as(
+            "WITH finished AS (
+                 SELECT run_id, updated_at,
+                        row_number() OVER (ORDER BY updated_at DESC, seq DESC) AS n
+                 FROM trellis_runs WHERE status IN ('success', 'error', 'interrupted'))
+             DELETE FROM trellis_runs r USING finished f
+             WHERE r.run_id = f.run_id AND r.status IN ('success', 'error', 'interrupted')
+               AND (f.n > $1 OR f.updated_at <= now() - make_interval(secs => $2::float8 / 1000))
+             RETURNING r.run_id",
+        )
+        .bind(i64::try_from(rule.keep).unwrap_or(i64::MAX))
+        // At most a century: an interval PostgreSQL can hold.
+        .bind(millis(
+            rule.max_age.min(Duration::from_secs(100 * 365 * 24 * 3600)),
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(pruned.len())
     }
 
     async fn delete(&self, run_id: Uuid) -> Result<bool, QueueError> {

@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, mpsc};
 use uuid::Uuid;
 
-use crate::server::queue::{Lease, RunQueue};
+use crate::server::queue::{Lease, Retention, RunQueue};
 use crate::server::run_handle::RunHandle;
 use crate::server::run_wake::RunWaiters;
 
@@ -49,7 +49,12 @@ pub struct WorkerOptions {
     /// How often a stream, `/join` or `/wait` following a run reads the queue again when no
     /// wake-up came ([`crate::server::run_wake`]).
     pub follow_poll: Duration,
+    /// Which finished runs the reaper keeps (it prunes the others every [`PRUNE_EVERY`]).
+    pub retention: Retention,
 }
+
+/// How often a worker's reaper prunes finished runs.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 impl Default for WorkerOptions {
     fn default() -> Self {
@@ -60,6 +65,7 @@ impl Default for WorkerOptions {
             poll: Duration::from_secs(1),
             drain: Duration::from_secs(10),
             follow_poll: crate::server::run_wake::DEFAULT_POLL,
+            retention: Retention::default(),
         }
     }
 }
@@ -193,6 +199,41 @@ pub(crate) async fn enqueue(
     Ok(crate::server::run_ref::RunRef::shared(record, shared))
 }
 
+/// The active runs of `user`'s threads in the shared queue whose status is in `wanted` (for
+/// `POST /runs/cancel` by status), at most [`ACTIVE_MAX`] scanned.
+pub(crate) async fn active_of(
+    shared: &SharedQueue,
+    user: &crate::server::User,
+    wanted: &[crate::server::run_handle::Status],
+) -> crate::server::ApiResult<Vec<crate::server::run_ref::RunRef>> {
+    use crate::server::queue::RunStatus;
+    use crate::server::run_handle::Status;
+    let records = shared
+        .queue
+        .active(ACTIVE_MAX)
+        .await
+        .map_err(crate::server::run_ref::queue_error)?;
+    Ok(records
+        .into_iter()
+        .filter(|r| match r.status {
+            RunStatus::Pending => wanted.contains(&Status::Pending),
+            RunStatus::Running => wanted.contains(&Status::Running),
+            _ => false,
+        })
+        .filter(|r| user_owns(user, r))
+        .map(|r| crate::server::run_ref::RunRef::shared(r, shared))
+        .collect())
+}
+
+/// Whether `record` was enqueued by `user` (the owner of its thread: runs are enqueued only on
+/// the caller's own threads).
+fn user_owns(user: &crate::server::User, record: &crate::server::queue::RunRecord) -> bool {
+    record.payload[crate::server::run_ref::payload::USER].as_str() == user.0.as_deref()
+}
+
+/// Active runs scanned by one cancel by status.
+pub const ACTIVE_MAX: usize = 100_000;
+
 /// The worker loops of one server; [`drain`](Self::drain) them before exiting.
 #[derive(Debug)]
 pub struct Workers {
@@ -248,8 +289,17 @@ async fn claim_loop(server: crate::server::Shared, shared: Arc<SharedQueue>) {
 
 async fn reap_loop(shared: Arc<SharedQueue>) {
     let every = (shared.options.lease / 2).max(Duration::from_millis(100));
+    let mut pruned_at = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(every).await;
+        if pruned_at.elapsed() >= PRUNE_EVERY {
+            pruned_at = tokio::time::Instant::now();
+            match shared.queue.prune(shared.options.retention).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("worker {}: deleted {n} finished runs", shared.worker),
+                Err(e) => tracing::warn!("worker {}: cannot prune finished runs: {e}", shared.worker),
+            }
+        }
         match shared.queue.reap(Duration::ZERO).await {
             Ok(0) => {}
             Ok(n) => {

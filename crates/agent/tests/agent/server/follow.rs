@@ -11,27 +11,23 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wiremock::{MockServer, ResponseTemplate};
 
+use super::db_harness::{self, assert_numbered_from, parse_sse};
 use super::harness::{AGENT_FILE, Served, first_then, http};
-use super::sse::{assert_numbered_from, parse_sse};
-use crate::cli::harness::{reply, trellis};
+use crate::cli::harness::reply;
 use crate::cli::streaming::EVENTS as STREAMED;
 use crate::queue::postgres::test_database as database;
 
 /// Well below the fallback poll: a follower still waiting by then was never woken.
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// A `trellis serve --database URL` worker in `dir` whose followers poll once an hour.
+/// A worker whose followers poll once an hour.
 fn worker(dir: &Path, model: &MockServer, url: &str) -> Served {
-    let mut command = trellis();
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--agent"])
-        .arg(dir.join("trellis.toml"))
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .args(["--database", url, "--lease-seconds", "5"])
-        .args(["--follow-poll-seconds", "3600"]);
-    command.env("RUST_LOG", "warn,trellis_agent::server::workers=info");
-    Served::spawn(command, dir, model)
+    db_harness::worker(
+        dir,
+        model,
+        url,
+        &["--lease-seconds", "5", "--follow-poll-seconds", "3600"],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

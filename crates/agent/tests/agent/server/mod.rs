@@ -6,12 +6,16 @@
 //! multitask strategies, `on_disconnect`, stateless runs ([`lifecycle`]) and batches ([`batch`]); thread state, history,
 //! updates and copies ([`state`]); runs from an older checkpoint ([`branching`]); threads on an object store with `--store` ([`store`]); files in state, uploads and downloads ([`files`]); run records
 //! with usage and cost ([`run_records`]); `/openapi.json` and schemathesis against it ([`openapi`]); the `tasks`, `checkpoints`, `debug` and `custom` stream modes ([`introspection`]); the web page in headless Chromium ([`ui`]; its message model under Node, [`ui_model`]; connections dropped by [`cut_proxy`]); and side by side with the reference server, `langgraph dev`
-//! ([`differential`]). [`harness`] starts the server.
+//! ([`differential`]). [`harness`] starts the server. With `--database` (feature `postgres`):
+//! many workers ([`workers`]), followers woken by notifications ([`follow`]), cancel by status and
+//! the thread cap ([`shared_limits`]); [`db_harness`] starts such a worker.
 
 mod batch;
 mod branching;
 mod crash;
 mod cut_proxy;
+#[cfg(feature = "postgres")]
+mod db_harness;
 mod differential;
 mod files;
 #[cfg(feature = "postgres")]
@@ -28,7 +32,7 @@ mod run_records;
 mod sdk;
 mod skills;
 #[cfg(feature = "postgres")]
-mod sse;
+mod shared_limits;
 mod state;
 mod store;
 mod ui;

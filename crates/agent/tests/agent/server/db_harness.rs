@@ -1,5 +1,29 @@
-//! Server-sent events as the tests read them: [`parse_sse`] and [`assert_numbered`].
+//! What the tests of `trellis serve --database` workers share: [`worker`], and server-sent
+//! events as they read them ([`parse_sse`], [`assert_numbered_from`]).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use wiremock::MockServer;
+
+use super::harness::Served;
+use crate::cli::harness::trellis;
+
+/// `trellis serve --database URL` in `dir` (its `trellis.toml` and state dir shared by every
+/// worker of the test) against `model`, with `args` added.
+pub(crate) fn worker(dir: &Path, model: &MockServer, url: &str, args: &[&str]) -> Served {
+    let mut command = trellis();
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--agent"])
+        .arg(dir.join("trellis.toml"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .args(["--database", url])
+        .args(args);
+    // Which worker runs which run: the tests read it from the workers' log.
+    command.env("RUST_LOG", "warn,trellis_agent::server::workers=info");
+    Served::spawn(command, dir, model)
+}
 
 /// One server-sent event: id, event name, data.
 pub(crate) type Sse = (Option<String>, String, String);
