@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
-use trellis_middleware::backend::{Backend, FilesystemBackend};
+use trellis_middleware::backend::{Backend, CompositeBackend, FilesystemBackend, VirtualPath};
+use trellis_middleware::tools::WORKSPACE_DIR;
 use trellis_middleware::{Agent, BackendCheckpointer, RunInput, ThreadId};
 
 use crate::cli::assemble::{self, Built};
@@ -128,6 +129,30 @@ struct FileGraph {
     built: tokio::sync::Mutex<HashMap<Option<String>, Arc<Built>>>,
 }
 
+impl FileGraph {
+    /// The agent of `user`, built on their first run and kept.
+    async fn built(&self, user: Option<&str>) -> Result<Arc<Built>> {
+        let key = user.map(str::to_owned);
+        let mut cache = self.built.lock().await;
+        if let Some(built) = cache.get(&key) {
+            return Ok(built.clone());
+        }
+        let mut config = self.config.clone();
+        config.user = key.clone();
+        let built = Arc::new(
+            assemble::build_on(
+                &config,
+                &self.state_dir,
+                self.servers.clone(),
+                self.checkpointer.clone(),
+            )
+            .await?,
+        );
+        cache.insert(key, built.clone());
+        Ok(built)
+    }
+}
+
 #[async_trait]
 impl Graph for FileGraph {
     async fn prepare(
@@ -136,34 +161,36 @@ impl Graph for FileGraph {
         thread: &ThreadId,
         input: RunInput,
     ) -> Result<(Agent, RunInput)> {
-        let key = user.map(str::to_owned);
-        let built = {
-            let mut cache = self.built.lock().await;
-            match cache.get(&key) {
-                Some(built) => built.clone(),
-                None => {
-                    let mut config = self.config.clone();
-                    config.user = key.clone();
-                    let built = Arc::new(
-                        assemble::build_on(
-                            &config,
-                            &self.state_dir,
-                            self.servers.clone(),
-                            self.checkpointer.clone(),
-                        )
-                        .await?,
-                    );
-                    cache.insert(key, built.clone());
-                    built
-                }
-            }
-        };
+        let built = self.built(user).await?;
         // Saved beside the thread as `trellis run` saves it, so `trellis resume ID` continues a
         // thread whose run stopped for approvals with this user's agent.
         let mut config = self.config.clone();
         config.user = user.map(str::to_owned);
         config.save(&self.state_dir, thread)?;
         Ok((built.agent.clone(), built.prepare(input, thread)))
+    }
+
+    /// The user's agent, saving nothing.
+    async fn agent(&self, user: Option<&str>, _thread: &ThreadId) -> Result<Agent> {
+        Ok(self.built(user).await?.agent.clone())
+    }
+
+    /// The user's `/workspace` (when they have one) and the agent file's skill and memory mounts.
+    async fn shared_view(&self, user: Option<&str>) -> Result<Option<server::view::SharedView>> {
+        let built = self.built(user).await?;
+        let mut backend = CompositeBackend::new(built.ws.backend.clone());
+        let mut mount_points = Vec::new();
+        for (at, _) in &built.ws.mounts {
+            mount_points.push(VirtualPath::parse(at)?);
+        }
+        if let Some(files) = &built.ws.user_files {
+            backend = backend.mount(WORKSPACE_DIR, files.clone())?;
+            mount_points.push(VirtualPath::parse(WORKSPACE_DIR)?);
+        }
+        Ok(Some(server::view::SharedView {
+            backend: Arc::new(backend),
+            mount_points,
+        }))
     }
 
     /// The run settings saved for `trellis resume` go with the thread.
