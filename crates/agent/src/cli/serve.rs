@@ -16,8 +16,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
-use trellis_middleware::backend::{Backend, FilesystemBackend};
+use trellis_middleware::backend::{Backend, CompositeBackend, FilesystemBackend, VirtualPath};
 use trellis_middleware::skills::SkillCatalog;
+use trellis_middleware::tools::WORKSPACE_DIR;
 use trellis_middleware::{Agent, BackendCheckpointer, RunInput, ThreadId};
 
 use crate::cli::assemble::{self, Built};
@@ -142,7 +143,7 @@ struct FileGraph {
 }
 
 impl FileGraph {
-    /// The agent of `user`, built on first use.
+    /// The agent of `user`, built on their first run and kept.
     async fn built(&self, user: Option<&str>) -> Result<Arc<Built>> {
         let key = user.map(str::to_owned);
         let mut cache = self.built.lock().await;
@@ -186,6 +187,29 @@ impl Graph for FileGraph {
     /// personal skills.
     async fn skills(&self, user: Option<&str>) -> Result<SkillCatalog> {
         Ok(crate::cli::pin::catalog(&self.built(user).await?.ws).await)
+    }
+
+    /// The user's agent, saving nothing.
+    async fn agent(&self, user: Option<&str>, _thread: &ThreadId) -> Result<Agent> {
+        Ok(self.built(user).await?.agent.clone())
+    }
+
+    /// The user's `/workspace` (when they have one) and the agent file's skill and memory mounts.
+    async fn shared_view(&self, user: Option<&str>) -> Result<Option<server::view::SharedView>> {
+        let built = self.built(user).await?;
+        let mut backend = CompositeBackend::new(built.ws.backend.clone());
+        let mut mount_points = Vec::new();
+        for (at, _) in &built.ws.mounts {
+            mount_points.push(VirtualPath::parse(at)?);
+        }
+        if let Some(files) = &built.ws.user_files {
+            backend = backend.mount(WORKSPACE_DIR, files.clone())?;
+            mount_points.push(VirtualPath::parse(WORKSPACE_DIR)?);
+        }
+        Ok(Some(server::view::SharedView {
+            backend: Arc::new(backend),
+            mount_points,
+        }))
     }
 
     /// The run settings saved for `trellis resume` go with the thread.

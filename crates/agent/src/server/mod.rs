@@ -71,6 +71,7 @@ pub mod assistants;
 pub mod auth;
 pub mod cancel;
 pub mod checkpoints;
+pub mod command;
 pub mod drive;
 pub mod error;
 pub mod execute;
@@ -97,6 +98,7 @@ pub mod threads;
 pub mod transfer;
 pub mod ui;
 pub mod update;
+pub mod view;
 pub mod workers;
 
 use std::collections::BTreeMap;
@@ -137,6 +139,21 @@ pub trait Graph: Send + Sync + std::fmt::Debug {
     async fn skills(&self, user: Option<&str>) -> anyhow::Result<trellis_middleware::skills::SkillCatalog> {
         let _ = user;
         Ok(Default::default())
+    }
+
+    /// The agent of `user`'s runs, to read `thread` with before a run starts (what it waits
+    /// for): unlike [`Graph::prepare`] it must not record anything for a run. The default calls
+    /// [`Graph::prepare`] with an empty input.
+    async fn agent(&self, user: Option<&str>, thread: &ThreadId) -> anyhow::Result<Agent> {
+        Ok(self.prepare(user, thread, RunInput::new()).await?.0)
+    }
+
+    /// What `user`'s runs see beside each thread's own files — their `/workspace`, the shared
+    /// skill and memory mounts — for downloads over the API (read-only). `None` (the default):
+    /// nothing, only the thread's own files are served.
+    async fn shared_view(&self, user: Option<&str>) -> anyhow::Result<Option<view::SharedView>> {
+        let _ = user;
+        Ok(None)
     }
 
     /// `thread` was deleted (its record, checkpoints and files are gone): forget what the graph

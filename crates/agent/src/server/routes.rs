@@ -168,9 +168,9 @@ pub(crate) fn routes(openapi: MethodRouter<crate::server::Shared>) -> Vec<Route>
             M::GET,
             "/threads/{thread_id}/files",
             get(transfer::download),
-            "Download one of the thread's files",
+            "Download a file of the thread's view: its own files, the owner's /workspace, the skill and memory mounts",
         )
-        .query("path", string, "The file's path in the thread's view")
+        .query("path", string, "The file's absolute path in the thread's view (/report.md, /workspace/…, /skills/…)")
         .file()
         .extension(),
         route(

@@ -56,6 +56,7 @@ pub struct RunCreate {
     #[schemars(with = "Option<shapes::RunInput>")]
     pub(crate) input: Option<Value>,
     #[serde(default)]
+    #[schemars(with = "Option<crate::server::command::CommandShape>")]
     pub(crate) command: Option<Value>,
     #[serde(default)]
     pub(crate) config: Option<Value>,
