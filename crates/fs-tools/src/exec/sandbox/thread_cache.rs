@@ -223,7 +223,11 @@ impl ThreadCache {
                     Ok(read) => read,
                     // Deleted since the listing: not in the view.
                     Err(BackendError::NotFound { .. }) => continue,
-                    Err(e) => return Err(e.into()),
+                    Err(e) => {
+                        // What is held so far is whole: keep it for the next refresh.
+                        let _ = write_manifest(&dir, &held);
+                        return Err(e.into());
+                    }
                 };
                 let host = host_path(&base, w.entry.path.as_str());
                 // Whatever a crash left there is not the file.
