@@ -86,11 +86,6 @@ fn check(server: &Shared, target: &Target, body: &RunCreate) -> ApiResult<Checke
         .ok_or_else(|| ApiError::not_found("graph"))?;
     let command = body.command.as_ref().filter(|c| !c.is_null());
     let input = body.input.as_ref().filter(|i| !i.is_null());
-    if server.shared.is_some() && matches!(target, Target::Stateless { .. }) {
-        return Err(ApiError::unprocessable(
-            "stateless runs (POST /runs…) are not supported with a shared queue (--database) yet: create a thread",
-        ));
-    }
     if command.is_some() && matches!(target, Target::Stateless { .. }) {
         return Err(ApiError::new(
             axum::http::StatusCode::BAD_REQUEST,

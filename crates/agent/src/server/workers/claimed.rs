@@ -262,6 +262,9 @@ pub(crate) async fn prepare_and_run(server: &Shared, run: Arc<RunHandle>, user: 
             Err(e) => return refused(e.detail).await,
         }
     };
+    // A stateless run (`POST /runs…`) deletes its temporary thread when it ends, on whichever
+    // worker ran it, unless it was created with `on_completion: keep`.
+    let delete_after = kwargs["temporary"] == json!(true) && kwargs["on_completion"] != json!("keep");
     server.runs.adopt(run.clone());
     execute(
         server.clone(),
@@ -269,7 +272,7 @@ pub(crate) async fn prepare_and_run(server: &Shared, run: Arc<RunHandle>, user: 
         (graph, user),
         (input, from),
         Vec::new(),
-        false,
+        delete_after,
     )
     .await;
 }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use wiremock::{MockServer, ResponseTemplate};
 
 use super::db_harness::{self, assert_numbered_from, parse_sse};
-use super::harness::{AGENT_FILE, Served, first_then, http};
+use super::harness::{AGENT_FILE, Served, first_then, http, json_of};
 use crate::cli::harness::reply;
 use crate::cli::streaming::EVENTS as STREAMED;
 use crate::queue::postgres::test_database as database;
@@ -52,15 +52,7 @@ async fn followers_on_every_worker_are_woken_without_polling() {
     let a = worker(dir.path(), &model, &url);
     let b = worker(dir.path(), &model, &url);
     let client = http();
-    let thread: Value = client
-        .post(format!("{}/threads", a.url))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let thread: Value = json_of(client.post(format!("{}/threads", a.url)).json(&json!({}))).await;
     let thread = thread["thread_id"].as_str().unwrap().to_owned();
     let run: Value = client
         .post(format!("{}/threads/{thread}/runs", a.url))

@@ -8,7 +8,7 @@
 //! with usage and cost ([`run_records`]); `/openapi.json` and schemathesis against it ([`openapi`]); the `tasks`, `checkpoints`, `debug` and `custom` stream modes ([`introspection`]); the web page in headless Chromium ([`ui`]; its message model under Node, [`ui_model`]; connections dropped by [`cut_proxy`]); and side by side with the reference server, `langgraph dev`
 //! ([`differential`]). [`harness`] starts the server. With `--database` (feature `postgres`):
 //! many workers ([`workers`]), followers woken by notifications ([`follow`]), cancel by status and
-//! the thread cap ([`shared_limits`]); [`db_harness`] starts such a worker.
+//! the thread cap ([`shared_limits`]), stateless runs ([`shared_stateless`]); [`db_harness`] starts such a worker.
 
 mod batch;
 mod branching;
@@ -33,6 +33,8 @@ mod run_records;
 mod sdk;
 #[cfg(feature = "postgres")]
 mod shared_limits;
+#[cfg(feature = "postgres")]
+mod shared_stateless;
 mod skills;
 mod state;
 mod store;
