@@ -104,6 +104,26 @@ fn start_worker(dir: &Path, database: &str) -> Worker {
     Worker { child, url }
 }
 
+/// Drops its database when dropped (a failed check included), from a thread of its own.
+struct Database {
+    admin: String,
+    name: String,
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(drop_database(&admin, &name));
+        })
+        .join();
+    }
+}
+
 /// A fresh database on the cluster `admin` names; its name and URL.
 async fn fresh_database(admin: &str) -> (String, String) {
     let name = format!("trellis_bench_{}", uuid::Uuid::new_v4().simple());
@@ -269,6 +289,10 @@ async fn configuration(
     )
     .unwrap();
     let (name, url) = fresh_database(admin).await;
+    let _database = Database {
+        admin: admin.to_owned(),
+        name: name.clone(),
+    };
     let procs: Vec<Worker> = (0..workers).map(|_| start_worker(dir.path(), &url)).collect();
     let urls: Arc<Vec<String>> = Arc::new(procs.iter().map(|w| w.url.clone()).collect());
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -318,7 +342,6 @@ async fn configuration(
     .await
     .unwrap();
     drop(conn);
-    drop_database(admin, &name).await;
     let stored: HashMap<String, (String, i32, i64)> = rows
         .into_iter()
         .map(|(id, status, attempt, last)| (id, (status, attempt, last)))
