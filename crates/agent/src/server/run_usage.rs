@@ -17,6 +17,21 @@ use crate::usage::{PRICES_AS_OF, Prices, Summary};
 /// Subagent runs kept per run; more are counted in the run's totals but not listed.
 pub const MAX_SUBAGENT_RUNS: usize = 256;
 
+/// Tool calls whose timing a run keeps (its own and its subagents'); more are counted in the
+/// run's totals but not listed.
+pub const MAX_TOOL_RUNS: usize = 1024;
+
+/// One finished tool call: its id, the `task` call it ran under (a subagent's call), its tool,
+/// whether it failed and how long it took (`wrap_tool_call` chain included).
+#[derive(Debug, Clone)]
+struct ToolRun {
+    call_id: String,
+    parent_call_id: Option<String>,
+    name: String,
+    is_error: bool,
+    elapsed: std::time::Duration,
+}
+
 /// One subagent run (a `task` call of the run's own agent).
 #[derive(Debug, Clone)]
 struct SubagentRun {
@@ -37,6 +52,7 @@ pub struct RunUsage {
     ended_at: Option<DateTime<Utc>>,
     total: Summary,
     subagents: Vec<SubagentRun>,
+    tools: Vec<ToolRun>,
 }
 
 fn time(t: &DateTime<Utc>) -> String {
@@ -89,8 +105,13 @@ impl RunUsage {
                 });
             }
             RunEvent::ToolFinished {
-                call_id, is_error, ..
+                call_id,
+                is_error,
+                name,
+                elapsed,
+                ..
             } => {
+                self.tool_ran(call_id, None, name, *is_error, *elapsed);
                 if let Some(sub) = self.subagent(call_id) {
                     sub.ended_at = Some(Utc::now());
                     sub.status = if *is_error { "error" } else { "success" };
@@ -102,6 +123,16 @@ impl RunUsage {
                 subagent_type,
                 inner,
             } => {
+                if let RunEvent::ToolFinished {
+                    call_id: inner_call,
+                    name,
+                    is_error,
+                    elapsed,
+                    ..
+                } = &**inner
+                {
+                    self.tool_ran(inner_call, Some(call_id), name, *is_error, *elapsed);
+                }
                 if let Some(sub) = self.subagent(call_id) {
                     sub.task_id.get_or_insert_with(|| task_id.clone());
                     sub.subagent_type.get_or_insert_with(|| subagent_type.clone());
@@ -112,13 +143,34 @@ impl RunUsage {
         }
     }
 
+    fn tool_ran(
+        &mut self,
+        call_id: &str,
+        parent: Option<&str>,
+        name: &str,
+        is_error: bool,
+        elapsed: std::time::Duration,
+    ) {
+        if self.tools.len() < MAX_TOOL_RUNS {
+            self.tools.push(ToolRun {
+                call_id: call_id.to_owned(),
+                parent_call_id: parent.map(str::to_owned),
+                name: name.to_owned(),
+                is_error,
+                elapsed,
+            });
+        }
+    }
+
     fn subagent(&mut self, call_id: &str) -> Option<&mut SubagentRun> {
         self.subagents.iter_mut().rev().find(|s| s.call_id == call_id)
     }
 
-    /// The fields this adds to the `Run` JSON: `started_at`, `ended_at`, `usage` and
-    /// `subagent_runs`.
-    pub fn fields(&self) -> [(&'static str, Value); 4] {
+    /// The fields this adds to the `Run` JSON: `started_at`, `ended_at`, `usage`,
+    /// `subagent_runs` and `tool_runs` (each finished tool call's `call_id`, `parent_call_id`
+    /// (the `task` call of the subagent that made it, else null), `name`, `status` (`success` or
+    /// `error`) and `duration_ms`).
+    pub fn fields(&self) -> [(&'static str, Value); 5] {
         let mut usage = numbers(&self.total);
         usage["prices_as_of"] = json!(PRICES_AS_OF);
         let subagents: Vec<Value> = self
@@ -136,11 +188,25 @@ impl RunUsage {
                 })
             })
             .collect();
+        let tools: Vec<Value> = self
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "call_id": t.call_id,
+                    "parent_call_id": t.parent_call_id,
+                    "name": t.name,
+                    "status": if t.is_error { "error" } else { "success" },
+                    "duration_ms": u64::try_from(t.elapsed.as_millis()).unwrap_or(u64::MAX),
+                })
+            })
+            .collect();
         [
             ("started_at", json!(self.started_at.as_ref().map(time))),
             ("ended_at", json!(self.ended_at.as_ref().map(time))),
             ("usage", usage),
             ("subagent_runs", json!(subagents)),
+            ("tool_runs", json!(tools)),
         ]
     }
 }
@@ -196,13 +262,21 @@ mod tests {
             &in_subagent("c1", model_call("claude-sonnet-4-5", 0, 1_000_000)),
             &prices,
         );
+        let sub_call = RunEvent::ToolFinished {
+            step: 0,
+            call_id: "s1".into(),
+            name: "ls".into(),
+            is_error: true,
+            elapsed: Duration::from_millis(7),
+        };
+        usage.add(&in_subagent("c1", sub_call), &prices);
         usage.add(
             &RunEvent::ToolFinished {
                 step: 0,
                 call_id: "c1".into(),
                 name: "task".into(),
                 is_error: false,
-                elapsed: Duration::ZERO,
+                elapsed: Duration::from_millis(1250),
             },
             &prices,
         );
@@ -214,7 +288,7 @@ mod tests {
             .collect();
         let total = &fields["usage"];
         assert_eq!(total["model_calls"], 2);
-        assert_eq!(total["tool_calls"], 1);
+        assert_eq!(total["tool_calls"], 2, "the task call and the subagent's ls");
         assert_eq!(
             (total["input_tokens"].as_u64(), total["output_tokens"].as_u64()),
             (Some(1_000_000), Some(1_000_000))
@@ -233,6 +307,14 @@ mod tests {
         assert_eq!(sub["usage"]["model_calls"], 1);
         assert!((sub["usage"]["cost_usd"].as_f64().unwrap() - 15.0).abs() < 1e-9);
         assert!(fields["started_at"].is_string() && fields["ended_at"].is_string());
+        // Each finished call's timing, the subagent's own call under its task call.
+        assert_eq!(
+            fields["tool_runs"],
+            serde_json::json!([
+                {"call_id": "s1", "parent_call_id": "c1", "name": "ls", "status": "error", "duration_ms": 7},
+                {"call_id": "c1", "parent_call_id": null, "name": "task", "status": "success", "duration_ms": 1250},
+            ])
+        );
     }
 
     #[test]
@@ -240,7 +322,7 @@ mod tests {
         let prices = Prices::default();
         let mut usage = RunUsage::default();
         usage.add(&model_call("scripted", 10, 5), &prices);
-        let [_, _, (_, total), _] = usage.fields();
+        let [_, _, (_, total), _, _] = usage.fields();
         assert_eq!(total["cost_usd"], Value::Null);
         assert_eq!(total["unpriced_model"], "scripted");
         assert_eq!(total["input_tokens"], 10);
@@ -260,7 +342,7 @@ mod tests {
                 &prices,
             );
         }
-        let [.., (_, subagents)] = usage.fields();
+        let [.., (_, subagents), _] = usage.fields();
         assert_eq!(subagents.as_array().unwrap().len(), MAX_SUBAGENT_RUNS);
     }
 }

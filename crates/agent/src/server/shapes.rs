@@ -139,6 +139,8 @@ pub struct Run {
     pub usage: Option<Map<String, Value>>,
     /// Trellis: one entry per `task` call.
     pub subagent_runs: Option<Vec<Map<String, Value>>>,
+    /// Trellis: each finished tool call's timing (subagents' calls included).
+    pub tool_runs: Option<Vec<Map<String, Value>>>,
 }
 
 /// A run's result (`wait`, `join`): the thread's values, or `{"__error__": …}`.

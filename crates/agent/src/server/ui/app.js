@@ -1,6 +1,6 @@
 // The page's entry: asks for the API key when the server wants one, then wires the thread list,
-// the conversation (streamed runs, approvals) and the side panels (todos, files, runs) to the open
-// thread. The open thread is in the URL's hash (#thread=ID), so a reload reopens it and rejoins
+// the conversation (streamed runs, approvals, `/NAME` skill pins) and the side panels (todos,
+// files, skills, runs) to the open thread. The open thread is in the URL's hash (#thread=ID), so a reload reopens it and rejoins
 // its running run.
 import { $, say } from "./dom.js";
 import { call, ApiError } from "./api.js";
@@ -11,7 +11,8 @@ import { Runner } from "./runner.js";
 import { renderApprovals } from "./approvals.js";
 import { renderTodos } from "./todos.js";
 import { renderFiles, wireFiles } from "./files.js";
-import { loadRuns, subagentsOf } from "./runs.js";
+import { loadRuns, subagentsOf, timingsOf } from "./runs.js";
+import { loadSkills, wireSkills, readMessage, clearPins } from "./skills.js";
 import { loadThreads, newThread } from "./threads.js";
 
 const conversation = new Conversation();
@@ -26,6 +27,7 @@ function draw() {
     frame = 0;
     const interrupt = runner.busy() ? null : conversation.interrupt();
     view.waiting = new Set((interrupt?.value?.action_requests ?? []).map((_, i) => waitingCall(i)).filter(Boolean));
+    view.subs = conversation.subs;
     view.render(conversation.messages());
     renderApprovals($("approvals"), interrupt, resume);
     renderTodos(conversation.values.todos);
@@ -41,9 +43,15 @@ function waitingCall(i) {
   return open[i]?.id;
 }
 
+/** Hand the run records' subagents and tool timings to the cards. */
+function showRuns(runs) {
+  view.subagents = subagentsOf(runs);
+  view.timings = timingsOf(runs);
+}
+
 /** The open thread's runs and the thread list, again (a run started: both show it running). */
 async function reloadRuns() {
-  if (thread) view.subagents = subagentsOf(await loadRuns(thread));
+  if (thread) showRuns(await loadRuns(thread));
   await listThreads();
 }
 
@@ -70,7 +78,7 @@ async function refresh() {
     }
   }
   const runs = thread ? await loadRuns(thread) : [];
-  view.subagents = subagentsOf(runs);
+  showRuns(runs);
   draw();
   await listThreads();
   return runs;
@@ -87,6 +95,8 @@ async function openThread(id) {
   conversation.reset();
   $("run-error").textContent = "";
   $("thread-title").textContent = id ? `Thread ${id}` : "No thread selected.";
+  clearPins();
+  loadSkills(id, $("graph").value).catch((e) => say(`Skills failed: ${e.message}`));
   const runs = await refresh();
   const going = runs.find((r) => r.status === "running") ?? runs.find((r) => r.status === "pending");
   if (id && going) {
@@ -102,15 +112,20 @@ function removed(id) {
 
 /** Send the message box's text as a new run (on a new thread when none is open). */
 async function send() {
-  const text = $("composer-text").value.trim();
-  if (!text || runner.busy()) return;
-  if (!thread) await openThread(await newThread(text.slice(0, 60), $("graph").value));
-  const message = { type: "human", content: text, id: crypto.randomUUID() };
+  const typed = $("composer-text").value.trim();
+  if (!typed || runner.busy()) return;
+  if (!thread) await openThread(await newThread(typed.slice(0, 60), $("graph").value));
+  const read = await readMessage(thread, $("graph").value, typed);
+  $("run-error").textContent = read.error ?? "";
+  if (read.error) return;
   $("composer-text").value = "";
+  if (!read.text) return; // only pinned a skill, for the next message
+  const message = { type: "human", content: read.text, id: crypto.randomUUID() };
   conversation.addLocal(message);
   draw();
   busy(true);
-  await runner.start(thread, { assistant_id: $("graph").value, input: { messages: [message] } });
+  const input = { messages: [message], ...(read.pins.length ? { pin_skills: read.pins } : {}) };
+  await runner.start(thread, { assistant_id: $("graph").value, input });
 }
 
 /** Send the approvals' decisions as `command.resume`. */
@@ -185,5 +200,6 @@ $("thread-search").addEventListener("submit", (event) => {
   listThreads().catch((e) => say(`Search failed: ${e.message}`));
 });
 wireFiles(() => thread, refresh);
+wireSkills(() => thread, () => $("graph").value);
 
 boot().catch((e) => say(`Cannot reach the server: ${e.message}`));

@@ -3,6 +3,9 @@
 // results of the `messages-tuple` mode, and the message the user just sent), kept by message id.
 // A streamed message whose id is in the values is dropped, so a message never shows twice, and a
 // stream replayed from its start after a reload rebuilds what the page had missed exactly once.
+// A subagent's events (`stream_subgraphs`: `values|tools:<task id>`, `messages|tools:<task id>`)
+// go to a Conversation of its own, kept under the `task` call that started it (the `tasks` mode
+// names the call of each task id).
 
 export class Conversation {
   constructor() {
@@ -13,6 +16,25 @@ export class Conversation {
   reset() {
     this.values = { messages: [] };
     this.streaming = new Map();
+    this.tasks = new Map(); // task id → tool call id
+    this.subs = new Map(); // task call id → Conversation
+  }
+
+  /** A `tasks` event: a tool task names the call it runs. */
+  task(data) {
+    const call = data?.input;
+    if (data?.id && call?.id && call.name === "task") this.tasks.set(data.id, call.id);
+  }
+
+  /**
+   * The Conversation of the subagent of namespace `ns` (`tools:<task id>`, or a nested
+   * `tools:<id>|tools:<id>`: kept under the outermost call), or null when its call is not known.
+   */
+  sub(ns) {
+    const call = this.tasks.get(ns.split("|")[0].replace(/^tools:/, ""));
+    if (!call) return null;
+    if (!this.subs.has(call)) this.subs.set(call, new Conversation());
+    return this.subs.get(call);
   }
 
   /** The ids in the values. */

@@ -2,7 +2,9 @@
 //! CSS and JavaScript modules of our own, embedded in the binary, no build step and no third-party
 //! code. The page is a client of the public API and nothing else: it sends the same key as any
 //! other client (`x-api-key`), so it sees exactly what its user may see, and it costs a run
-//! nothing unless it is open (it only reads the run's stream and records like any client).
+//! nothing unless it is open: it reads runs and records like any client, and the extra stream
+//! parts it asks for (`tasks`, `stream_subgraphs`) are made only for the runs it starts (see
+//! docs/server.md, "What the page costs a run").
 //!
 //! | route | what |
 //! |---|---|
@@ -42,6 +44,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("todos.js", JS, include_str!("todos.js")),
     ("files.js", JS, include_str!("files.js")),
     ("runs.js", JS, include_str!("runs.js")),
+    ("skills.js", JS, include_str!("skills.js")),
     ("icon.svg", "image/svg+xml", include_str!("icon.svg")),
 ];
 

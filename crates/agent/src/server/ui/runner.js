@@ -1,12 +1,12 @@
 // Runs of the open thread, streamed: a new run (POST /threads/{id}/runs/stream, resumable, modes
-// values + messages-tuple), or joining one already going (GET …/runs/{run}/stream). Joining after
+// values + messages-tuple + tasks, with stream_subgraphs for the subagents' own steps), or joining one already going (GET …/runs/{run}/stream). Joining after
 // a reload asks for the whole stream (Last-Event-ID: -1): the Conversation drops what it already
 // has by message id, so nothing is missed or shown twice. A connection lost mid-run is rejoined
 // from the last event id seen.
 import { raw, call, ApiError } from "./api.js";
 import { events } from "./sse.js";
 
-const MODES = ["values", "messages-tuple"];
+const MODES = ["values", "messages-tuple", "tasks"];
 const REJOINS = 3;
 
 export class Runner {
@@ -33,7 +33,7 @@ export class Runner {
     const abort = new AbortController();
     const active = { thread, run: null, last: null, abort };
     this.active = active;
-    const request = { ...body, stream_mode: MODES, stream_resumable: true };
+    const request = { ...body, stream_mode: MODES, stream_resumable: true, stream_subgraphs: true };
     try {
       const response = await raw(`/threads/${thread}/runs/stream`, {
         method: "POST",
@@ -82,7 +82,15 @@ export class Runner {
 
   /** One event; returns an error when the run reports one. */
   handle(active, { event, data }) {
-    if (event === "metadata") {
+    const bar = event.indexOf("|");
+    if (bar > 0) {
+      // A subagent's part: `values|tools:<task id>` or `messages|tools:<task id>`.
+      const sub = this.conversation.sub(event.slice(bar + 1));
+      const mode = event.slice(0, bar);
+      if (sub && mode === "values") sub.setValues(data);
+      else if (sub && mode === "messages" && Array.isArray(data)) sub.chunk(data[0]);
+    } else if (event === "tasks") this.conversation.task(data);
+    else if (event === "metadata") {
       active.run = data.run_id;
       this.started();
     } else if (event === "values") this.conversation.setValues(data);

@@ -1,6 +1,6 @@
 // The runs panel: the thread's run records (GET /threads/{id}/runs) with status, timings and
 // usage (tokens, cache hit ratio, cost), and the thread's totals. Also hands each run's subagent
-// records to the message view, for the `task` cards.
+// records and tool timings to the message view, for the cards.
 import { $, h, fill, short, clock } from "./dom.js";
 import { call } from "./api.js";
 
@@ -42,5 +42,12 @@ function renderRuns(runs) {
 export function subagentsOf(runs) {
   const map = new Map();
   for (const run of runs) for (const sub of run.subagent_runs ?? []) map.set(sub.call_id, sub);
+  return map;
+}
+
+/** The timings of `runs`' finished tool calls (`tool_runs`), by call id. */
+export function timingsOf(runs) {
+  const map = new Map();
+  for (const run of runs) for (const t of run.tool_runs ?? []) map.set(t.call_id, t);
   return map;
 }

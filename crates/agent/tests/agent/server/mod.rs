@@ -39,7 +39,9 @@ mod skills;
 mod state;
 mod store;
 mod ui;
+mod ui_cost;
 mod ui_model;
+mod ui_skills;
 mod view_files;
 #[cfg(feature = "postgres")]
 mod workers;

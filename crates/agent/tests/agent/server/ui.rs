@@ -69,8 +69,32 @@ impl wiremock::Respond for Script {
                 _ => text("The subagent answered."),
             };
         }
+        // The subagent lists the files first (its own call, nested under the task card).
         if body.contains("S-SUB") {
-            return text("There are 3 rows.");
+            return match step {
+                0 => calls(vec![tool_use("toolu_sub_ls", "ls", json!({"path": "/"}))]),
+                _ => text("There are 3 rows."),
+            };
+        }
+        // The skill's script summarizes the upload under `execute` (a real sandbox).
+        if body.contains("S-CSV") {
+            let command = "python3 /skills/team/csv-summary/scripts/summarize.py /uploads/data.csv";
+            return match step {
+                0 => calls(vec![tool_use(
+                    "toolu_csv",
+                    "execute",
+                    json!({"command": command}),
+                )]),
+                _ => text("Summary in /outputs/summary.txt."),
+            };
+        }
+        if body.contains("S-PIN") {
+            let pinned = body.contains(r#"<pinned_skill name=\"csv-summary\""#);
+            return text(if pinned {
+                "Pinned skill seen."
+            } else {
+                "No pinned skill."
+            });
         }
         if body.contains("S-TODOS") {
             return match step {
@@ -111,14 +135,14 @@ impl wiremock::Respond for Script {
     }
 }
 
-async fn scripted_model() -> MockServer {
+pub(super) async fn scripted_model() -> MockServer {
     let server = MockServer::start().await;
     messages().respond_with(Script).mount(&server).await;
     server
 }
 
 /// Where the screenshots go: `TRELLIS_UI_SCREENSHOTS`, else a folder of `dir`.
-fn shots(dir: &Path) -> PathBuf {
+pub(super) fn shots(dir: &Path) -> PathBuf {
     let shots = std::env::var_os("TRELLIS_UI_SCREENSHOTS")
         .map(PathBuf::from)
         .unwrap_or_else(|| dir.join("shots"));
@@ -129,7 +153,7 @@ fn shots(dir: &Path) -> PathBuf {
 /// Run scenario `name` of `ui_driver.mjs` against `served`; its report. `keys` goes to the
 /// driver as `KEYS`. `None` when the browser or playwright-core is not set up (the test then
 /// skips, or fails under `cargo xtask test`: see [`env_or_skip`]).
-async fn drive(name: &str, served: &Served, shots: &Path, keys: Option<&str>) -> Option<Value> {
+pub(super) async fn drive(name: &str, served: &Served, shots: &Path, keys: Option<&str>) -> Option<Value> {
     let [modules, chromium] = env_or_skip(
         &format!("ui::{name}"),
         ["TRELLIS_UI_NODE_MODULES", "TRELLIS_CHROMIUM"],
@@ -149,7 +173,7 @@ async fn drive(name: &str, served: &Served, shots: &Path, keys: Option<&str>) ->
 }
 
 /// Whether `file` is a PNG image.
-fn is_png(file: &Path) -> bool {
+pub(super) fn is_png(file: &Path) -> bool {
     std::fs::read(file).is_ok_and(|bytes| bytes.starts_with(b"\x89PNG\r\n\x1a\n"))
 }
 
@@ -247,13 +271,28 @@ async fn a_task_card_shows_its_subagents_run() {
     let subagent = report["subagent"].as_str().unwrap();
     assert!(subagent.contains("general-purpose"), "{report:#}");
     assert!(subagent.contains("success, "), "{report:#}");
-    assert!(subagent.contains("1 model calls"), "{report:#}");
+    assert!(subagent.contains("2 model calls, 1 tool calls"), "{report:#}");
     let card = &report["messages"][1]["cards"][0];
     assert_eq!(card["tool"], "task", "{report:#}");
     assert!(
         card["result"].as_str().unwrap().contains("There are 3 rows."),
         "{report:#}"
     );
+    // Its duration, and the subagent's own ls call nested in it, streamed, with its result.
+    assert!(card["took"].as_str().unwrap().starts_with(" took "), "{report:#}");
+    let nested = card["nested"].as_array().unwrap();
+    assert_eq!(nested.len(), 1, "{report:#}");
+    assert_eq!(nested[0]["tool"], "ls", "{report:#}");
+    assert!(nested[0]["took"].as_str().unwrap().contains("ms"), "{report:#}");
+    assert!(nested[0]["result"].is_string(), "{report:#}");
+    // After a reload, from the run records: the call, its status and its time.
+    let again = &report["reloaded"][1]["cards"][0]["nested"];
+    assert_eq!(again[0]["tool"], "ls", "{report:#}");
+    assert!(
+        again[0]["took"].as_str().unwrap().contains("success, took "),
+        "{report:#}"
+    );
+    assert_eq!(report["audit"], json!([]), "{report:#}");
     assert!(is_png(&shots.join("subagent.png")));
 }
 

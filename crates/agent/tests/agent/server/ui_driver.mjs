@@ -71,12 +71,19 @@ async function transcript(page) {
     [...list.children].map((li) => ({
       id: li.dataset.id,
       role: li.className,
-      text: li.querySelector(".text")?.textContent ?? "",
-      cards: [...li.querySelectorAll(".card")].map((c) => ({
+      text: li.querySelector(":scope > .text")?.textContent ?? "",
+      cards: [...li.querySelectorAll(":scope > .card")].map((c) => ({
         tool: c.dataset.tool,
-        status: c.querySelector(".badge")?.textContent,
-        args: c.querySelector(".args")?.textContent,
-        result: c.querySelector(".result")?.textContent ?? null,
+        status: c.querySelector(":scope > summary .badge")?.textContent,
+        took: c.querySelector(":scope > summary .took")?.textContent ?? null,
+        args: c.querySelector(":scope > .args")?.textContent,
+        result: c.querySelector(":scope > .result")?.textContent ?? null,
+        // A subagent's own tool calls under a task card: streamed cards, or the records' list.
+        nested: [...c.querySelectorAll(".activity .card, .activity .nested-tools li")].map((n) => ({
+          tool: n.dataset.tool,
+          took: n.querySelector(".took")?.textContent ?? n.textContent,
+          result: n.querySelector(".result")?.textContent ?? null,
+        })),
       })),
     })),
   );
@@ -122,6 +129,20 @@ async function audit(page) {
     }
     return problems;
   });
+}
+
+/** A new thread, with data.csv (3 rows) uploaded into /uploads through the files panel. */
+async function newThreadWithCsv(page) {
+    await page.goto(URL);
+    await page.getByRole("button", { name: "New thread" }).click();
+    await page.locator("#thread-title", { hasText: "Thread " }).waitFor();
+    await page.locator("#upload-input").setInputFiles({
+      name: "data.csv",
+      mimeType: "text/csv",
+      buffer: Buffer.from("region,sales\nnorth,10\nsouth,20\neast,30\n"),
+    });
+    await page.getByRole("button", { name: "Upload", exact: true }).click();
+    await page.locator('#files li[data-path="/uploads/data.csv"]').waitFor();
 }
 
 /** Wait until the run is over (the Send button is enabled again). */
@@ -178,8 +199,62 @@ const scenarios = {
     await page.locator(".msg-ai .text", { hasText: "The subagent answered." }).waitFor();
     await idle(page);
     await page.locator('.card[data-tool="task"] .subagent').waitFor();
+    // The subagent's own ls call, streamed (stream_subgraphs) under the task card, with its time.
+    await page.locator('.card[data-tool="task"] .activity .card[data-tool="ls"] .took').waitFor();
     await shot(page, '.card[data-tool="task"]', "subagent");
-    return { messages: await transcript(page), subagent: await page.locator(".subagent").textContent() };
+    const messages = await transcript(page);
+    const subagent = await page.locator(".subagent").textContent();
+    // After a reload the stream is not replayed: the records list the subagent's calls.
+    await page.reload();
+    await page.locator('.card[data-tool="task"] .nested-tools li[data-tool="ls"]').waitFor();
+    return { messages, subagent, reloaded: await transcript(page), audit: await audit(page) };
+  },
+
+  /** The skills panel: listed, searched; a mistyped /NAME is refused; /NAME text pins it. */
+  async skills(page) {
+    await page.goto(URL);
+    await page.getByRole("button", { name: "New thread" }).click();
+    await page.locator('#skills li[data-name="csv-summary"]').waitFor();
+    const listed = await page.locator("#skills li.skill").evaluateAll((l) => l.map((li) => li.dataset.name));
+    await page.getByLabel("Search skills by words").fill("transcript");
+    await page.getByLabel("Search skills by words").press("Enter");
+    await page.locator("#skills li.skill").nth(1).waitFor({ state: "detached" });
+    const found = await page.locator("#skills li.skill").evaluateAll((l) => l.map((li) => li.dataset.name));
+    await send(page, "/csv-sumary S-PIN go");
+    await page.locator("#run-error", { hasText: "no skill named" }).waitFor();
+    const refused = await page.locator("#run-error").textContent();
+    await page.locator("#composer-text").fill("");
+    // Pinned from the panel with the keyboard, then sent with the next message.
+    await page.getByLabel("Search skills by words").fill("");
+    await page.getByLabel("Search skills by words").press("Enter");
+    await page.getByRole("button", { name: "Pin csv-summary for the next message" }).focus();
+    await page.keyboard.press("Enter");
+    await page.locator('#pin-list li[data-name="csv-summary"]').waitFor();
+    check(await page.evaluate(() => document.activeElement?.id) === "composer-text", "pinning leads to the message box");
+    await shot(page, ".layout", "skills");
+    await page.keyboard.type("S-PIN summarize it");
+    await page.keyboard.press("Control+Enter");
+    await page.locator(".msg-ai .text", { hasText: "Pinned skill seen." }).waitFor();
+    await idle(page);
+    const pinsLeft = await page.locator("#pin-list li").count();
+    const pinsShown = await page.locator("#pins").isVisible();
+    return { listed, found, refused, pinsLeft, pinsShown, messages: await transcript(page), audit: await audit(page) };
+  },
+
+  /** Upload a CSV; the skill's script summarizes it under execute; the output is downloaded. */
+  async csv(page) {
+    await newThreadWithCsv(page);
+    await send(page, "/csv-summary S-CSV summarize /uploads/data.csv");
+    await page.locator('#files li[data-path="/outputs/summary.txt"]').waitFor();
+    await idle(page);
+    await page.locator('.card[data-tool="execute"] .took').waitFor();
+    await shot(page, ".conversation", "execute");
+    const [download] = await Promise.all([
+      page.waitForEvent("download"),
+      page.getByRole("button", { name: "Download /outputs/summary.txt" }).click(),
+    ]);
+    const saved = fs.readFileSync(await download.path(), "utf8");
+    return { downloaded: saved, name: download.suggestedFilename(), messages: await transcript(page) };
   },
 
   /** The other two decisions: edit one call's arguments, respond to the other with an answer. */
@@ -254,16 +329,7 @@ const scenarios = {
 
   /** Upload a CSV, the agent reads it and writes a summary, which is downloaded. */
   async files(page) {
-    await page.goto(URL);
-    await page.getByRole("button", { name: "New thread" }).click();
-    await page.locator("#thread-title", { hasText: "Thread " }).waitFor();
-    await page.locator("#upload-input").setInputFiles({
-      name: "data.csv",
-      mimeType: "text/csv",
-      buffer: Buffer.from("region,sales\nnorth,10\nsouth,20\neast,30\n"),
-    });
-    await page.getByRole("button", { name: "Upload", exact: true }).click();
-    await page.locator('#files li[data-path="/uploads/data.csv"]').waitFor();
+    await newThreadWithCsv(page);
     await send(page, "S-FILES summarize the upload");
     await page.locator('#files li[data-path="/summary.txt"]').waitFor();
     await idle(page);
