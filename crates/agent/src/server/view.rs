@@ -6,7 +6,7 @@
 //! server serves, else the server's first graph), as that graph gives them for the thread's owner
 //! ([`Graph::shared_view`]). A path under one of the mount points is read there; any other path is
 //! one of the thread's own files ([`crate::server::files`]). Paths are the view's: absolute, no `..`
-//! ([`crate::server::files::view_path`]); each mount's storage keeps a path inside it (a local
+//! (as the thread's own files); each mount's storage keeps a path inside it (a local
 //! directory refuses a symlink that leaves it), so no path reaches another user's workspace.
 
 use std::sync::Arc;
