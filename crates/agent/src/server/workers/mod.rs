@@ -20,6 +20,7 @@
 //!   spent) and stopped, writing nothing more.
 
 pub(crate) mod claimed;
+pub(crate) mod fault;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
