@@ -1,14 +1,15 @@
 //! Test-only fault points: with the `fault-points` feature (on in this crate's test builds only,
 //! through its dev-dependency on itself), a worker started with `TRELLIS_FAULT_PAUSE=POINT` parks
-//! the first attempt of every run it claims at `POINT`, logging `fault point POINT: run ID parked`,
-//! and keeps its lease renewed meanwhile; the fault tests then kill or freeze the worker exactly
-//! there rather than sleeping and hoping. Without the feature [`point`] does nothing and the
+//! the first attempt of every run it claims at `POINT`, logging `fault point POINT: run ID parked`;
+//! the fault tests then kill or freeze the worker exactly there rather than sleeping and hoping. Without the feature [`point`] does nothing and the
 //! variable is never read.
 //!
 //! The points, in a run's order:
-//! * [`CLAIMED`]: the run is claimed and held, nothing of it ran (no checkpoint, no event);
+//! * [`CLAIMED`]: the run is claimed and held, nothing of it ran (no checkpoint, no event); its
+//!   lease is renewed meanwhile;
 //! * [`FINISHED`]: the run ended on this worker (its last checkpoint saved, its events stored)
-//!   and its end is not yet stored in the queue.
+//!   and its end is not yet stored in the queue; its heartbeats have stopped, so its lease runs
+//!   out as after a kill.
 
 use crate::server::queue::Lease;
 
