@@ -470,6 +470,16 @@ pub(crate) async fn execute(
     finish_thread(&server, &run, delete_after).await;
 }
 
+/// End `run` as its thread stands, running nothing: a run taken over from a worker that died
+/// after the run's work was done (its thread's newest checkpoint holds its answer) and before
+/// its end was stored. Its stream ends, as every run's does, with the thread's state (`values`).
+pub(crate) async fn conclude(server: Shared, run: Arc<RunHandle>, values: Value) {
+    run.set_status(Status::Running);
+    run.push(Part::new(Mode::Values, &values), true);
+    set_thread(&server, &run, Rest::Idle, None).await;
+    end(&server, &run, Status::Success, values, false);
+}
+
 /// Free the thread before the followers see the end (a client that starts its next run as soon as
 /// the stream closes gets no 409), then set the run's result; a forgotten run is a 404 afterwards.
 fn end(server: &Shared, run: &RunHandle, status: Status, result: Value, forget: bool) {

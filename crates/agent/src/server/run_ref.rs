@@ -9,7 +9,8 @@
 //! `/join`, `/wait`) reads the queue when woken ([`crate::server::run_wake`]: the holding worker
 //! or a PostgreSQL notification says the run changed) and at least every fallback poll
 //! ([`WorkerOptions::follow_poll`](crate::server::workers::WorkerOptions::follow_poll)); a
-//! stream ends once the run has ended and every event was sent.
+//! stream ends once the run has ended and every event was sent, and waits out a database it
+//! cannot reach.
 
 use std::sync::Arc;
 
@@ -213,8 +214,11 @@ impl SharedRun {
                 let events = match run.queue.events(run.record.run_id, after, PAGE).await {
                     Ok(events) => events,
                     Err(e) => {
+                        // The database is away (restarting, cut off): the stream waits for it
+                        // rather than ending short; the client may leave meanwhile.
                         tracing::warn!("run {}: cannot read its events: {e}", run.record.run_id);
-                        return None;
+                        watch.wait().await;
+                        continue;
                     }
                 };
                 if !events.is_empty() {

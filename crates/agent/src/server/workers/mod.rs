@@ -15,11 +15,16 @@
 //! * **Cancel.** A cancel on any worker flags the run in the queue and notifies
 //!   ([`Wakeup::Cancel`]); the worker holding it reads the flag at once, or at its next
 //!   heartbeat when the notification was lost.
+//! * **Outages.** A store that cannot be reached fails claims, reaps and heartbeats (logged, tried
+//!   again at the next turn) while runs go on; a run's events wait in the worker and are appended
+//!   once it answers, never twice (`claimed.rs`). An outage longer than a lease lets it expire:
+//!   the run is taken over once the store is back, and the old worker then finds its lease lost.
 //! * **Drain** ([`Workers::drain`], on SIGTERM): no more claims; runs that end within
 //!   [`WorkerOptions::drain`] end normally, the others are handed back (`release`, no attempt
 //!   spent) and stopped, writing nothing more.
 
 pub(crate) mod claimed;
+pub(crate) mod fault;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

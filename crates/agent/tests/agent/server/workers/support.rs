@@ -264,3 +264,25 @@ pub(super) fn signal(served: &Served, signal: &str) {
         .unwrap();
     assert!(status.success());
 }
+
+/// The run of "hi" (every mode, resumable) started through `on` on a new thread.
+pub(super) async fn begin(on: &Served) -> (String, String) {
+    let client = http();
+    let thread = new_thread(&client, on, None).await;
+    let every_mode =
+        json!({"stream_resumable": true, "stream_mode": ["values", "updates", "messages-tuple"]});
+    let run = start_run(&client, on, &thread, "hi", every_mode).await;
+    (thread, run["run_id"].as_str().unwrap().to_owned())
+}
+
+/// Follow `run` on `on` from the start, once the stream answered, until it ends.
+pub(super) async fn follow(on: &Served, thread: &str, run: &str) -> tokio::task::JoinHandle<String> {
+    let response = http()
+        .get(format!("{}/threads/{thread}/runs/{run}/stream", on.url))
+        .header("last-event-id", "-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    tokio::spawn(async move { response.text().await.unwrap() })
+}

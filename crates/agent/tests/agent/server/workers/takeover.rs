@@ -1,74 +1,15 @@
-//! A worker that stops running a run: killed mid model call, frozen past its lease, or asked to
-//! drain with SIGTERM; another worker finishes the run and the stopped one commits nothing.
+//! A worker that stops running a run: frozen past its lease, or asked to drain with SIGTERM;
+//! another worker finishes the run and the stopped one commits nothing. (Killed: `kill_points.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::support::{
-    MidCall, assert_numbered, get, mid_call, parse_sse, post, replay, settled, signal, texts, worker,
+    MidCall, assert_numbered, get, mid_call, parse_sse, replay, settled, signal, texts, worker,
 };
 use crate::queue::postgres::test_database as database;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_killed_mid_model_call_is_taken_over() {
-    let Some((_db, url)) = database().await else {
-        return;
-    };
-    // The first call never answers in time; later calls answer at once.
-    let MidCall {
-        dir,
-        model,
-        a,
-        client,
-        thread,
-        run,
-    } = mid_call(&url, ("never", Duration::from_secs(120)), "done", 2.0).await;
-    let b = worker(dir.path(), &model, &url, false, 2.0);
-    let killed = Instant::now();
-    a.kill();
-
-    let ended = settled(&client, &b, &thread, &run, Duration::from_secs(60)).await;
-    eprintln!(
-        "kill -9 to the run finished on the other worker: {:?}",
-        killed.elapsed()
-    );
-    assert_eq!(ended["status"], "success", "{}", b.stderr());
-    assert_eq!(ended["attempt"], 2);
-    assert!(
-        b.stderr()
-            .contains(&format!("running run {run} of thread {thread} (attempt 2)"))
-    );
-    assert_eq!(model.received_requests().await.unwrap().len(), 2);
-    assert_eq!(texts(&client, &b, &thread).await, ["hi", "done"], "no step twice");
-    let history: Value = post(
-        &client,
-        format!("{}/threads/{thread}/history", b.url),
-        None,
-        json!({"limit": 100}),
-    )
-    .await
-    .json()
-    .await
-    .unwrap();
-    let steps: Vec<Value> = history
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["metadata"]["step"].clone())
-        .collect();
-    let mut unique = steps.clone();
-    unique.dedup();
-    assert_eq!(steps, unique, "each step checkpointed once: {steps:?}");
-
-    let replay = replay(&client, &b, &thread, &run).await;
-    let events = parse_sse(&replay);
-    assert_numbered(&events);
-    let last = events.last().unwrap();
-    assert_eq!(last.1, "values");
-    assert!(last.2.contains("done") && !last.2.contains("never"), "{last:?}");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_frozen_past_its_lease_commits_nothing_when_it_wakes() {
