@@ -5,7 +5,8 @@
 //! run, never asserted in tests): `trellis-backend/read_many`, `trellis-fs-tools/sandbox_exec`,
 //! `trellis-agent/streaming`, `trellis-agent/telemetry`, `trellis-agent/process` (whole `trellis`
 //! processes), `trellis-agent/load` (200 concurrent threads), `trellis-agent/serve` (`trellis serve`
-//! beside `langgraph dev`, 1 to 1,000 concurrent streaming runs), `trellis-middleware/loop_overhead`,
+//! beside `langgraph dev`, 1 to 1,000 concurrent streaming runs), `trellis-agent/workers` (3
+//! `trellis serve --database` workers beside one), `trellis-middleware/loop_overhead`,
 //! `trellis-middleware/skills_discovery`, `trellis-middleware/thread_resume`,
 //! `trellis-middleware/user_layers`. Results go to
 //! `target/bench/results.json`, with one more entry, `python_reference`: numbers for the Python
@@ -32,7 +33,7 @@ use sections::{
     persisted_catalog_section, sandbox_section, streaming_section, telemetry_section, thread_log_section,
     thread_resume_section, users_section,
 };
-use whole_process::{load_section, process_section, serve_section};
+use whole_process::{load_section, process_section, serve_section, workers_section};
 
 const BENCHES: &[(&str, &str)] = &[
     ("trellis-backend", "read_many"),
@@ -42,6 +43,7 @@ const BENCHES: &[(&str, &str)] = &[
     ("trellis-agent", "process"),
     ("trellis-agent", "load"),
     ("trellis-agent", "serve"),
+    ("trellis-agent", "workers"),
     ("trellis-middleware", "loop_overhead"),
     ("trellis-middleware", "skills_discovery"),
     ("trellis-middleware", "thread_resume"),
@@ -358,6 +360,7 @@ quoted measurement of {} {} ({}) has a median gap between two model calls of {} 
     process_section(&mut md, of("process"));
     load_section(&mut md, of("load"));
     serve_section(&mut md, of("serve"));
+    workers_section(&mut md, of("workers"));
     std::fs::write(layout.workspace.join("docs/benchmarks.md"), md)?;
     eprintln!("xtask: wrote docs/benchmarks.md and docs/benchmarks/*.svg");
     Ok(())

@@ -2,7 +2,9 @@
 //! `sh -c true` spawn, in one run (target: under 20 ms per call, absolute, on the development
 //! machine), the same through the unsandboxed shell, and materializing a 50-file skill folder from
 //! a skill library of 300 skills on S3 (moto), as `execute` does when a command names the skill,
-//! copied and from a warm [`FolderCache`].
+//! copied and from a warm [`FolderCache`]; and an `execute` of `true` over a thread space of 2,000
+//! files on S3 the second time against the first, when the thread's cached base has it already
+//! (`ThreadCache`).
 //!
 //! Prints one JSON object per measurement. Under `cargo test --all-targets` (no `--bench`) it does a
 //! quick smoke run with a few iterations. Bubblewrap and S3 measurements say `skipped` with the
@@ -157,14 +159,14 @@ async fn main() {
     let mut unnamed = Vec::new();
     for i in 0..(if smoke() { 2 } else { 10 }) {
         let t = Instant::now();
-        let w = Workdir::materialize(&files, &named_request, &parent, None, None, &[])
+        let w = Workdir::materialize(&files, &named_request, &parent, None, None, None, &[])
             .await
             .unwrap();
         copied.push(t.elapsed());
         assert!(w.host_path(&p("/skills/lib/big/scripts/part49.py")).is_file());
         assert!(!w.host_path(&p("/skills/lib/skill-000")).exists());
         let t = Instant::now();
-        let w = Workdir::materialize(&files, &named_request, &parent, None, Some(&cache), &[])
+        let w = Workdir::materialize(&files, &named_request, &parent, None, Some(&cache), None, &[])
             .await
             .unwrap();
         // The first round fills the cache; the later ones measure a warm cache.
@@ -173,7 +175,7 @@ async fn main() {
         }
         assert_eq!(w.bound().len(), 1);
         let t = Instant::now();
-        let _w = Workdir::materialize(&files, &ExecRequest::new("true"), &parent, None, None, &[])
+        let _w = Workdir::materialize(&files, &ExecRequest::new("true"), &parent, None, None, None, &[])
             .await
             .unwrap();
         unnamed.push(t.elapsed());
@@ -192,6 +194,47 @@ async fn main() {
         json!({"case": "the same skill from the folder cache (warm)", "library_skills": skills + 1,
                "skill_files": 50, "median_ms": cached_ms, "p90_ms": cached_p90,
                "ratio_to_uncached": cached_ms / copied_ms})
+    );
+    thread_space(&bwrap, &endpoint, &bucket).await;
+}
+
+/// `execute true` over a thread space of many files on S3, keyed by its thread: the first command
+/// fetches every file into the thread's base, later ones only list (the ratio is within one run).
+async fn thread_space(bwrap: &BubblewrapSandbox, endpoint: &str, bucket: &str) {
+    let prefix = format!("bench-thread-{}-{}", std::process::id(), chrono_free_nanos());
+    let store: Arc<dyn Backend> = Arc::new(
+        ObjectStoreBackend::from_url(
+            &format!("s3://{bucket}/{prefix}"),
+            &StoreOptions::s3_compatible(endpoint, "test", "test"),
+        )
+        .unwrap(),
+    );
+    let (count, bytes) = if smoke() { (100, 4_096) } else { (2_000, 4_096) };
+    let body = "y".repeat(bytes);
+    futures::future::join_all((0..count).map(|i| {
+        let (store, body) = (store.clone(), body.clone());
+        async move {
+            let path = p(&format!("/src/dir{:02}/file{i:04}.txt", i % 20));
+            store
+                .write(&path, body.into(), WriteMode::Overwrite)
+                .await
+                .unwrap();
+        }
+    }))
+    .await;
+    let request = ExecRequest::new("true");
+    let files = ExecFiles::new(store.clone()).cache_key(prefix.clone());
+    let t = Instant::now();
+    let first = bwrap.execute(&files, &request).await.unwrap();
+    let first_ms = t.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(first.exit_code, Some(0), "{first:?}");
+    let runs = if smoke() { 2 } else { 10 };
+    let (warm_ms, warm_p90) = stats(time_exec(bwrap, &files, &request, runs).await);
+    println!(
+        "{}",
+        json!({"case": format!("execute true over a {count}-file S3 thread space, again (cached base)"),
+               "files": count, "file_bytes": bytes, "first_ms": first_ms,
+               "median_ms": warm_ms, "p90_ms": warm_p90, "ratio_to_first": warm_ms / first_ms})
     );
 }
 

@@ -1,7 +1,8 @@
 //! The sections of `docs/benchmarks.md` for `trellis-agent`'s `process` bench (whole `trellis`
 //! processes: `run` steps, `skills list` against the `head -c 4096` floor at 5,000 skills and at the
 //! 61,000-folder registry shape, the latency proxy), its `load` bench (200 concurrent threads) and
-//! its `serve` bench (`trellis serve` beside `langgraph dev` under concurrent streaming runs).
+//! its `serve` bench (`trellis serve` beside `langgraph dev` under concurrent streaming runs) and
+//! its `workers` bench (3 `trellis serve --database` workers beside one).
 
 use std::fmt::Write as _;
 
@@ -179,6 +180,48 @@ per second, ≤ 300 MB peak RSS.\n\n",
                 thousands(int(ratio, "concurrency")),
                 num(ratio, "throughput_trellis_over_reference"),
                 num(ratio, "step_p50_trellis_over_reference"),
+            );
+        }
+    }
+}
+
+pub(super) fn workers_section<'a>(md: &mut String, rows: impl Iterator<Item = &'a Value>) {
+    md.push_str(
+        "\n## Many workers\n\n`trellis serve --database` workers sharing one PostgreSQL database and one state dir \
+(`crates/agent/benches/workers.rs`), 3 workers then 1 worker in one run, each on a fresh database: every client \
+creates its thread, its background run and joins the run's stream from the start on random workers; the scripted \
+model answers each request after 50 ms. Every run must succeed on its first attempt, the model must get exactly \
+one request per step, and every client must see ids 0..N with no gap or duplicate, N being what the database \
+stored. First event: from the run's create request to event 1 on the joined stream (queueing included). \
+Database work per run from `pg_stat_database` (transactions; rows read and written).\n\n",
+    );
+    for r in rows {
+        if let Some(why) = r.get("skipped").and_then(Value::as_str) {
+            let _ = writeln!(md, "Skipped: {why}.");
+            continue;
+        }
+        let _ = writeln!(
+            md,
+            "{} runs of {} steps, {} clients at once, up to {} runs per worker.\n\n\
+| workers | runs/s | first event p50 ms | p99 ms | transactions per run | rows read per run | rows written per run | failed |\n\
+|---:|---:|---:|---:|---:|---:|---:|---:|",
+            int(r, "runs"),
+            int(r, "steps_per_run"),
+            int(r, "clients_at_once"),
+            int(r, "runs_per_worker"),
+        );
+        for c in r["configurations"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                md,
+                "| {} | {:.1} | {:.0} | {:.0} | {:.1} | {:.0} | {:.1} | {} |",
+                int(c, "workers"),
+                num(c, "runs_per_s"),
+                num(c, "first_event_p50_ms"),
+                num(c, "first_event_p99_ms"),
+                num(c, "transactions_per_run"),
+                num(c, "rows_read_per_run"),
+                num(c, "rows_written_per_run"),
+                int(c, "failed"),
             );
         }
     }

@@ -39,6 +39,8 @@ pub struct Seen {
 #[derive(Clone, Default)]
 pub struct Scripted {
     pub seen: Arc<Seen>,
+    /// How long each reply takes (zero: at once).
+    pub latency: Duration,
 }
 
 impl Scripted {
@@ -168,7 +170,9 @@ impl Respond for Scripted {
             }
         }
         match answer {
-            Some(answer) => ResponseTemplate::new(200).set_body_raw(answer.to_string(), "application/json"),
+            Some(answer) => ResponseTemplate::new(200)
+                .set_body_raw(answer.to_string(), "application/json")
+                .set_delay(self.latency),
             None => {
                 self.seen.crossed.fetch_add(1, Ordering::Relaxed);
                 ResponseTemplate::new(500).set_body_string("a request named another thread")
@@ -179,8 +183,16 @@ impl Respond for Scripted {
 
 /// Start the scripted model; its base URL (for `OPENAI_BASE_URL`) and the responder.
 pub async fn start() -> (MockServer, String, Scripted) {
+    start_with_latency(Duration::ZERO).await
+}
+
+/// [`start`], each reply sent `latency` after its request.
+pub async fn start_with_latency(latency: Duration) -> (MockServer, String, Scripted) {
     let server = MockServer::builder().disable_request_recording().start().await;
-    let scripted = Scripted::default();
+    let scripted = Scripted {
+        latency,
+        ..Scripted::default()
+    };
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
         .respond_with(scripted.clone())

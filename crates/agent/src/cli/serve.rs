@@ -16,8 +16,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use async_trait::async_trait;
-use trellis_middleware::backend::{Backend, FilesystemBackend};
+use trellis_middleware::backend::{Backend, CompositeBackend, FilesystemBackend, VirtualPath};
 use trellis_middleware::skills::SkillCatalog;
+use trellis_middleware::tools::WORKSPACE_DIR;
 use trellis_middleware::{Agent, BackendCheckpointer, RunInput, ThreadId};
 
 use crate::cli::assemble::{self, Built};
@@ -72,6 +73,18 @@ pub struct ServeArgs {
     /// With --database: runs this worker runs at once.
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub worker_runs: usize,
+    /// With --database: how often a stream, /join or /wait following a run reads the database
+    /// again when no notification came (a notification wakes it at once), in seconds.
+    #[arg(long, default_value_t = 1.0, value_name = "SECONDS")]
+    pub follow_poll_seconds: f64,
+    /// With --database: finished runs kept (with their stream events), the most recently
+    /// finished; older ones are deleted by the workers' reaper, every minute.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub keep_finished_runs: usize,
+    /// With --database: finished runs (with their stream events) are deleted this many hours
+    /// after they finished, however few there are.
+    #[arg(long, default_value_t = 168.0, value_name = "HOURS")]
+    pub finished_run_hours: f64,
 }
 
 /// `NAME=FILE` or `FILE` → (graph id, file).
@@ -130,7 +143,7 @@ struct FileGraph {
 }
 
 impl FileGraph {
-    /// The agent of `user`, built on first use.
+    /// The agent of `user`, built on their first run and kept.
     async fn built(&self, user: Option<&str>) -> Result<Arc<Built>> {
         let key = user.map(str::to_owned);
         let mut cache = self.built.lock().await;
@@ -174,6 +187,29 @@ impl Graph for FileGraph {
     /// personal skills.
     async fn skills(&self, user: Option<&str>) -> Result<SkillCatalog> {
         Ok(crate::cli::pin::catalog(&self.built(user).await?.ws).await)
+    }
+
+    /// The user's agent, saving nothing.
+    async fn agent(&self, user: Option<&str>, _thread: &ThreadId) -> Result<Agent> {
+        Ok(self.built(user).await?.agent.clone())
+    }
+
+    /// The user's `/workspace` (when they have one) and the agent file's skill and memory mounts.
+    async fn shared_view(&self, user: Option<&str>) -> Result<Option<server::view::SharedView>> {
+        let built = self.built(user).await?;
+        let mut backend = CompositeBackend::new(built.ws.backend.clone());
+        let mut mount_points = Vec::new();
+        for (at, _) in &built.ws.mounts {
+            mount_points.push(VirtualPath::parse(at)?);
+        }
+        if let Some(files) = &built.ws.user_files {
+            backend = backend.mount(WORKSPACE_DIR, files.clone())?;
+            mount_points.push(VirtualPath::parse(WORKSPACE_DIR)?);
+        }
+        Ok(Some(server::view::SharedView {
+            backend: Arc::new(backend),
+            mount_points,
+        }))
     }
 
     /// The run settings saved for `trellis resume` go with the thread.
@@ -290,24 +326,33 @@ async fn shared_queue(
     if !(args.lease_seconds.is_finite() && (0.3..=3600.0).contains(&args.lease_seconds)) {
         bail!("--lease-seconds must be between 0.3 and 3600");
     }
+    if !(args.follow_poll_seconds.is_finite() && (0.01..=86400.0).contains(&args.follow_poll_seconds)) {
+        bail!("--follow-poll-seconds must be between 0.01 and 86400");
+    }
+    if !(args.finished_run_hours.is_finite() && (0.0..=876_000.0).contains(&args.finished_run_hours)) {
+        bail!("--finished-run-hours must be between 0 and 876000");
+    }
     let runs = args.worker_runs.clamp(1, 1024);
     let queue = server::queue::PostgresQueue::connect(url, u32::try_from(runs).unwrap_or(64) + 4)
         .await
         .context("--database")?;
-    let wakeups = server::workers::listen(&queue)
-        .await
-        .context("--database: LISTEN")?;
     let options = server::workers::WorkerOptions {
         lease: std::time::Duration::from_secs_f64(args.lease_seconds),
         runs,
+        follow_poll: std::time::Duration::from_secs_f64(args.follow_poll_seconds),
+        retention: server::queue::Retention {
+            keep: args.keep_finished_runs,
+            max_age: std::time::Duration::from_secs_f64(args.finished_run_hours * 3600.0),
+        },
         ..Default::default()
     };
     let worker = format!("{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
+    let shared = server::workers::SharedQueue::new(Arc::new(queue.clone()), worker.clone(), options);
+    let wakeups = server::workers::listen(&queue, shared.waiters())
+        .await
+        .context("--database: LISTEN")?;
     eprintln!("trellis serve: worker {worker} on a shared run queue");
-    Ok((
-        server::workers::SharedQueue::new(Arc::new(queue), worker, options),
-        Some(wakeups),
-    ))
+    Ok((shared, Some(wakeups)))
 }
 
 /// Without the `postgres` feature there is no shared queue.

@@ -232,18 +232,19 @@ pub async fn cancel_many(
                     )));
                 }
             };
-            if server.shared.is_some() {
-                return Err(ApiError::unprocessable(
-                    "cancelling by status is not supported with a shared queue (--database) yet: give thread_id and run_ids",
-                ));
+            if let Some(shared) = &server.shared {
+                crate::server::workers::active_of(shared, &user, wanted).await?
+            } else {
+                server
+                    .runs
+                    .in_flight()
+                    .into_iter()
+                    .filter(|r| {
+                        wanted.contains(&r.status()) && server.threads.get(&user, &r.thread_id).is_ok()
+                    })
+                    .map(RunRef::Local)
+                    .collect()
             }
-            server
-                .runs
-                .in_flight()
-                .into_iter()
-                .filter(|r| wanted.contains(&r.status()) && server.threads.get(&user, &r.thread_id).is_ok())
-                .map(RunRef::Local)
-                .collect()
         }
         _ => {
             return Err(ApiError::unprocessable(

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use trellis_middleware::runtime::events::{EventSink, RunEvent};
 use trellis_middleware::{AgentError, RunInput};
 
+use crate::server::error::ApiError;
 use crate::server::execute::Input;
 use crate::server::extract::User;
 use crate::server::introspection::Introspection;
@@ -14,14 +15,17 @@ use crate::server::run_registry::RunHandle;
 use crate::server::stream::{Part, Translator, interrupt_json};
 use crate::server::subgraphs::Subgraphs;
 use crate::server::threads::thread_id;
+use crate::server::update::{self, check_values};
+use crate::server::workers::claimed::RUN_SLOT;
 use crate::server::{Graph, Shared, assistants, files};
 
 /// How [`drive`] ended when the agent did not finish.
 pub(crate) enum Failure {
     /// Cancelled; what the thread still waits for, if anything.
     Cancelled(Option<Value>),
-    /// The decisions were refused when the run started: nothing changed.
-    Refused(String),
+    /// Refused when the run started (decisions, a `command.update`): nothing changed. The
+    /// error's kind and message.
+    Refused(&'static str, String),
     /// Failed: the error's kind and message.
     Failed(String, String),
 }
@@ -40,6 +44,7 @@ pub(crate) async fn drive(
 ) -> Outcome {
     let failed = |kind: &str, message: String| Failure::Failed(kind.to_owned(), message);
     let tid = thread_id(&run.thread_id);
+    apply_update(server, run, user).await?;
     let head = server
         .checkpointer
         .peek(&tid)
@@ -108,13 +113,43 @@ pub(crate) async fn drive(
                 .map(|i| interrupt_json(&run.thread_id, &i));
             return Err(Failure::Cancelled(pending));
         }
-        Err(AgentError::Decision(e)) => return Err(Failure::Refused(e.to_string())),
+        Err(AgentError::Decision(e)) => return Err(Failure::Refused("DecisionError", e.to_string())),
         Err(e) => return Err(failed("AgentError", e.to_string())),
     };
     read_files(server, run, &mut streams.main).await;
     let (parts, values) = streams.main.finish(&out.state, out.interrupt.as_ref());
     let interrupts = out.interrupt.as_ref().map(|i| interrupt_json(&run.thread_id, i));
     Ok((parts, values, interrupts))
+}
+
+/// Apply the run's `command.update` ([`crate::server::command`]) as a checkpoint of its own, unless
+/// an earlier attempt of the run (a shared queue's takeover) already did: it names the run.
+async fn apply_update(server: &Shared, run: &RunHandle, user: &User) -> Result<(), Failure> {
+    let Some(update) = run.kwargs()["command"].get("update").filter(|u| !u.is_null()) else {
+        return Ok(());
+    };
+    let refused = |e: ApiError| Failure::Refused("UpdateError", e.detail);
+    let values = check_values(Some(update), "command.update").map_err(refused)?;
+    let record = server.threads.get(user, &run.thread_id).map_err(refused)?;
+    let slot = match &server.shared {
+        Some(_) => {
+            let head = server
+                .checkpointer
+                .peek(&thread_id(&run.thread_id))
+                .await
+                .map_err(|e| Failure::Failed("CheckpointError".into(), e.to_string()))?;
+            let applied = head.and_then(|h| h.checkpoint.state.get_json(RUN_SLOT).ok().flatten());
+            if applied == Some(json!(run.run_id)) {
+                return Ok(());
+            }
+            Some((RUN_SLOT, json!(run.run_id)))
+        }
+        None => None,
+    };
+    update::apply(server, &record, &values, Some("__start__"), None, slot)
+        .await
+        .map(|_| ())
+        .map_err(refused)
 }
 
 /// Give `translator` the thread's files as they are now (`values.files`, as Deep Agents' state has

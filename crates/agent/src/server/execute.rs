@@ -8,7 +8,7 @@
 //! | the agent finished | `success` | `idle` | what the run saved |
 //! | it stopped for approvals | `success` | `interrupted` (`interrupts` set) | what the run saved, the calls waiting |
 //! | the agent failed | `error` | `error` | what the run saved before the failure |
-//! | decisions refused when the run started (a race with another resume) | `error` | as before the run | as before the run |
+//! | decisions or a `command.update` refused when the run started (a race with another resume, a removed message the thread does not have) | `error` | as before the run | as before the run |
 //! | cancelled, `action=interrupt` (also: a newer run with `multitask_strategy` `interrupt`, a client gone with `on_disconnect` `cancel`) | `interrupted` | `interrupted` if it still waits for decisions, else `idle` | every checkpoint saved before the cancel (a step is saved whole or not at all); a command running in the sandbox is killed |
 //! | cancelled, `action=rollback` | `interrupted`, then the run is forgotten (404) | as before the run | as before the run (see `roll_back`) |
 //! | cancelled while still `pending` | as above | unchanged | unchanged |
@@ -19,7 +19,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 use trellis_middleware::runtime::checkpoint::Checkpoint;
 use trellis_middleware::runtime::state::State;
-use trellis_middleware::{Message, RunInput, ThreadId};
+use trellis_middleware::{Message, ThreadId};
 use uuid::Uuid;
 
 use crate::server::drive::{Failure, drive};
@@ -86,11 +86,6 @@ fn check(server: &Shared, target: &Target, body: &RunCreate) -> ApiResult<Checke
         .ok_or_else(|| ApiError::not_found("graph"))?;
     let command = body.command.as_ref().filter(|c| !c.is_null());
     let input = body.input.as_ref().filter(|i| !i.is_null());
-    if server.shared.is_some() && matches!(target, Target::Stateless { .. }) {
-        return Err(ApiError::unprocessable(
-            "stateless runs (POST /runs…) are not supported with a shared queue (--database) yet: create a thread",
-        ));
-    }
     if command.is_some() && matches!(target, Target::Stateless { .. }) {
         return Err(ApiError::new(
             axum::http::StatusCode::BAD_REQUEST,
@@ -102,12 +97,18 @@ fn check(server: &Shared, target: &Target, body: &RunCreate) -> ApiResult<Checke
             "a new thread has no checkpoints to start from",
         ));
     }
+    let resumes = match command {
+        Some(command) => crate::server::command::parse(command)?.resume.is_some(),
+        None => false,
+    };
     let messages = match (input, command) {
         (Some(_), Some(_)) => {
             return Err(ApiError::unprocessable(
                 "give input or command, not both: a thread waiting for decisions takes command.resume alone",
             ));
         }
+        // `command.update` / `goto` alone: the run goes on from the updated state.
+        (None, Some(_)) if !resumes => Some(Vec::new()),
         // From an older checkpoint, no input runs the model again there (a regenerate).
         (None, None) if body.names_checkpoint() => Some(Vec::new()),
         (None, None) => {
@@ -166,7 +167,7 @@ pub(crate) async fn start(
             }
         },
     };
-    let from = match (exists, body.names_checkpoint(), command.is_some()) {
+    let from = match (exists, body.names_checkpoint(), messages.is_none()) {
         (_, false, _) => None,
         (_, true, true) => {
             return Err(ApiError::unprocessable(
@@ -300,7 +301,9 @@ async fn branch_at(server: &Shared, thread: &Uuid, seq: Option<u64>) -> ApiResul
     }
 }
 
-/// The run's input: its messages, or the decisions `command` gives for what the thread waits on.
+/// The run's input: its messages (none for a `command` without `resume`: its `update` is applied
+/// when the run starts, see [`crate::server::command`]), or the decisions `command.resume` gives
+/// for what the thread waits on.
 /// A new message for a thread that waits for decisions, with no run ahead that could answer them,
 /// is a 409, as a resume of a thread that waits for nothing.
 pub(crate) async fn check_input(
@@ -313,12 +316,9 @@ pub(crate) async fn check_input(
 ) -> ApiResult<Input> {
     // A branch starts from an older checkpoint: what the latest waits for does not matter.
     let pending = if exists && !branching {
-        // The agent only reads the thread here; the run builds its own input later.
-        match graph
-            .prepare(user.id(), &thread_id(thread), RunInput::new())
-            .await
-        {
-            Ok((agent, _)) => agent
+        // The agent only reads the thread here; the run prepares its own input later.
+        match graph.agent(user.id(), &thread_id(thread)).await {
+            Ok(agent) => agent
                 .pending_interrupt(&thread_id(thread))
                 .await
                 .map_err(|e| ApiError::internal("reading the thread's pending interrupt", e))?,
@@ -331,7 +331,10 @@ pub(crate) async fn check_input(
     } else {
         None
     };
-    match (messages, command) {
+    let resume = command.filter(|c| c.get("resume").is_some_and(|r| !r.is_null()));
+    // A command without `resume` (`update`, `goto`) runs on from the thread as new input would.
+    let messages = messages.or_else(|| command.map(|_| Vec::new()));
+    match (messages, resume) {
         (_, Some(command)) => Ok(Input::Resume(resume::decisions(
             thread,
             command,
@@ -428,11 +431,11 @@ pub(crate) async fn execute(
                 false,
             )
         }
-        Err(Failure::Refused(message)) => {
-            run.push(Part::error("DecisionError", &message), true);
+        Err(Failure::Refused(kind, message)) => {
+            run.push(Part::error(kind, &message), true);
             (
                 Status::Error,
-                json!({"__error__": {"error": "DecisionError", "message": message}}),
+                json!({"__error__": {"error": kind, "message": message}}),
                 false,
             )
         }
@@ -465,6 +468,16 @@ pub(crate) async fn execute(
     };
     end(&server, &run, status, result, forget);
     finish_thread(&server, &run, delete_after).await;
+}
+
+/// End `run` as its thread stands, running nothing: a run taken over from a worker that died
+/// after the run's work was done (its thread's newest checkpoint holds its answer) and before
+/// its end was stored. Its stream ends, as every run's does, with the thread's state (`values`).
+pub(crate) async fn conclude(server: Shared, run: Arc<RunHandle>, values: Value) {
+    run.set_status(Status::Running);
+    run.push(Part::new(Mode::Values, &values), true);
+    set_thread(&server, &run, Rest::Idle, None).await;
+    end(&server, &run, Status::Success, values, false);
 }
 
 /// Free the thread before the followers see the end (a client that starts its next run as soon as

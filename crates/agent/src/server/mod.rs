@@ -31,6 +31,7 @@
 //! | [`run_usage`] | what a run used and cost, in its record (a Trellis extension) |
 //! | [`queue`] | the run queue: one trait, in memory and on PostgreSQL |
 //! | `run_ref` | a run as the handlers see it: of this process, or of the shared queue |
+//! | [`run_wake`] | wake-ups of the streams following a shared run: `NOTIFY` fanned out in-process, a fallback poll |
 //! | [`workers`] | many servers sharing runs through the queue (`--database`): claims, leases, reaper, drain |
 //! | [`routes`] | the table of routes: method, path, handler and documentation of each |
 //! | [`openapi`] | `/openapi.json`, built from that table; request schemas from the handlers' types |
@@ -70,6 +71,7 @@ pub mod assistants;
 pub mod auth;
 pub mod cancel;
 pub mod checkpoints;
+pub mod command;
 pub mod drive;
 pub mod error;
 pub mod execute;
@@ -85,15 +87,18 @@ pub mod run_handle;
 pub(crate) mod run_ref;
 pub mod run_registry;
 pub mod run_usage;
+pub mod run_wake;
 pub mod runs;
 pub mod shapes;
 pub mod skills;
 pub mod stream;
 pub mod subgraphs;
+pub mod thread_copy;
 pub mod threads;
 pub mod transfer;
 pub mod ui;
 pub mod update;
+pub mod view;
 pub mod workers;
 
 use std::collections::BTreeMap;
@@ -134,6 +139,21 @@ pub trait Graph: Send + Sync + std::fmt::Debug {
     async fn skills(&self, user: Option<&str>) -> anyhow::Result<trellis_middleware::skills::SkillCatalog> {
         let _ = user;
         Ok(Default::default())
+    }
+
+    /// The agent of `user`'s runs, to read `thread` with before a run starts (what it waits
+    /// for): unlike [`Graph::prepare`] it must not record anything for a run. The default calls
+    /// [`Graph::prepare`] with an empty input.
+    async fn agent(&self, user: Option<&str>, thread: &ThreadId) -> anyhow::Result<Agent> {
+        Ok(self.prepare(user, thread, RunInput::new()).await?.0)
+    }
+
+    /// What `user`'s runs see beside each thread's own files — their `/workspace`, the shared
+    /// skill and memory mounts — for downloads over the API (read-only). `None` (the default):
+    /// nothing, only the thread's own files are served.
+    async fn shared_view(&self, user: Option<&str>) -> anyhow::Result<Option<view::SharedView>> {
+        let _ = user;
+        Ok(None)
     }
 
     /// `thread` was deleted (its record, checkpoints and files are gone): forget what the graph

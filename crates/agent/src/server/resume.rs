@@ -35,29 +35,10 @@ use crate::server::stream::interrupt_id;
 /// The decisions `command` (the run-create's `command` object) gives for `pending`, the
 /// interrupt thread `thread` waits on (`None`: it waits on nothing, a 409).
 pub fn decisions(thread: &Uuid, command: &Value, pending: Option<&Interrupt>) -> ApiResult<Decisions> {
-    let Value::Object(command) = command else {
-        return Err(ApiError::unprocessable("command must be an object"));
-    };
-    for (key, value) in command {
-        match key.as_str() {
-            "resume" => {}
-            "update" | "goto" if value.is_null() => {}
-            "update" | "goto" => {
-                return Err(ApiError::unprocessable(format!(
-                    "command.{key} is not supported: resume with command.resume"
-                )));
-            }
-            other => {
-                return Err(ApiError::unprocessable(format!(
-                    "unknown command field {other:?}"
-                )));
-            }
-        }
-    }
-    let resume = command
-        .get("resume")
-        .filter(|r| !r.is_null())
+    let resume = crate::server::command::parse(command)?
+        .resume
         .ok_or_else(|| ApiError::unprocessable("command.resume is required"))?;
+    let resume = &resume;
     let Some(pending) = pending else {
         return Err(ApiError::conflict(format!(
             "thread {thread} has no pending interrupt to resume"

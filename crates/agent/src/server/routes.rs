@@ -12,7 +12,7 @@ use crate::server::openapi::{Route, count, flag, route, string};
 use crate::server::shapes::{
     Assistant, Health, Info, Run, RunResult, Skill, StateUpdated, Thread, ThreadState, Uploads,
 };
-use crate::server::{assistants, cancel, checkpoints, runs, skills, threads, transfer, update};
+use crate::server::{assistants, cancel, checkpoints, runs, skills, thread_copy, threads, transfer, update};
 
 /// `stream_mode` as a join-stream query parameter.
 fn stream_modes() -> Value {
@@ -158,7 +158,7 @@ pub(crate) fn routes(openapi: MethodRouter<crate::server::Shared>) -> Vec<Route>
             "threads",
             M::POST,
             "/threads/{thread_id}/copy",
-            post(threads::copy),
+            post(thread_copy::copy),
             "Copy a thread: its checkpoints and files, owned by the caller",
         )
         .body::<threads::NoBody>()
@@ -168,9 +168,9 @@ pub(crate) fn routes(openapi: MethodRouter<crate::server::Shared>) -> Vec<Route>
             M::GET,
             "/threads/{thread_id}/files",
             get(transfer::download),
-            "Download one of the thread's files",
+            "Download a file of the thread's view: its own files, the owner's /workspace, the skill and memory mounts",
         )
-        .query("path", string, "The file's path in the thread's view")
+        .query("path", string, "The file's absolute path in the thread's view (/report.md, /workspace/…, /skills/…)")
         .file()
         .extension(),
         route(

@@ -5,11 +5,14 @@
 //! gets the same stream on every worker.
 //!
 //! Event ids are the same in both: `metadata` is id 0 and the `k`th part (from 0) is id `k + 1`,
-//! which for a shared run is the event's number in the queue. A shared run's stream is polled
-//! every [`POLL`]; a stream ends once the run has ended and every event was sent.
+//! which for a shared run is the event's number in the queue. A follower of a shared run (a stream,
+//! `/join`, `/wait`) reads the queue when woken ([`crate::server::run_wake`]: the holding worker
+//! or a PostgreSQL notification says the run changed) and at least every fallback poll
+//! ([`WorkerOptions::follow_poll`](crate::server::workers::WorkerOptions::follow_poll)); a
+//! stream ends once the run has ended and every event was sent, and waits out a database it
+//! cannot reach.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -20,11 +23,10 @@ use crate::server::cancel::CancelAction;
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::queue::{self, QueueError, RunQueue, RunRecord};
 use crate::server::run_handle::RunHandle;
+use crate::server::run_wake::RunWaiters;
 use crate::server::stream::{Mode, Part};
 use crate::server::threads::time;
-
-/// How often a follower of a shared run asks the queue for new events (and a waiter for the end).
-pub const POLL: Duration = Duration::from_millis(100);
+use crate::server::workers::SharedQueue;
 
 /// Events read from the queue at once.
 const PAGE: usize = 256;
@@ -45,6 +47,8 @@ pub(crate) struct SharedRun {
     pub(crate) record: RunRecord,
     /// The queue.
     pub(crate) queue: Arc<dyn RunQueue>,
+    /// Wakes this process's followers when the run changes.
+    pub(crate) waiters: Arc<RunWaiters>,
 }
 
 /// What the server puts into a shared run's payload, read back by the worker that claims it.
@@ -131,6 +135,9 @@ fn part_of(event: &queue::StoredEvent) -> Part {
 pub(crate) fn queue_error(e: QueueError) -> ApiError {
     match e {
         QueueError::NotFound(id) => ApiError::not_found(format!("run {id}")),
+        QueueError::Full { active, .. } => ApiError::conflict(format!(
+            "the thread has {active} runs waiting: wait for them to finish"
+        )),
         QueueError::Busy { .. } => ApiError::conflict(
             "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.",
         ),
@@ -176,8 +183,9 @@ impl SharedRun {
             .ok_or_else(|| ApiError::not_found(format!("run {}", self.record.run_id)))
     }
 
-    /// The run's result once it has ended (polled every [`POLL`]).
+    /// The run's result once it has ended (read again on each wake-up).
     async fn result(&self) -> Value {
+        let mut watch = self.waiters.watch(self.record.run_id);
         loop {
             match self.refresh().await {
                 Ok(record) if !record.status.is_active() => {
@@ -192,20 +200,25 @@ impl SharedRun {
                     return json!({"__error__": {"error": "RunLost", "message": e.detail}});
                 }
             }
-            tokio::time::sleep(POLL).await;
+            watch.wait().await;
         }
     }
 
     /// Every part numbered after `after`, as they come; ends once the run has ended and all its
     /// events were read.
     fn follow(self, after: u64) -> BoxStream<'static, (usize, Arc<Part>)> {
-        futures::stream::unfold((self, after, false), |(run, mut after, ended)| async move {
+        let watch = self.waiters.watch(self.record.run_id);
+        let state = (self, watch, after, false);
+        futures::stream::unfold(state, |(run, mut watch, mut after, ended)| async move {
             loop {
                 let events = match run.queue.events(run.record.run_id, after, PAGE).await {
                     Ok(events) => events,
                     Err(e) => {
+                        // The database is away (restarting, cut off): the stream waits for it
+                        // rather than ending short; the client may leave meanwhile.
                         tracing::warn!("run {}: cannot read its events: {e}", run.record.run_id);
-                        return None;
+                        watch.wait().await;
+                        continue;
                     }
                 };
                 if !events.is_empty() {
@@ -219,7 +232,7 @@ impl SharedRun {
                         })
                         .collect();
                     after = events.last().map_or(after, |e| e.seq);
-                    return Some((futures::stream::iter(parts), (run, after, ended)));
+                    return Some((futures::stream::iter(parts), (run, watch, after, ended)));
                 }
                 if ended {
                     return None;
@@ -235,9 +248,9 @@ impl SharedRun {
                     }
                 };
                 if ended {
-                    return Some((futures::stream::iter(Vec::new()), (run, after, true)));
+                    return Some((futures::stream::iter(Vec::new()), (run, watch, after, true)));
                 }
-                tokio::time::sleep(POLL).await;
+                watch.wait().await;
             }
         })
         .flatten()
@@ -246,9 +259,13 @@ impl SharedRun {
 }
 
 impl RunRef {
-    /// The shared run `record` of `queue`.
-    pub(crate) fn shared(record: RunRecord, queue: Arc<dyn RunQueue>) -> Self {
-        Self::Shared(Box::new(SharedRun { record, queue }))
+    /// The shared run `record` of `shared`'s queue.
+    pub(crate) fn shared(record: RunRecord, shared: &SharedQueue) -> Self {
+        Self::Shared(Box::new(SharedRun {
+            record,
+            queue: shared.queue.clone(),
+            waiters: shared.waiters.clone(),
+        }))
     }
 
     /// The run's id.
@@ -350,7 +367,11 @@ impl RunRef {
                     CancelAction::Rollback => queue::CancelAction::Rollback,
                 };
                 match run.queue.cancel(run.record.run_id, action).await {
-                    Ok(_) => Ok(true),
+                    Ok(_) => {
+                        // A pending run ended at once: this process's followers see it now.
+                        run.waiters.notify(&run.record.run_id);
+                        Ok(true)
+                    }
                     Err(QueueError::Finished(_)) => Ok(false),
                     Err(e) => Err(queue_error(e)),
                 }

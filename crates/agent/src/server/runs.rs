@@ -56,6 +56,7 @@ pub struct RunCreate {
     #[schemars(with = "Option<shapes::RunInput>")]
     pub(crate) input: Option<Value>,
     #[serde(default)]
+    #[schemars(with = "Option<crate::server::command::CommandShape>")]
     pub(crate) command: Option<Value>,
     #[serde(default)]
     pub(crate) config: Option<Value>,
@@ -506,7 +507,7 @@ pub(crate) async fn find_of(server: &Shared, thread: &uuid::Uuid, run: &uuid::Uu
         return server.runs.get(thread, run).map(RunRef::Local);
     };
     match shared.queue.get(*run).await.map_err(queue_error)? {
-        Some(record) if record.thread_id == *thread => Ok(RunRef::shared(record, shared.queue.clone())),
+        Some(record) if record.thread_id == *thread => Ok(RunRef::shared(record, shared)),
         _ => Err(ApiError::not_found(format!("run {run}"))),
     }
 }
@@ -563,7 +564,7 @@ pub async fn list(
             .await
             .map_err(queue_error)?
             .into_iter()
-            .map(|record| RunRef::shared(record, shared.queue.clone()))
+            .map(|record| RunRef::shared(record, shared))
             .collect(),
     };
     let runs: Vec<Value> = all

@@ -24,6 +24,8 @@ pub struct Subgraphs {
     run: Uuid,
     metadata: Value,
     translators: HashMap<Arc<str>, Translator>,
+    /// Whether a subagent past [`MAX_SUBAGENTS`] was met (warned once).
+    capped: bool,
 }
 
 /// Most subagent translators one run keeps (a run's `task` calls are bounded by its steps; this
@@ -37,6 +39,7 @@ impl Subgraphs {
             run,
             metadata,
             translators: HashMap::new(),
+            capped: false,
         }
     }
 
@@ -59,6 +62,13 @@ impl Subgraphs {
             .join("|")
             .into();
         if !self.translators.contains_key(&namespace) && self.translators.len() >= MAX_SUBAGENTS {
+            if !self.capped {
+                self.capped = true;
+                tracing::warn!(
+                    "run {}: more than {MAX_SUBAGENTS} subagents; the events of the others are not streamed",
+                    self.run
+                );
+            }
             return Vec::new();
         }
         let translator = self.translators.entry(namespace.clone()).or_insert_with(|| {
@@ -86,5 +96,62 @@ impl Subgraphs {
                 part
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use trellis_middleware::runtime::stream::ModelDelta;
+
+    use super::*;
+
+    /// A text delta of the subagent started by call `call`.
+    fn delta_of(call: usize) -> RunEvent {
+        RunEvent::Subagent {
+            call_id: format!("call-{call}"),
+            task_id: format!("task-{call}"),
+            subagent_type: "general-purpose".to_owned(),
+            inner: Box::new(RunEvent::ModelDelta {
+                step: 0,
+                delta: ModelDelta::Text {
+                    index: 0,
+                    text: "hi".to_owned(),
+                },
+            }),
+        }
+    }
+
+    #[test]
+    fn past_the_cap_new_subagents_stream_nothing_and_known_ones_go_on() {
+        let mut subgraphs = Subgraphs::new(Uuid::new_v4(), json!({}));
+        for call in 0..MAX_SUBAGENTS {
+            let parts = subgraphs.event(&delta_of(call));
+            assert_eq!(parts.len(), 1, "subagent {call} streams");
+        }
+        assert!(subgraphs.event(&delta_of(MAX_SUBAGENTS)).is_empty());
+        assert_eq!(subgraphs.translators.len(), MAX_SUBAGENTS);
+        let again = subgraphs.event(&delta_of(7));
+        assert_eq!(again.len(), 1, "a subagent met before the cap still streams");
+        assert!(again[0].data.contains("\"hi\""), "{}", again[0].data);
+        assert!(
+            again[0]
+                .namespace
+                .as_deref()
+                .is_some_and(|n| n.starts_with("tools:"))
+        );
+    }
+
+    #[test]
+    fn the_run_own_events_give_no_subgraph_parts() {
+        let mut subgraphs = Subgraphs::new(Uuid::new_v4(), json!({}));
+        let own = RunEvent::ModelDelta {
+            step: 0,
+            delta: ModelDelta::Text {
+                index: 0,
+                text: "hi".to_owned(),
+            },
+        };
+        assert!(subgraphs.event(&own).is_empty());
+        assert!(subgraphs.translators.is_empty());
     }
 }

@@ -1,8 +1,8 @@
 //! Files in and out of a thread (a Trellis extension): `POST /threads/{id}/files` uploads into the
 //! thread's `/uploads` (multipart or raw body) and lists the files in its `attachments`, so the
 //! attachments middleware names them to the model on the next run; `GET /threads/{id}/files`
-//! downloads a file of the thread's own files. What "the thread's own files" are:
-//! [`crate::server::files`].
+//! downloads a file of the thread's view: its own files ([`crate::server::files`]), the user's
+//! `/workspace` and the shared mounts ([`crate::server::view`]).
 
 use axum::body::Bytes;
 use axum::extract::{Extension, FromRequest, Multipart, Path, RawQuery, Request, State};
@@ -40,8 +40,9 @@ fn path_param(query: Option<&str>) -> ApiResult<String> {
 }
 
 /// `GET /threads/{thread_id}/files?path=/a.md` (Trellis extension): the bytes of a file of the
-/// thread's own files, as an attachment. 404 when it does not exist, 422 for a bad path or a
-/// directory, 413 over [`MAX_DOWNLOAD_BYTES`].
+/// thread's view — its own files, the owner's `/workspace`, the shared skill and memory mounts
+/// ([`crate::server::view`]) — as an attachment. 404 when it does not exist, 422 for a bad path
+/// or a directory, 413 over [`MAX_DOWNLOAD_BYTES`].
 pub async fn download(
     State(server): State<Shared>,
     Extension(user): Extension<User>,
@@ -50,7 +51,7 @@ pub async fn download(
 ) -> ApiResult<Response> {
     let record = server.threads.get(&user, &parse_uuid("thread_id", &id)?)?;
     let path = view_path(&path_param(query.as_deref())?)?;
-    let space = space(&server, &record)?;
+    let space = crate::server::view::storage_of(&server, &user, &record, &path).await?;
     let entry = match space.stat(&path).await {
         Ok(entry) => entry,
         Err(e) if e.is_not_found() => return Err(ApiError::not_found(format!("file {path}"))),

@@ -21,7 +21,7 @@
 use axum::Json;
 use axum::extract::{Extension, Path, State};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use trellis_middleware::core_stack::{TODOS, Todo};
 use trellis_middleware::runtime::checkpoint::{Checkpoint, CheckpointError};
 use trellis_middleware::runtime::message::{
@@ -36,6 +36,7 @@ use crate::server::checkpoints::{
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::{JsonBody, User, parse_uuid};
 use crate::server::messages::{message_id, text_blocks};
+use crate::server::threads::ThreadRecord;
 use crate::server::{Shared, files};
 
 /// The nodes an update may be attributed to.
@@ -70,23 +71,7 @@ pub async fn update_state(
 ) -> ApiResult<Json<Value>> {
     let record = server.threads.get(&user, &parse_uuid("thread_id", &id)?)?;
     let thread = record.thread_id;
-    let values = match body.values {
-        None | Some(Value::Null) => serde_json::Map::new(),
-        Some(Value::Object(map)) => map,
-        Some(_) => {
-            return Err(ApiError::unprocessable(
-                "values must be an object like {\"messages\": [...]} (a list of updates is not supported)",
-            ));
-        }
-    };
-    if let Some(key) = values
-        .keys()
-        .find(|k| !["messages", "todos", "files"].contains(&k.as_str()))
-    {
-        return Err(ApiError::unprocessable(format!(
-            "values.{key} cannot be updated: only messages, todos and files"
-        )));
-    }
+    let values = check_values(body.values.as_ref(), "values")?;
     if let Some(node) = &body.as_node
         && !NODES.contains(&node.as_str())
     {
@@ -114,6 +99,74 @@ pub async fn update_state(
     if server.busy(&thread).await? {
         return Err(busy());
     }
+    let seq = apply(&server, &record, &values, body.as_node.as_deref(), expected, None).await?;
+    Ok(Json(json!({ "checkpoint": checkpoint_config(&thread, seq) })))
+}
+
+/// The keys an update's values may hold.
+const KEYS: [&str; 3] = ["messages", "todos", "files"];
+
+/// The values of an update (`what` names them in errors: `values`, `command.update`), checked
+/// for their shape: an object (`null`: empty) of [`KEYS`], each message dict one the server reads,
+/// `todos` a list of todos or `null`, `files` an object. 422 otherwise. What needs the thread
+/// (a removed message's id, a file's version) is checked when the update is applied.
+pub(crate) fn check_values(values: Option<&Value>, what: &str) -> ApiResult<Map<String, Value>> {
+    let values = match values {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(map)) => map.clone(),
+        Some(_) => {
+            return Err(ApiError::unprocessable(format!(
+                "{what} must be an object like {{\"messages\": [...]}} (a list of updates is not supported)"
+            )));
+        }
+    };
+    if let Some(key) = values.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        return Err(ApiError::unprocessable(format!(
+            "{what}.{key} cannot be updated: only messages, todos and files"
+        )));
+    }
+    if let Some(update) = values.get("messages") {
+        for dict in message_list(update)? {
+            let kind = dict
+                .get("type")
+                .or_else(|| dict.get("role"))
+                .and_then(Value::as_str);
+            if kind != Some("remove") {
+                from_dict(dict, kind)?;
+            }
+        }
+    }
+    if let Some(todos) = values.get("todos").filter(|t| !t.is_null()) {
+        todos_of(todos)?;
+    }
+    if let Some(files) = values.get("files")
+        && !files.is_object()
+    {
+        return Err(ApiError::unprocessable(format!(
+            "{what}.files must be an object {{path: FileData | null}}"
+        )));
+    }
+    Ok(values)
+}
+
+fn todos_of(list: &Value) -> ApiResult<Vec<Todo>> {
+    serde_json::from_value(list.clone()).map_err(|e| ApiError::unprocessable(format!("values.todos: {e}")))
+}
+
+/// Apply `values` (checked by [`check_values`]) to `record`'s thread as a new checkpoint after its
+/// latest, attributed to `as_node` (default: the node that wrote the last message), only if the
+/// latest is `expected` when given (else 409); `slot` is one more slot saved with it. Returns the
+/// new checkpoint's `seq`. The caller has made sure no other run writes the thread meanwhile (a
+/// race is still a 409 that changes nothing).
+pub(crate) async fn apply(
+    server: &Shared,
+    record: &ThreadRecord,
+    values: &Map<String, Value>,
+    as_node: Option<&str>,
+    expected: Option<u64>,
+    slot: Option<(&str, Value)>,
+) -> ApiResult<u64> {
+    let thread = record.thread_id;
     let stored = server
         .checkpointer
         .peek(&record.runtime_id())
@@ -136,13 +189,13 @@ pub async fn update_state(
         Some(s) => (s.checkpoint.state, Some(s.version)),
         None => (AgentState::default(), None),
     };
-    let node = body
-        .as_node
-        .clone()
-        .unwrap_or_else(|| match state.messages.last() {
+    let node = as_node.map_or_else(
+        || match state.messages.last() {
             Some(Message::Tool(_)) => "tools".to_owned(),
             _ => "model".to_owned(),
-        });
+        },
+        str::to_owned,
+    );
     if let Some(update) = values.get("messages") {
         if waits_for_approvals(&state) {
             return Err(ApiError::conflict(
@@ -157,14 +210,12 @@ pub async fn update_state(
                 state.remove(&TODOS);
             }
             list => {
-                let todos: Vec<Todo> = serde_json::from_value(list.clone())
-                    .map_err(|e| ApiError::unprocessable(format!("values.todos: {e}")))?;
-                state.set(&TODOS, todos);
+                state.set(&TODOS, todos_of(list)?);
             }
         }
     }
     let writes = match values.get("files") {
-        Some(update) => Some(files::plan(&server, &record, update).await?),
+        Some(update) => Some(files::plan(server, record, update).await?),
         None => None,
     };
     let seq = head.map_or(0, |h| h + 1);
@@ -174,6 +225,9 @@ pub async fn update_state(
         true,
         json!({"seq": seq, "as_node": node, "keys": keys}),
     );
+    if let Some((name, value)) = slot {
+        state.set_json(name, true, value);
+    }
     let checkpoint = Checkpoint::new(record.runtime_id(), seq, state);
     let saved = server.checkpointer.save(checkpoint, version.as_ref()).await;
     match saved {
@@ -186,10 +240,10 @@ pub async fn update_state(
         Err(e) => return Err(ApiError::internal("saving a thread's update", e)),
     }
     if let Some(writes) = writes {
-        files::apply(&server, &record, writes).await?;
+        files::apply(server, record, writes).await?;
     }
     server.threads.update(&thread, |_| {}).await?;
-    Ok(Json(json!({ "checkpoint": checkpoint_config(&thread, seq) })))
+    Ok(seq)
 }
 
 fn busy() -> ApiError {
@@ -198,16 +252,7 @@ fn busy() -> ApiError {
 
 /// Merge `update` (one message dict or a list) into `state`'s messages (see the module docs).
 fn merge_messages(thread: &Uuid, state: &mut AgentState, update: &Value) -> ApiResult<()> {
-    let list = match update {
-        Value::Array(list) => list.as_slice(),
-        one @ Value::Object(_) => std::slice::from_ref(one),
-        _ => {
-            return Err(ApiError::unprocessable(
-                "values.messages must be a message or a list of messages",
-            ));
-        }
-    };
-    for dict in list {
+    for dict in message_list(update)? {
         let id = match dict.get("id") {
             None | Some(Value::Null) => None,
             Some(Value::String(id)) if !id.is_empty() && id.len() <= MAX_ID_LEN => Some(id.as_str()),
@@ -252,6 +297,17 @@ fn merge_messages(thread: &Uuid, state: &mut AgentState, update: &Value) -> ApiR
         }
     }
     Ok(())
+}
+
+/// The message dicts of `values.messages`: one dict or a list.
+fn message_list(update: &Value) -> ApiResult<&[Value]> {
+    match update {
+        Value::Array(list) => Ok(list.as_slice()),
+        one @ Value::Object(_) => Ok(std::slice::from_ref(one)),
+        _ => Err(ApiError::unprocessable(
+            "values.messages must be a message or a list of messages",
+        )),
+    }
 }
 
 /// The text of a dict's `content`: a string or a list of `text` blocks.

@@ -99,6 +99,12 @@ pub struct ExecFiles {
     pub max_bytes: u64,
     /// Bounds on the write-back after the command.
     pub write_back: WriteBackLimits,
+    /// Whose view this is (a thread's id): a sandbox may keep the view's files on local disk
+    /// between the commands that give the same key, and refresh only what changed. It never gives
+    /// one key's files to a call with another key, and it refreshes them against this call's own
+    /// listing before every command, so a key shared by mistake costs time, never correctness.
+    /// `None` (the default): nothing is kept.
+    pub cache_key: Option<String>,
 }
 
 impl ExecFiles {
@@ -112,7 +118,16 @@ impl ExecFiles {
             max_files: DEFAULT_MAX_FILES,
             max_bytes: DEFAULT_MAX_BYTES,
             write_back: WriteBackLimits::default(),
+            cache_key: None,
         }
+    }
+
+    /// Let a sandbox keep this view's files between commands under `key` (see
+    /// [`ExecFiles::cache_key`]); an empty key keeps nothing.
+    pub fn cache_key(mut self, key: impl Into<String>) -> Self {
+        let key = key.into();
+        self.cache_key = (!key.is_empty()).then_some(key);
+        self
     }
 
     /// Mark `at` read-only, materializing only the folders below it that a command reaches.

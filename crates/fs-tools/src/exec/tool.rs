@@ -239,7 +239,7 @@ impl ExecuteTool {
             .timeout(timeout)
             .network(self.network.clone())
             .full_output_path(output_path);
-        let exec_files = self.exec_files(&files);
+        let exec_files = self.exec_files(&files).cache_key(cx.thread_id());
         let out = sandbox.execute(&exec_files, &request).await.map_err(|e| {
             ToolOutput::error(match e {
                 SandboxError::InvalidRequest(why) => format!("{why}."),

@@ -119,6 +119,12 @@ impl RunConfig {
     /// place).
     pub fn save(&self, state_dir: &StateDir, thread: &ThreadId) -> Result<()> {
         let path = state_dir.run_config_file(thread);
+        let bytes = serde_json::to_vec_pretty(self)?;
+        if std::fs::read(&path).is_ok_and(|saved| saved == bytes) {
+            // Saved already (every run of a served thread saves it): creating a file costs more
+            // than reading one.
+            return Ok(());
+        }
         let dir = state_dir.runs_dir();
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         // A temporary file of its own per save (two runs of one served thread may save at once:
@@ -129,7 +135,7 @@ impl RunConfig {
             .suffix(".json.tmp")
             .tempfile_in(&dir)
             .with_context(|| format!("cannot write in {}", dir.display()))?;
-        std::io::Write::write_all(&mut tmp, &serde_json::to_vec_pretty(self)?)
+        std::io::Write::write_all(&mut tmp, &bytes)
             .with_context(|| format!("cannot write {}", tmp.path().display()))?;
         tmp.persist(&path)
             .map_err(|e| e.error)

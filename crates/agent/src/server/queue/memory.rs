@@ -17,8 +17,8 @@ use uuid::Uuid;
 use serde_json::Value;
 
 use super::{
-    CancelAction, Heartbeat, Lease, Multitask, NewRun, Outcome, QueueError, RunQueue, RunRecord, RunStatus,
-    StoredEvent,
+    CancelAction, Heartbeat, Lease, Multitask, NewRun, Outcome, QueueError, Retention, RunQueue, RunRecord,
+    RunStatus, StoredEvent,
 };
 
 /// How many finished runs are remembered.
@@ -35,6 +35,8 @@ struct Entry {
     run_after: Instant,
     /// Its stream events, in order (the `n`th has `seq` n + 1).
     events: Vec<StoredEvent>,
+    /// When it finished.
+    finished_at: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -73,6 +75,7 @@ impl State {
             entry.record.worker = None;
             entry.record.updated_at = Utc::now();
             entry.lease_until = None;
+            entry.finished_at = Some(Instant::now());
             self.active.remove(&entry.seq);
             self.finished.push_back(run_id);
         }
@@ -138,7 +141,14 @@ impl RunQueue for MemoryQueue {
                     });
                 }
             }
-            Multitask::Enqueue | Multitask::Interrupt | Multitask::Rollback => {}
+            Multitask::Enqueue | Multitask::Interrupt | Multitask::Rollback => {
+                if active.len() >= run.max_active {
+                    return Err(QueueError::Full {
+                        thread_id: run.thread_id,
+                        active: active.len(),
+                    });
+                }
+            }
         }
         if let Some(action) = run.multitask.cancels_with() {
             for id in active {
@@ -171,6 +181,7 @@ impl RunQueue for MemoryQueue {
                 lease_until: None,
                 run_after: Instant::now(),
                 events: Vec::new(),
+                finished_at: None,
             },
         );
         Ok(record)
@@ -365,6 +376,49 @@ impl RunQueue for MemoryQueue {
         state.active.remove(&seq);
         state.runs.remove(&run_id);
         Ok(true)
+    }
+
+    async fn active(&self, limit: usize) -> Result<Vec<RunRecord>, QueueError> {
+        let state = self.lock();
+        Ok(state
+            .active
+            .values()
+            .filter_map(|id| state.runs.get(id))
+            .take(limit)
+            .map(|e| e.record.clone())
+            .collect())
+    }
+
+    async fn prune(&self, rule: Retention) -> Result<usize, QueueError> {
+        let mut state = self.lock();
+        let now = Instant::now();
+        // The finished runs still here, oldest finished first.
+        let finished: Vec<Uuid> = state
+            .finished
+            .iter()
+            .copied()
+            .filter(|id| state.runs.get(id).is_some_and(|e| !e.record.status.is_active()))
+            .collect();
+        let beyond = finished.len().saturating_sub(rule.keep);
+        let mut pruned = 0;
+        for (i, id) in finished.iter().enumerate() {
+            let old = state
+                .runs
+                .get(id)
+                .and_then(|e| e.finished_at)
+                .is_some_and(|at| now.saturating_duration_since(at) >= rule.max_age);
+            if i < beyond || old {
+                state.runs.remove(id);
+                pruned += 1;
+            }
+        }
+        let State {
+            finished: order,
+            runs,
+            ..
+        } = &mut *state;
+        order.retain(|id| runs.contains_key(id));
+        Ok(pruned)
     }
 }
 

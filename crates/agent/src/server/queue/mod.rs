@@ -25,6 +25,12 @@
 //!   `enqueue` queues behind them; `interrupt` and `rollback` cancel them with that action (pending
 //!   ones at once, the running one by its flag) and queue the new run, which can start once the
 //!   running one finished.
+//! * **A thread's queue is bounded.** A run enqueued (any strategy but `reject`) while its thread
+//!   has [`NewRun::max_active`] active runs is refused ([`QueueError::Full`], nothing changed);
+//!   [`MAX_ACTIVE`] by default, as a single server's thread queue.
+//! * **Retention.** [`prune`](RunQueue::prune) deletes finished runs, with their events, that
+//!   finished longer than [`Retention::max_age`] ago or are not among the
+//!   [`Retention::keep`] most recently finished; active runs are never pruned.
 //! * **Draining.** [`release`](RunQueue::release) hands a run back to `pending` without spending an
 //!   attempt of its budget (a worker shutting down).
 //! * **Stream events.** The worker holding a run appends its stream events
@@ -56,7 +62,7 @@ mod postgres;
 
 pub use memory::MemoryQueue;
 #[cfg(feature = "postgres")]
-pub use postgres::{CANCEL_CHANNEL, PostgresQueue, RUNS_CHANNEL};
+pub use postgres::{CANCEL_CHANNEL, EVENTS_CHANNEL, PostgresQueue, RUNS_CHANNEL};
 
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,6 +106,28 @@ impl RunStatus {
     /// Pending or running.
     pub fn is_active(self) -> bool {
         matches!(self, Self::Pending | Self::Running)
+    }
+}
+
+/// Active (pending or running) runs a thread may have by default; one more is [`QueueError::Full`].
+pub const MAX_ACTIVE: usize = 32;
+
+/// Which finished runs [`RunQueue::prune`] keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// The most recently finished runs kept, whatever their age.
+    pub keep: usize,
+    /// A finished run older than this (since it finished) is deleted.
+    pub max_age: Duration,
+}
+
+impl Default for Retention {
+    /// The 10,000 most recently finished runs, none finished more than 7 days ago.
+    fn default() -> Self {
+        Self {
+            keep: 10_000,
+            max_age: Duration::from_secs(7 * 24 * 3600),
+        }
     }
 }
 
@@ -178,6 +206,8 @@ pub struct NewRun {
     pub multitask: Multitask,
     /// Claims allowed before a run whose leases keep expiring is given up (`error`); at least 1.
     pub max_attempts: u32,
+    /// Active runs its thread may already have for it to be enqueued ([`MAX_ACTIVE`] by default).
+    pub max_active: usize,
 }
 
 impl NewRun {
@@ -189,7 +219,14 @@ impl NewRun {
             payload,
             multitask: Multitask::Enqueue,
             max_attempts: 3,
+            max_active: MAX_ACTIVE,
         }
+    }
+
+    /// Refused while its thread has this many active runs (at least 1).
+    pub fn max_active(mut self, runs: usize) -> Self {
+        self.max_active = runs.max(1);
+        self
     }
 
     /// With this strategy.
@@ -295,6 +332,13 @@ pub enum QueueError {
         /// One of its active runs.
         active: Uuid,
     },
+    /// The thread has [`NewRun::max_active`] active runs already.
+    Full {
+        /// The thread.
+        thread_id: Uuid,
+        /// Its active runs.
+        active: usize,
+    },
     /// A run id enqueued twice.
     Duplicate(Uuid),
     /// No such run.
@@ -312,6 +356,9 @@ impl fmt::Display for QueueError {
         match self {
             Self::Busy { thread_id, active } => {
                 write!(f, "thread {thread_id} has an active run ({active})")
+            }
+            Self::Full { thread_id, active } => {
+                write!(f, "thread {thread_id} has {active} runs waiting")
             }
             Self::Duplicate(id) => write!(f, "run {id} already exists"),
             Self::NotFound(id) => write!(f, "run {id} not found"),
@@ -381,4 +428,10 @@ pub trait RunQueue: Send + Sync + fmt::Debug {
     /// Forgets a run that is not running; `false` when there was none. A running run is
     /// [`QueueError::Busy`]: cancel it first.
     async fn delete(&self, run_id: Uuid) -> Result<bool, QueueError>;
+
+    /// Every active (pending or running) run of every thread, oldest first, at most `limit`.
+    async fn active(&self, limit: usize) -> Result<Vec<RunRecord>, QueueError>;
+
+    /// Deletes the finished runs (and their events) `rule` does not keep; how many.
+    async fn prune(&self, rule: Retention) -> Result<usize, QueueError>;
 }

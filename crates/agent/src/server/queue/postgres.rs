@@ -34,8 +34,8 @@ use uuid::Uuid;
 use serde_json::Value;
 
 use super::{
-    CancelAction, Heartbeat, Lease, Multitask, NewRun, Outcome, QueueError, RunQueue, RunRecord, RunStatus,
-    StoredEvent,
+    CancelAction, Heartbeat, Lease, Multitask, NewRun, Outcome, QueueError, Retention, RunQueue, RunRecord,
+    RunStatus, StoredEvent,
 };
 
 /// The schema, in order; a released migration is never edited, only followed by another.
@@ -48,6 +48,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
 pub const RUNS_CHANNEL: &str = "trellis_runs";
 /// The channel a cancellation of a running run is announced on (payload: the run id).
 pub const CANCEL_CHANNEL: &str = "trellis_cancel";
+
+/// The channel a run's change is announced on: events appended, its status changed (payload: the
+/// run id, 36 bytes; one per transaction and run, as PostgreSQL folds equal notifications).
+/// Followers on other workers read the run again; a hint only.
+pub const EVENTS_CHANNEL: &str = "trellis_run_changes";
 
 /// Where applied migrations are recorded.
 const MIGRATIONS_TABLE: &str = "trellis_schema_migrations";
@@ -190,6 +195,12 @@ impl PostgresQueue {
             return Err(QueueError::Busy {
                 thread_id: run.thread_id,
                 active: *first,
+            });
+        }
+        if active.len() >= run.max_active {
+            return Err(QueueError::Full {
+                thread_id: run.thread_id,
+                active: active.len(),
             });
         }
         if let Some(action) = run.multitask.cancels_with() {
@@ -347,20 +358,23 @@ impl RunQueue for PostgresQueue {
             Outcome::Interrupted => (RunStatus::Interrupted, None),
         };
         let done = sqlx::query(
-            "UPDATE trellis_runs
-             SET status = $3, error = $4, result = $5, worker_id = NULL, lease_until = NULL,
-                 updated_at = now()
-             WHERE run_id = $1 AND attempt = $2 AND status = 'running'",
+            "WITH done AS (
+                 UPDATE trellis_runs
+                 SET status = $3, error = $4, result = $5, worker_id = NULL, lease_until = NULL,
+                     updated_at = now()
+                 WHERE run_id = $1 AND attempt = $2 AND status = 'running'
+                 RETURNING run_id)
+             SELECT pg_notify('trellis_run_changes', run_id::text) FROM done",
         )
         .bind(lease.run_id)
         .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
         .bind(status.as_str())
         .bind(error)
         .bind(result)
-        .execute(&self.pool)
+        .fetch_optional(&self.pool)
         .await
         .map_err(unavailable)?;
-        Ok(done.rows_affected() == 1)
+        Ok(done.is_some())
     }
 
     async fn append_events(&self, lease: &Lease, events: &[(String, String)]) -> Result<bool, QueueError> {
@@ -381,19 +395,28 @@ impl RunQueue for PostgresQueue {
                  WHERE run_id = $1 AND attempt = $2 AND status = 'running'
                  FOR SHARE),
              last AS (
-                 SELECT coalesce(max(seq), 0) AS seq FROM trellis_run_events WHERE run_id = $1)
-             INSERT INTO trellis_run_events (run_id, seq, attempt, event, data)
-             SELECT held.run_id, last.seq + e.n, $2, e.event, e.data
-             FROM held, last, unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(event, data, n)",
+                 SELECT coalesce(max(seq), 0) AS seq FROM trellis_run_events WHERE run_id = $1),
+             stored AS (
+                 INSERT INTO trellis_run_events (run_id, seq, attempt, event, data)
+                 SELECT held.run_id, last.seq + e.n, $2, e.event, e.data
+                 FROM held, last, unnest($3::text[], $4::text[]) WITH ORDINALITY AS e(event, data, n)
+                 RETURNING 1)
+             -- The followers on other workers: delivered when this statement commits.
+             SELECT count(*) AS n, (SELECT pg_notify('trellis_run_changes', $1::text)
+                                    WHERE EXISTS (SELECT 1 FROM stored)) AS notified
+             FROM stored",
         )
         .bind(lease.run_id)
         .bind(i32::try_from(lease.attempt).unwrap_or(i32::MAX))
         .bind(names)
         .bind(data)
-        .execute(&self.pool)
+        .fetch_one(&self.pool)
         .await
         .map_err(unavailable)?;
-        Ok(done.rows_affected() > 0)
+        let stored: i64 = done
+            .try_get("n")
+            .map_err(|e| QueueError::Corrupt(e.to_string()))?;
+        Ok(stored > 0)
     }
 
     async fn events(&self, run_id: Uuid, after: u64, limit: usize) -> Result<Vec<StoredEvent>, QueueError> {
@@ -455,14 +478,19 @@ impl RunQueue for PostgresQueue {
         match row {
             Some(row) => {
                 let stored = record(&row)?;
-                if stored.status == RunStatus::Running {
-                    // A hint for the worker holding it; its heartbeat reads the flag anyway.
-                    sqlx::query("SELECT pg_notify('trellis_cancel', $1::text)")
-                        .bind(run_id)
-                        .execute(&self.pool)
-                        .await
-                        .map_err(unavailable)?;
-                }
+                // A hint for the worker holding a running run (its heartbeat reads the flag
+                // anyway), or for the followers of a pending run that just ended.
+                let channel = if stored.status == RunStatus::Running {
+                    CANCEL_CHANNEL
+                } else {
+                    EVENTS_CHANNEL
+                };
+                sqlx::query("SELECT pg_notify($1, $2::text)")
+                    .bind(channel)
+                    .bind(run_id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(unavailable)?;
                 Ok(stored)
             }
             None => match self.get(run_id).await? {
@@ -474,7 +502,8 @@ impl RunQueue for PostgresQueue {
 
     async fn reap(&self, backoff: Duration) -> Result<usize, QueueError> {
         let done = sqlx::query(
-            "UPDATE trellis_runs
+            "WITH reaped AS (
+             UPDATE trellis_runs
              SET status = CASE WHEN attempt >= max_attempts THEN 'error' ELSE 'pending' END,
                  error = CASE WHEN attempt >= max_attempts
                               THEN jsonb_build_object('error', 'LeaseExpired', 'message',
@@ -482,16 +511,19 @@ impl RunQueue for PostgresQueue {
                               ELSE error END,
                  worker_id = NULL, lease_until = NULL,
                  run_after = now() + make_interval(secs => $1::float8 / 1000), updated_at = now()
-             WHERE status = 'running' AND lease_until <= now()",
+             WHERE status = 'running' AND lease_until <= now()
+             RETURNING run_id, status)
+             -- Their followers (a run given up has ended).
+             SELECT pg_notify('trellis_run_changes', run_id::text) FROM reaped",
         )
         .bind(millis(backoff))
-        .execute(&self.pool)
+        .fetch_all(&self.pool)
         .await
         .map_err(unavailable)?;
-        if done.rows_affected() > 0 {
+        if !done.is_empty() {
             self.wake().await?;
         }
-        Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
+        Ok(done.len())
     }
 
     async fn get(&self, run_id: Uuid) -> Result<Option<RunRecord>, QueueError> {
@@ -519,6 +551,43 @@ impl RunQueue for PostgresQueue {
         .await
         .map_err(unavailable)?;
         rows.iter().map(record).collect()
+    }
+
+    async fn active(&self, limit: usize) -> Result<Vec<RunRecord>, QueueError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM trellis_runs WHERE status IN ('pending', 'running') ORDER BY seq LIMIT $1"
+        ))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(record).collect()
+    }
+
+    async fn prune(&self, rule: Retention) -> Result<usize, QueueError> {
+        // Events go with their run (ON DELETE CASCADE). A finished run is never written again,
+        // so its updated_at is when it finished.
+        let pruned: Vec<(Uuid,)> = sqlx::query_as(
+            "WITH finished AS (
+                 SELECT run_id, updated_at,
+                        row_number() OVER (ORDER BY updated_at DESC, seq DESC) AS n
+                 FROM trellis_runs WHERE status IN ('success', 'error', 'interrupted'))
+             DELETE FROM trellis_runs r USING finished f
+             WHERE r.run_id = f.run_id AND r.status IN ('success', 'error', 'interrupted')
+               AND (f.n > $1 OR f.updated_at <= now() - make_interval(secs => $2::float8 / 1000))
+             RETURNING r.run_id",
+        )
+        .bind(i64::try_from(rule.keep).unwrap_or(i64::MAX))
+        // At most a century: an interval PostgreSQL can hold.
+        .bind(millis(
+            rule.max_age.min(Duration::from_secs(100 * 365 * 24 * 3600)),
+        ))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(pruned.len())
     }
 
     async fn delete(&self, run_id: Uuid) -> Result<bool, QueueError> {

@@ -17,13 +17,13 @@ use serde_json::{Value, json};
 use super::{Held, SharedQueue};
 use crate::server::Shared;
 use crate::server::cancel::{CancelAction, Strategy};
-use crate::server::execute::{Input, branch_in, check_input, execute};
+use crate::server::execute::{Input, branch_in, check_input, conclude, execute};
 use crate::server::extract::User;
 use crate::server::messages::input_messages;
 use crate::server::queue::{self, Heartbeat, Lease, Outcome};
 use crate::server::run_handle::{RunHandle, Status};
 use crate::server::run_ref::payload;
-use crate::server::stream::Part;
+use crate::server::stream::{Part, thread_values};
 use crate::server::threads::thread_id;
 
 /// Parts appended to the events table in one statement at most.
@@ -96,6 +96,7 @@ pub(crate) async fn run(server: &Shared, shared: &Arc<SharedQueue>, lease: Lease
     let mirror = tokio::spawn(mirror(shared.clone(), held.clone()));
     let heart = tokio::spawn(heartbeats(shared.clone(), held.clone()));
     let user = User(lease.payload[payload::USER].as_str().map(str::to_owned));
+    super::fault::point(super::fault::CLAIMED, &lease).await;
     prepare_and_run(server, run.clone(), user).await;
     let _ = mirror.await;
     heart.abort();
@@ -117,8 +118,11 @@ pub(crate) async fn run(server: &Shared, shared: &Arc<SharedQueue>, lease: Lease
         _ => Outcome::Success,
     };
     let rolled_back = run.cancelled_with() == Some(CancelAction::Rollback);
+    super::fault::point(super::fault::FINISHED, &lease).await;
     let stored = json!({"result": result, "run": run.to_json()});
-    match shared.queue.finish_with(&lease, outcome, Some(stored)).await {
+    let finished = shared.queue.finish_with(&lease, outcome, Some(stored)).await;
+    shared.waiters.notify(&lease.run_id);
+    match finished {
         Ok(true) if rolled_back => {
             if let Err(e) = shared.queue.delete(lease.run_id).await {
                 tracing::warn!("run {}: rolled back, but its record stays: {e}", lease.run_id);
@@ -143,40 +147,67 @@ async fn heartbeats(shared: Arc<SharedQueue>, held: Held) {
 }
 
 /// Append the run's parts to the events table as they come, in batches, until the run ends. A
-/// batch the queue refuses (the lease is gone) stops the run; a store that cannot be reached is
-/// retried a few times, then the parts are dropped (with a warning).
+/// batch the queue refuses (the lease is gone) stops the run. A store that cannot be reached is
+/// retried (backing off to a second) until it answers or the heartbeat finds the lease lost: no
+/// event is dropped. A batch whose append failed may have been stored all the same (committed,
+/// its answer lost with the connection), so before each retry the attempt's stored events are
+/// counted, and a batch found stored is not appended again.
 async fn mirror(shared: Arc<SharedQueue>, held: Held) {
     let mut parts = held.run.clone().follow(0).boxed().ready_chunks(BATCH);
+    // This attempt's events in the queue.
+    let mut stored = 0;
     while let Some(batch) = parts.next().await {
-        if held.run.is_lost() {
-            return;
-        }
         let events: Vec<(String, String)> = batch
             .iter()
             .map(|(_, part)| (part.event_name(), part.data.clone()))
             .collect();
-        let mut tries = 0;
+        let mut tries: u64 = 0;
         loop {
+            if held.run.is_lost() {
+                return;
+            }
+            if tries > 0
+                && let Ok(now) = attempt_events(&shared, &held.lease).await
+                && now >= stored + events.len()
+            {
+                stored = now;
+                shared.waiters.notify(&held.lease.run_id);
+                break;
+            }
             match shared.queue.append_events(&held.lease, &events).await {
-                Ok(true) => break,
+                Ok(true) => {
+                    stored += events.len();
+                    // This worker's own followers; the store notifies the other workers'.
+                    shared.waiters.notify(&held.lease.run_id);
+                    break;
+                }
                 Ok(false) => {
                     lost(&shared, &held);
                     return;
                 }
-                Err(e) if tries < 5 => {
+                Err(e) => {
                     tries += 1;
                     tracing::warn!(
                         "run {}: cannot store its events (try {tries}): {e}",
                         held.lease.run_id
                     );
-                    tokio::time::sleep(Duration::from_millis(200 * tries)).await;
-                }
-                Err(e) => {
-                    tracing::warn!("run {}: dropping {} events: {e}", held.lease.run_id, events.len());
-                    break;
+                    tokio::time::sleep(Duration::from_millis((200 * tries).min(1000))).await;
                 }
             }
         }
+    }
+}
+
+/// How many events `lease`'s attempt has stored.
+async fn attempt_events(shared: &SharedQueue, lease: &Lease) -> Result<usize, queue::QueueError> {
+    let (mut after, mut count) = (0, 0);
+    loop {
+        let page = shared.queue.events(lease.run_id, after, BATCH).await?;
+        let Some(last) = page.last() else {
+            return Ok(count);
+        };
+        after = last.seq;
+        count += page.iter().filter(|e| e.attempt == lease.attempt).count();
     }
 }
 
@@ -195,6 +226,14 @@ pub(crate) fn payload_of(user: &User, spec: super::RunSpec<'_>) -> Value {
     })
 }
 
+/// Whether thread `values` end with the model's answer: an AI message that calls no tool.
+fn answered(values: &Value) -> bool {
+    values["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .is_some_and(|last| last["type"] == "ai" && last["tool_calls"].as_array().is_none_or(Vec::is_empty))
+}
+
 /// The state slot a shared run's first checkpoint names it in.
 pub(crate) const RUN_SLOT: &str = "trellis_server_run";
 
@@ -203,7 +242,8 @@ pub(crate) const RUN_SLOT: &str = "trellis_server_run";
 /// checked against the thread as it is now, then it runs as any run of a single server. A run
 /// taken over from a worker that died after saving the run's input (the thread's newest
 /// checkpoint names the run in [`RUN_SLOT`]) goes on from that checkpoint with no input, so its
-/// input is never added twice.
+/// input is never added twice; one whose thread already holds its answer (the worker died after
+/// the run's last checkpoint, before its end was stored) ends as it stands, calling nothing.
 pub(crate) async fn prepare_and_run(server: &Shared, run: Arc<RunHandle>, user: User) {
     let refused = |message: String| {
         let run = run.clone();
@@ -235,7 +275,16 @@ pub(crate) async fn prepare_and_run(server: &Shared, run: Arc<RunHandle>, user: 
         Err(e) => return refused(e.to_string()).await,
     };
     let (input, from) = if saved == Some(json!(run.run_id)) {
-        // A takeover: the run's input (and its branch, if any) is in the thread already.
+        // A takeover: the run's input (and its branch, if any) is in the thread already; and when
+        // its answer is too, the run is over: calling the model again would answer twice.
+        match thread_values(server, &run.thread_id).await {
+            Ok(values) if answered(&values) => {
+                server.runs.adopt(run.clone());
+                return conclude(server.clone(), run, values).await;
+            }
+            Ok(_) => {}
+            Err(e) => return refused(e.detail).await,
+        }
         (Input::Messages(Vec::new()), None)
     } else {
         let from = match branch_in(server, &run.thread_id, &kwargs).await {
@@ -256,6 +305,9 @@ pub(crate) async fn prepare_and_run(server: &Shared, run: Arc<RunHandle>, user: 
             Err(e) => return refused(e.detail).await,
         }
     };
+    // A stateless run (`POST /runs…`) deletes its temporary thread when it ends, on whichever
+    // worker ran it, unless it was created with `on_completion: keep`.
+    let delete_after = kwargs["temporary"] == json!(true) && kwargs["on_completion"] != json!("keep");
     server.runs.adopt(run.clone());
     execute(
         server.clone(),
@@ -263,7 +315,7 @@ pub(crate) async fn prepare_and_run(server: &Shared, run: Arc<RunHandle>, user: 
         (graph, user),
         (input, from),
         Vec::new(),
-        false,
+        delete_after,
     )
     .await;
 }

@@ -15,11 +15,16 @@
 //! * **Cancel.** A cancel on any worker flags the run in the queue and notifies
 //!   ([`Wakeup::Cancel`]); the worker holding it reads the flag at once, or at its next
 //!   heartbeat when the notification was lost.
+//! * **Outages.** A store that cannot be reached fails claims, reaps and heartbeats (logged, tried
+//!   again at the next turn) while runs go on; a run's events wait in the worker and are appended
+//!   once it answers, never twice (`claimed.rs`). An outage longer than a lease lets it expire:
+//!   the run is taken over once the store is back, and the old worker then finds its lease lost.
 //! * **Drain** ([`Workers::drain`], on SIGTERM): no more claims; runs that end within
 //!   [`WorkerOptions::drain`] end normally, the others are handed back (`release`, no attempt
 //!   spent) and stopped, writing nothing more.
 
 pub(crate) mod claimed;
+pub(crate) mod fault;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,8 +34,9 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, mpsc};
 use uuid::Uuid;
 
-use crate::server::queue::{Lease, RunQueue};
+use crate::server::queue::{Lease, Retention, RunQueue};
 use crate::server::run_handle::RunHandle;
+use crate::server::run_wake::RunWaiters;
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -45,7 +51,15 @@ pub struct WorkerOptions {
     pub poll: Duration,
     /// How long a draining worker lets its runs finish before handing them back.
     pub drain: Duration,
+    /// How often a stream, `/join` or `/wait` following a run reads the queue again when no
+    /// wake-up came ([`crate::server::run_wake`]).
+    pub follow_poll: Duration,
+    /// Which finished runs the reaper keeps (it prunes the others every [`PRUNE_EVERY`]).
+    pub retention: Retention,
 }
+
+/// How often a worker's reaper prunes finished runs.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 impl Default for WorkerOptions {
     fn default() -> Self {
@@ -55,6 +69,8 @@ impl Default for WorkerOptions {
             max_attempts: 3,
             poll: Duration::from_secs(1),
             drain: Duration::from_secs(10),
+            follow_poll: crate::server::run_wake::DEFAULT_POLL,
+            retention: Retention::default(),
         }
     }
 }
@@ -85,12 +101,16 @@ pub struct SharedQueue {
     wake: Notify,
     draining: AtomicBool,
     slots: Arc<Semaphore>,
+    /// The tasks of this process following runs, woken by the worker holding a run and by the
+    /// store's notifications.
+    pub(crate) waiters: Arc<RunWaiters>,
 }
 
 impl SharedQueue {
     /// This worker (named `worker`, unique among the workers) on `queue`.
     pub fn new(queue: Arc<dyn RunQueue>, worker: impl Into<String>, options: WorkerOptions) -> Self {
         let slots = Arc::new(Semaphore::new(options.runs.max(1)));
+        let waiters = Arc::new(RunWaiters::new(options.follow_poll));
         Self {
             queue,
             worker: worker.into(),
@@ -99,7 +119,13 @@ impl SharedQueue {
             wake: Notify::new(),
             draining: AtomicBool::new(false),
             slots,
+            waiters,
         }
+    }
+
+    /// The followers of runs in this process, for [`listen`] to wake.
+    pub fn waiters(&self) -> Arc<RunWaiters> {
+        self.waiters.clone()
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Held>> {
@@ -175,11 +201,43 @@ pub(crate) async fn enqueue(
         .await
         .map_err(crate::server::run_ref::queue_error)?;
     shared.wake();
-    Ok(crate::server::run_ref::RunRef::shared(
-        record,
-        shared.queue.clone(),
-    ))
+    Ok(crate::server::run_ref::RunRef::shared(record, shared))
 }
+
+/// The active runs of `user`'s threads in the shared queue whose status is in `wanted` (for
+/// `POST /runs/cancel` by status), at most [`ACTIVE_MAX`] scanned.
+pub(crate) async fn active_of(
+    shared: &SharedQueue,
+    user: &crate::server::User,
+    wanted: &[crate::server::run_handle::Status],
+) -> crate::server::ApiResult<Vec<crate::server::run_ref::RunRef>> {
+    use crate::server::queue::RunStatus;
+    use crate::server::run_handle::Status;
+    let records = shared
+        .queue
+        .active(ACTIVE_MAX)
+        .await
+        .map_err(crate::server::run_ref::queue_error)?;
+    Ok(records
+        .into_iter()
+        .filter(|r| match r.status {
+            RunStatus::Pending => wanted.contains(&Status::Pending),
+            RunStatus::Running => wanted.contains(&Status::Running),
+            _ => false,
+        })
+        .filter(|r| user_owns(user, r))
+        .map(|r| crate::server::run_ref::RunRef::shared(r, shared))
+        .collect())
+}
+
+/// Whether `record` was enqueued by `user` (the owner of its thread: runs are enqueued only on
+/// the caller's own threads).
+fn user_owns(user: &crate::server::User, record: &crate::server::queue::RunRecord) -> bool {
+    record.payload[crate::server::run_ref::payload::USER].as_str() == user.0.as_deref()
+}
+
+/// Active runs scanned by one cancel by status.
+pub const ACTIVE_MAX: usize = 100_000;
 
 /// The worker loops of one server; [`drain`](Self::drain) them before exiting.
 #[derive(Debug)]
@@ -236,8 +294,17 @@ async fn claim_loop(server: crate::server::Shared, shared: Arc<SharedQueue>) {
 
 async fn reap_loop(shared: Arc<SharedQueue>) {
     let every = (shared.options.lease / 2).max(Duration::from_millis(100));
+    let mut pruned_at = tokio::time::Instant::now();
     loop {
         tokio::time::sleep(every).await;
+        if pruned_at.elapsed() >= PRUNE_EVERY {
+            pruned_at = tokio::time::Instant::now();
+            match shared.queue.prune(shared.options.retention).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("worker {}: deleted {n} finished runs", shared.worker),
+                Err(e) => tracing::warn!("worker {}: cannot prune finished runs: {e}", shared.worker),
+            }
+        }
         match shared.queue.reap(Duration::ZERO).await {
             Ok(0) => {}
             Ok(n) => {
@@ -294,17 +361,30 @@ impl Workers {
     }
 }
 
-/// The PostgreSQL wake-ups: `LISTEN` on the queue's channels, turned into [`Wakeup`]s; the
-/// listener reconnects by itself (notifications sent meanwhile are lost: the poll covers them).
+/// The PostgreSQL wake-ups: `LISTEN` on the queue's channels (one connection), turned into
+/// [`Wakeup`]s, and a run's changes ([`EVENTS_CHANNEL`](crate::server::queue::EVENTS_CHANNEL))
+/// fanned out to `waiters`, the tasks of this process following it; the listener reconnects by
+/// itself (notifications sent meanwhile are lost: the polls cover them).
 #[cfg(feature = "postgres")]
-pub async fn listen(queue: &crate::server::queue::PostgresQueue) -> anyhow::Result<mpsc::Receiver<Wakeup>> {
-    use crate::server::queue::{CANCEL_CHANNEL, RUNS_CHANNEL};
+pub async fn listen(
+    queue: &crate::server::queue::PostgresQueue,
+    waiters: Arc<RunWaiters>,
+) -> anyhow::Result<mpsc::Receiver<Wakeup>> {
+    use crate::server::queue::{CANCEL_CHANNEL, EVENTS_CHANNEL, RUNS_CHANNEL};
     let mut listener = sqlx::postgres::PgListener::connect_with(queue.pool()).await?;
-    listener.listen_all([RUNS_CHANNEL, CANCEL_CHANNEL]).await?;
+    listener
+        .listen_all([RUNS_CHANNEL, CANCEL_CHANNEL, EVENTS_CHANNEL])
+        .await?;
     let (tx, rx) = mpsc::channel(1024);
     tokio::spawn(async move {
         loop {
             let wakeup = match listener.recv().await {
+                Ok(n) if n.channel() == EVENTS_CHANNEL => {
+                    if let Ok(id) = n.payload().parse() {
+                        waiters.notify(&id);
+                    }
+                    continue;
+                }
                 Ok(n) if n.channel() == CANCEL_CHANNEL => match n.payload().parse() {
                     Ok(id) => Wakeup::Cancel(id),
                     Err(_) => continue,
@@ -312,6 +392,8 @@ pub async fn listen(queue: &crate::server::queue::PostgresQueue) -> anyhow::Resu
                 Ok(_) => Wakeup::Runs,
                 Err(e) => {
                     tracing::warn!("listening for run wake-ups: {e}");
+                    // Notifications may have been lost: let every follower read once more.
+                    waiters.notify_all();
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }

@@ -9,3 +9,4 @@ async fn queue() -> Option<(Arc<dyn RunQueue>, ())> {
 }
 
 super::conformance::suite!(queue);
+super::limits::suite!(queue);

@@ -83,3 +83,4 @@ async fn queue() -> Option<(Arc<dyn RunQueue>, Database)> {
 }
 
 super::conformance::suite!(queue);
+super::limits::suite!(queue);

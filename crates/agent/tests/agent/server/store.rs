@@ -12,7 +12,7 @@ use crate::cli::harness::trellis;
 use crate::support::require_env;
 
 /// The S3 emulator's environment for object_store.
-fn s3_env(command: &mut std::process::Command, endpoint: &str) {
+pub(crate) fn s3_env(command: &mut std::process::Command, endpoint: &str) {
     command
         .env("AWS_ENDPOINT", endpoint)
         .env("AWS_ALLOW_HTTP", "true")

@@ -98,12 +98,7 @@ impl FolderCache {
         };
         let now = SystemTime::now();
         for entry in entries.flatten() {
-            let idle = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|m| now.duration_since(m).ok())
-                .is_some_and(|d| d > MAX_IDLE);
+            let idle = unused_for(entry.metadata(), now, MAX_IDLE);
             // Renamed away first (atomically), then removed: a command that looked the copy up a
             // moment ago then fails to mount it rather than mounting half of it.
             // (Names starting with `.` are fills and evictions a crash left behind: no command
@@ -151,6 +146,15 @@ fn key(folder: &VirtualPath, entries: &[Entry]) -> Option<String> {
         }
     }
     Some(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Whether what `meta` describes was last modified more than `max` before `now` (`false` when
+/// that cannot be told).
+pub(super) fn unused_for(meta: std::io::Result<std::fs::Metadata>, now: SystemTime, max: Duration) -> bool {
+    meta.and_then(|m| m.modified())
+        .ok()
+        .and_then(|m| now.duration_since(m).ok())
+        .is_some_and(|d| d > max)
 }
 
 /// Mark a copy used now.

@@ -17,7 +17,9 @@
 //! changed or deleted there is written back through the backend, version-checked. Bubblewrap
 //! mounts a directory that is already on local disk and owned by the commands' user (a
 //! `--workdir`) through an overlay instead of copying it, and writes back from the overlay's upper
-//! layer by the same rules ([`workdir::Overlay`]).
+//! layer by the same rules ([`workdir::Overlay`]). Files from an object store come, for a call
+//! keyed by its thread, from that thread's cached base ([`ThreadCache`]), refreshed to what changed
+//! and mounted as the lower layer of an overlay whose upper layer is the command's copy.
 //!
 //! Every implementation must pass the conformance suite in
 //! `crates/fs-tools/tests/fs_tools/sandbox/conformance.rs`; `docs/sandbox.md` says how to add a
@@ -33,12 +35,14 @@ mod proxy;
 mod reach;
 mod runner;
 mod seccomp;
+mod thread_cache;
 mod unsandboxed;
 pub mod workdir;
 
-pub use bubblewrap::{BubblewrapConfig, BubblewrapSandbox, SANDBOX_UID};
+pub use bubblewrap::{BubblewrapConfig, BubblewrapSandbox, SANDBOX_UID, THREAD_CACHE_MIN_FILES};
 pub use folder_cache::FolderCache;
 pub use proxy::bridge;
+pub use thread_cache::{Base, ThreadCache};
 pub use unsandboxed::UnsandboxedShell;
 
 /// `1073741824` as `1 GiB`, for reports.

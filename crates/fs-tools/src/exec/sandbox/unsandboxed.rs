@@ -126,7 +126,7 @@ impl Sandbox for UnsandboxedShell {
 
     async fn execute(&self, files: &ExecFiles, request: &ExecRequest) -> Result<ExecOutput, SandboxError> {
         let request = runner::checked(request, &self.limits)?;
-        let workdir = Workdir::materialize(files, &request, &self.work_root, None, None, &[]).await?;
+        let workdir = Workdir::materialize(files, &request, &self.work_root, None, None, None, &[]).await?;
         let home = workdir.host_path(&runner::home());
         let _ = std::fs::create_dir_all(&home);
         let cwd = workdir.host_path(&request.cwd);

@@ -23,6 +23,7 @@ mod private;
 mod root;
 mod side_doors;
 mod suites;
+mod thread_cache;
 mod write_back_caps;
 
 use std::sync::{Arc, OnceLock};

@@ -28,9 +28,17 @@ async fn a_copy_of_the_view_is_private_to_its_user() {
     let parent = tempfile::tempdir().unwrap();
     std::fs::set_permissions(parent.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let files = ExecFiles::new(Arc::clone(&backend));
-    let workdir = Workdir::materialize(&files, &ExecRequest::new("true"), parent.path(), None, None, &[])
-        .await
-        .unwrap();
+    let workdir = Workdir::materialize(
+        &files,
+        &ExecRequest::new("true"),
+        parent.path(),
+        None,
+        None,
+        None,
+        &[],
+    )
+    .await
+    .unwrap();
     let root = workdir.root();
     assert_eq!(
         mode(root) & 0o077,

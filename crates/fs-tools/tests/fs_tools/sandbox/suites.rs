@@ -58,6 +58,26 @@ async fn bubblewrap_over_s3() {
     .await;
 }
 
+/// The whole suite again with every call keyed to one thread, so each case's fresh store is
+/// served from a base last refreshed for another case's store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bubblewrap_over_s3_with_a_thread_cache() {
+    let Some(sandbox) =
+        super::thread_cache::cached_bwrap("bubblewrap conformance over S3 with a thread cache")
+    else {
+        return;
+    };
+    let Some(endpoint) = emulator("TRELLIS_S3_ENDPOINT", "sandbox over S3 (moto), thread cache") else {
+        return;
+    };
+    let keyed = Arc::new(super::thread_cache::Keyed(sandbox, unique("keyed")));
+    conformance::run("bubblewrap/s3/thread-cache", keyed, || {
+        let backend: Arc<dyn Backend> = Arc::new(s3_backend(&endpoint, &unique("s3-keyed")));
+        async move { backend }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsandboxed_shell_over_state() {
     conformance::run(

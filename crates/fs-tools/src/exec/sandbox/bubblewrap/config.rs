@@ -34,9 +34,24 @@ pub struct BubblewrapConfig {
     /// argument is `sandbox::bridge::BRIDGE_ARG`); default: `trellis-sandbox-bridge` beside the
     /// running executable. Without one, a request for allowed domains fails.
     pub network_bridge: Option<PathBuf>,
+    /// The fewest read-write files from the store a view must have for a command keyed by its
+    /// thread to use the thread's cached base (mounted through an overlay, which costs a mount
+    /// whatever the size) rather than copy them; default [`THREAD_CACHE_MIN_FILES`].
+    pub thread_cache_min_files: Option<usize>,
 }
 
+/// Below this many files a view is copied rather than served from the thread's base (see
+/// `docs/sandbox.md`): copying a few small files costs less than mounting an overlay.
+pub const THREAD_CACHE_MIN_FILES: usize = 64;
+
 impl BubblewrapConfig {
+    /// Use the thread's cached base for views with at least `files` read-write files from the
+    /// store (0: always).
+    pub fn thread_cache_min_files(mut self, files: usize) -> Self {
+        self.thread_cache_min_files = Some(files);
+        self
+    }
+
     /// Use these limits.
     pub fn limits(mut self, limits: SandboxLimits) -> Self {
         self.limits = limits;

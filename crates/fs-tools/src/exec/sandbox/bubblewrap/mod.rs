@@ -28,30 +28,25 @@
 //! here, the command cannot make a user namespace of its own either.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::path::PathBuf;
 
-use async_trait::async_trait;
+use trellis_backend::sandbox::{ExecFiles, Network, SandboxLimits, SandboxReport, SandboxUnavailable};
 
-use trellis_backend::sandbox::{
-    ExecFiles, ExecOutput, ExecRequest, LimitKind, Network, Sandbox, SandboxError, SandboxLimits,
-    SandboxReport, SandboxUnavailable,
-};
-
+mod command;
 mod config;
+mod launch;
 mod mounts;
 mod network;
 mod overlay;
 mod report;
 
-use super::capture::Capture;
 use super::cgroup::Cgroups;
 use super::folder_cache::FolderCache;
-use super::process::{self, Rlimits, Spawn, find_program};
-use super::runner;
-use super::seccomp::{BWRAP_ARGS, Launch, SyscallFilter};
-use super::workdir::{Overlay, Owner, Workdir};
-pub use config::{BubblewrapConfig, SANDBOX_UID};
+use super::process::{self, find_program};
+use super::seccomp::{Launch, SyscallFilter};
+use super::thread_cache::ThreadCache;
+use super::workdir::Owner;
+pub use config::{BubblewrapConfig, SANDBOX_UID, THREAD_CACHE_MIN_FILES};
 use mounts::system_mounts;
 use overlay::OverlayTools;
 use trellis_backend::LocalDir;
@@ -73,6 +68,10 @@ pub struct BubblewrapSandbox {
     system: tempfile::TempDir,
     /// Reached skill folders kept between commands.
     cache: Option<FolderCache>,
+    /// Each thread's object-store files kept between its commands, or why not.
+    threads: Result<ThreadCache, String>,
+    /// [`BubblewrapConfig::thread_cache_min_files`], resolved.
+    thread_cache_min_files: usize,
     /// [`mounts::system_mounts`], worked out once.
     system_mounts: Vec<OsString>,
     /// Where each command's control group goes, or why there is none on this host.
@@ -170,6 +169,10 @@ impl BubblewrapSandbox {
             run_as: wanted,
             system,
             cache: None,
+            threads: Err("not probed".into()),
+            thread_cache_min_files: config
+                .thread_cache_min_files
+                .unwrap_or(config::THREAD_CACHE_MIN_FILES),
             system_mounts: Vec::new(),
             cgroups,
             syscalls: SyscallFilter::for_host(),
@@ -220,6 +223,10 @@ impl BubblewrapSandbox {
         me.cache = FolderCache::new(&me.work_root, me.run_as)
             .map_err(|e| tracing::warn!(error = %e, "no skill folder cache"))
             .ok();
+        me.threads = me.open_thread_cache();
+        if let Err(why) = &me.threads {
+            tracing::info!(why, "each command copies the thread's files from the store");
+        }
         Ok(me)
     }
 
@@ -269,7 +276,7 @@ impl BubblewrapSandbox {
             std::os::unix::fs::chown(root.path(), Some(owner.uid), Some(owner.gid))
                 .map_err(|e| format!("cannot hand {} to uid {}: {e}", root.path().display(), owner.uid))?;
         }
-        let args = self.args(root.path(), &[], "/", &Network::None, &[]);
+        let args = self.args(root.path(), &[], "/", &Network::None, &[], false);
         let launch = self
             .launch(args, vec!["/bin/true".into()], &Network::None)
             .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
@@ -297,6 +304,27 @@ impl BubblewrapSandbox {
         dirs
     }
 
+    /// The threads' caches, when their bases can be mounted here: through an overlay, by a user
+    /// no other host process runs as (the shared `nobody` could change a base between commands,
+    /// as it could a shared skill cache, security review F13).
+    fn open_thread_cache(&self) -> Result<ThreadCache, String> {
+        if let Err(why) = &self.overlays {
+            return Err(format!("no overlays here: {why}"));
+        }
+        if self.runs_as().uid == NOBODY {
+            return Err("commands run as the shared nobody".into());
+        }
+        ThreadCache::open(&self.work_root, self.run_as, self.thread_cache_min_files)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The threads' caches, unless their overlay failed to mount here.
+    fn thread_cache(&self) -> Option<&ThreadCache> {
+        let threads = self.threads.as_ref().ok()?;
+        let failed = self.overlay_failures.lock().unwrap_or_else(|p| p.into_inner());
+        (!failed.contains_key(threads.root())).then_some(threads)
+    }
+
     /// Run a probe's `launch` to completion as the commands' user, from `/`, with no environment.
     fn run_probe(&self, launch: Launch) -> Result<std::process::Output, String> {
         let mut cmd = std::process::Command::new(&launch.program);
@@ -312,297 +340,4 @@ impl BubblewrapSandbox {
         cmd.output()
             .map_err(|e| format!("cannot start {}: {e}", launch.program.display()))
     }
-
-    /// How to start bwrap with the options `args` and then `command` (its program and
-    /// arguments): with the seccomp program for `network` when there is one, and then the
-    /// options in a file bwrap reads (`--args`), so that the sandbox's init, a copy of bwrap that
-    /// every command can see as its process 1, does not show them, with the host paths they name,
-    /// in `/proc/1/cmdline` (security review F17).
-    fn launch(
-        &self,
-        args: Vec<OsString>,
-        command: Vec<OsString>,
-        network: &Network,
-    ) -> std::io::Result<Launch> {
-        match &self.syscalls {
-            Ok(filter) => {
-                let options = options_file(&self.work_root, self.run_as, &args)?;
-                filter.launch(&self.bwrap, options, command, network)
-            }
-            Err(_) => {
-                let mut argv = args;
-                argv.push("--".into());
-                argv.extend(command);
-                Ok(Launch::direct(&self.bwrap, argv))
-            }
-        }
-    }
-
-    /// `bwrap` arguments for a sandbox rooted at `root`, with `overlays` bound over it, up to (not
-    /// including) `--`.
-    fn args(
-        &self,
-        root: &Path,
-        read_only: &[(PathBuf, String)],
-        cwd: &str,
-        network: &Network,
-        overlays: &[Overlay],
-    ) -> Vec<OsString> {
-        let mut a: Vec<OsString> = Vec::with_capacity(64);
-        let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
-        push(&[
-            "--unshare-all".as_ref(),
-            "--die-with-parent".as_ref(),
-            "--new-session".as_ref(),
-        ]);
-        if *network == Network::Host {
-            push(&["--share-net".as_ref()]);
-        }
-        if self.no_nested_userns.is_ok() {
-            push(&["--unshare-user".as_ref(), "--disable-userns".as_ref()]);
-        } else if !overlays.is_empty() {
-            push(&["--unshare-user".as_ref()]);
-        }
-        if !overlays.is_empty() {
-            // bwrap starts as the overlay wrapper's namespace root: the command gets its own ids.
-            let Owner { uid, gid } = self.runs_as();
-            let (uid, gid) = (uid.to_string(), gid.to_string());
-            push(&["--uid".as_ref(), uid.as_ref(), "--gid".as_ref(), gid.as_ref()]);
-        }
-        if self.runs_as().uid == 0 {
-            push(&["--cap-drop".as_ref(), "ALL".as_ref()]);
-        }
-        push(&["--hostname".as_ref(), "sandbox".as_ref()]);
-        push(&["--bind".as_ref(), root.as_os_str(), "/".as_ref()]);
-        a.extend(self.system_mounts.iter().cloned());
-        a.extend(overlay::binds(overlays));
-        let mut push = |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
-        for (host, inside) in read_only {
-            push(&["--ro-bind".as_ref(), host.as_os_str(), inside.as_ref()]);
-        }
-        push(&["--chdir".as_ref(), cwd.as_ref()]);
-        if self.syscalls.is_ok() {
-            a.extend(BWRAP_ARGS.iter().map(OsString::from));
-        }
-        a
-    }
-}
-
-/// The mounts every sandbox on this host gets after its root: `/usr`, the host's `/bin`·`/lib*`
-
-#[async_trait]
-impl Sandbox for BubblewrapSandbox {
-    fn name(&self) -> &str {
-        "bubblewrap"
-    }
-
-    fn report(&self) -> SandboxReport {
-        let mut report = self.report.clone();
-        let failed = self.overlay_failures.lock().unwrap_or_else(|p| p.into_inner());
-        if !failed.is_empty()
-            && let Some(filesystem) = report.limits.iter_mut().find(|l| l.kind == LimitKind::Filesystem)
-        {
-            for (dir, why) in failed.iter() {
-                filesystem.detail.push_str(&format!(
-                    "; {} is copied for each command: its overlay could not be mounted ({why})",
-                    dir.display()
-                ));
-            }
-        }
-        report
-    }
-
-    async fn execute(&self, files: &ExecFiles, request: &ExecRequest) -> Result<ExecOutput, SandboxError> {
-        let request = runner::checked(request, &self.limits)?;
-        let local = self.local_dirs(files);
-        match self.run(files, &request, &local).await? {
-            Ran::Done(output) => Ok(output),
-            // Nothing ran: the same command again, with those directories copied (still
-            // sandboxed), and never an overlay of them again from this sandbox.
-            Ran::OverlayFailed(why) => {
-                tracing::warn!(why, "an overlay could not be mounted; copying instead");
-                {
-                    let mut failed = self.overlay_failures.lock().unwrap_or_else(|p| p.into_inner());
-                    for dir in &local {
-                        failed.insert(dir.host.clone(), why.clone());
-                    }
-                }
-                match self.run(files, &request, &[]).await? {
-                    Ran::Done(output) => Ok(output),
-                    Ran::OverlayFailed(why) => Err(SandboxError::Io {
-                        context: "running the command".into(),
-                        source: std::io::Error::other(why),
-                    }),
-                }
-            }
-        }
-    }
-}
-
-/// How one attempt at a command ended.
-enum Ran {
-    Done(ExecOutput),
-    /// An overlay could not be mounted, so the command did not run; the wrapper's words.
-    OverlayFailed(String),
-}
-
-impl BubblewrapSandbox {
-    /// Run the checked `request` once, with the directories of `local` mounted through overlays.
-    async fn run(
-        &self,
-        files: &ExecFiles,
-        request: &ExecRequest,
-        local: &[LocalDir],
-    ) -> Result<Ran, SandboxError> {
-        let request = request.clone();
-        let workdir = Workdir::materialize(
-            files,
-            &request,
-            &self.work_root,
-            self.run_as,
-            self.cache.as_ref(),
-            local,
-        )
-        .await?;
-        let home = workdir.host_path(&runner::home());
-        let _ = std::fs::create_dir_all(&home);
-        if let Some(owner) = self.run_as {
-            let _ = std::os::unix::fs::chown(&home, Some(owner.uid), Some(owner.gid));
-        }
-        // The read-only parts, outermost first, then the cached folders mounted inside them.
-        let mut parts = workdir.read_only().to_vec();
-        parts.sort_by_key(|p| p.depth());
-        let read_only: Vec<(PathBuf, String)> = parts
-            .iter()
-            .map(|p| (workdir.host_path(p), p.to_string()))
-            .chain(
-                workdir
-                    .bound()
-                    .iter()
-                    .map(|(host, p)| (host.clone(), p.to_string())),
-            )
-            .collect();
-        let mut args = self.args(
-            workdir.root(),
-            &read_only,
-            request.cwd.as_str(),
-            &request.network,
-            workdir.overlays(),
-        );
-
-        // The command's environment is set by bwrap inside the sandbox; prlimit and bwrap
-        // themselves run on the host with none, from `/`.
-        args.push("--clearenv".into());
-        for (name, value) in runner::environment(&request, runner::home().as_str(), "/tmp") {
-            args.extend(["--setenv".into(), name.into(), value.into()]);
-        }
-        // After `--clearenv`: it announces the proxy in the environment.
-        let proxied = self.proxied(&request.network)?;
-        if let Some(proxied) = &proxied {
-            args.extend(proxied.args());
-        }
-        let mut command: Vec<OsString> = Vec::new();
-        if proxied.is_some() {
-            command.extend(network::Proxied::prefix());
-        }
-        command.extend(["/bin/sh".into(), "-c".into(), request.command.clone().into()]);
-        let group = match &self.cgroups {
-            Ok(groups) => Some(
-                groups
-                    .create(&self.limits)
-                    .map_err(SandboxError::io("making the command's control group"))?,
-            ),
-            Err(_) => None,
-        };
-        let limits = self.prlimit.as_deref().map(|prlimit| {
-            let uid = self.runs_as().uid;
-            (
-                prlimit,
-                Rlimits {
-                    // The group's pids.max counts the command alone; RLIMIT_NPROC counts the
-                    // sandbox user's processes anywhere on the host, scanned from /proc.
-                    processes: (uid != 0 && group.is_none())
-                        .then(|| process::processes_of(uid) + self.limits.max_processes),
-                    address_space: self.limits.max_memory_bytes,
-                    file_size: self.limits.max_file_bytes,
-                },
-            )
-        });
-        let mut launch = self
-            .launch(args, command, &request.network)
-            .map_err(SandboxError::io("writing the seccomp program"))?;
-        let token = format!("trellis-overlay-{}{}", runner::tag(), runner::tag());
-        let wrapped = !workdir.overlays().is_empty();
-        if let (Ok(tools), true) = (&self.overlays, wrapped) {
-            launch = tools.wrap(launch, workdir.overlays(), &token);
-            for overlay in workdir.overlays() {
-                overlay.wait_past_start();
-            }
-        }
-        let started = Instant::now();
-        let finished = process::run(
-            Spawn {
-                program: &launch.program,
-                args: launch.args,
-                env: Vec::new(),
-                cwd: Path::new("/"),
-                limits,
-                run_as: self.run_as,
-                timeout: request.timeout,
-                group: group.as_ref(),
-                stdin: launch.stdin,
-                pid_namespace: Some(&self.bwrap),
-            },
-            Capture::new(self.limits.output_bytes, self.limits.full_output_bytes),
-        )
-        .await?;
-        tracing::debug!(elapsed = ?started.elapsed(), exit = ?finished.exit_code, "bubblewrap command finished");
-        // Every connection of the command ends with it.
-        drop(proxied);
-        let out_of_memory = match group {
-            Some(group) => {
-                let oom = group.out_of_memory();
-                // Nothing of the command may outlive it, and the write-back must not race it.
-                group.finish().await;
-                oom
-            }
-            None => false,
-        };
-        if wrapped {
-            let text = finished.captured.text(None);
-            if overlay::mount_failed(&token, finished.exit_code, &text) {
-                return Ok(Ran::OverlayFailed(
-                    text.replace(&token, "trellis").trim().to_owned(),
-                ));
-            }
-        }
-        let mut output = runner::finish(files, &request, workdir, finished).await?;
-        output.out_of_memory = out_of_memory;
-        Ok(Ran::Done(output))
-    }
-}
-
-/// A file holding bwrap's options `args`, NUL-separated as `bwrap --args` reads them: private to
-/// the commands' user (`run_as`, when Trellis is root), removed when dropped.
-fn options_file(
-    work_root: &Path,
-    run_as: Option<Owner>,
-    args: &[OsString],
-) -> std::io::Result<tempfile::NamedTempFile> {
-    use std::io::Write;
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::PermissionsExt;
-    let mut file = tempfile::Builder::new()
-        .prefix("trellis-bwrap-args-")
-        .permissions(std::fs::Permissions::from_mode(0o600))
-        .tempfile_in(work_root)?;
-    if let Some(owner) = run_as {
-        std::os::unix::fs::chown(file.path(), Some(owner.uid), Some(owner.gid))?;
-    }
-    for arg in args {
-        file.write_all(arg.as_bytes())?;
-        file.write_all(b"\0")?;
-    }
-    file.flush()?;
-    Ok(file)
 }

@@ -68,7 +68,7 @@ impl OverlayTools {
 
     /// `launch`, started behind the wrapper that mounts `overlays` first; `token` marks its
     /// report of a failed mount.
-    pub(super) fn wrap(&self, launch: Launch, overlays: &[Overlay], token: &str) -> Launch {
+    pub(super) fn wrap(&self, launch: Launch, overlays: &[&Overlay], token: &str) -> Launch {
         let mut args: Vec<OsString> = vec![
             "--user".into(),
             "--map-root-user".into(),
@@ -202,7 +202,7 @@ impl BubblewrapSandbox {
         };
         let overlay = Overlay::prepare(state.path().join("0"), &dir, self.run_as).map_err(io)?;
         let overlays = [overlay];
-        let args = self.args(root.path(), &[], "/", &Network::None, &overlays);
+        let args = self.args(root.path(), &[], "/", &Network::None, &overlays, true);
         let command = vec![
             "/bin/sh".into(),
             "-c".into(),
@@ -211,7 +211,7 @@ impl BubblewrapSandbox {
         let launch = self
             .launch(args, command, &Network::None)
             .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
-        let launch = tools.wrap(launch, &overlays, "trellis-overlay-probe");
+        let launch = tools.wrap(launch, &[&overlays[0]], "trellis-overlay-probe");
         let out = self.run_probe(launch)?;
         let upper = std::fs::read(overlays[0].upper().join("made")).unwrap_or_default();
         if !out.status.success() || upper != b"made\n" || lower.path().join("made").exists() {

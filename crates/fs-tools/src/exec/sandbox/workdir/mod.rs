@@ -42,6 +42,7 @@ use trellis_backend::{Backend, BackendError, Entry, LocalDir, Version, VirtualPa
 
 use super::folder_cache::FolderCache;
 use super::reach::{Reached, reached};
+use super::thread_cache::{Base, ThreadCache, Wanted};
 
 mod nofollow;
 mod overlay;
@@ -66,7 +67,7 @@ const READ_BATCH: usize = 256;
 const MATERIALIZED_AT: i64 = 1_000_000_000;
 
 /// [`MATERIALIZED_AT`] as a time.
-fn materialized_mtime() -> SystemTime {
+pub(crate) fn materialized_mtime() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(MATERIALIZED_AT.unsigned_abs())
 }
 
@@ -95,6 +96,10 @@ pub(crate) use protected::read_only_in_mounts;
 #[derive(Debug)]
 pub struct Workdir {
     dir: tempfile::TempDir,
+    /// The thread's cached base under the copy, when the view's read-write files come from a
+    /// [`ThreadCache`]: the copy is then this overlay's upper layer (dropped before
+    /// `overlay_state`).
+    root_overlay: Option<Overlay>,
     /// Local directories mounted through overlays instead of copied (dropped before
     /// `overlay_state`).
     overlays: Vec<Overlay>,
@@ -108,6 +113,8 @@ pub struct Workdir {
     /// Files and bytes the view held for this command, as the materialization counted them
     /// against [`ExecFiles::max_files`] and [`ExecFiles::max_bytes`].
     counted: (usize, u64),
+    /// The thread's base, locked until the write-back is done (dropped last).
+    base: Option<Base>,
 }
 
 impl Workdir {
@@ -117,12 +124,19 @@ impl Workdir {
     /// The directories of `local` are not copied: each gets an [`Overlay`] (see
     /// [`Workdir::overlays`]), which the sandbox must mount at its path; the caller chose them
     /// (read-write, not the root, nothing else of the view below them).
+    ///
+    /// With a `thread` cache and a [`ExecFiles::cache_key`], the read-write files the copy would
+    /// hold come from the key's base instead, refreshed to this call's listing (only what changed
+    /// is fetched): the copy is then the upper layer of [`Workdir::root_overlay`], whose lower
+    /// layer is the base, and the sandbox must mount that overlay as the root instead of the copy.
+    /// When the base is busy (another command of the thread runs) the files are copied.
     pub async fn materialize(
         files: &ExecFiles,
         request: &ExecRequest,
         parent: &Path,
         owner: Option<Owner>,
         cache: Option<&FolderCache>,
+        thread: Option<&ThreadCache>,
         local: &[LocalDir],
     ) -> Result<Self, SandboxError> {
         // 0700 from the start: nobody else may list or enter it, even while it is filled.
@@ -136,6 +150,7 @@ impl Workdir {
             )))?;
         let mut me = Self {
             dir,
+            root_overlay: None,
             overlays: Vec::new(),
             overlay_state: None,
             copied: BTreeMap::new(),
@@ -143,6 +158,7 @@ impl Workdir {
             shadowed: Vec::new(),
             bound: Vec::new(),
             counted: (0, 0),
+            base: None,
         };
         let local_at: Vec<&VirtualPath> = local.iter().map(|d| &d.at).collect();
         let (mut entries, folders) = me.listing(files, request, &local_at).await?;
@@ -154,6 +170,9 @@ impl Workdir {
                 },
                 None => entries.extend(listed),
             }
+        }
+        if let (Some(thread), Some(key)) = (thread, &files.cache_key) {
+            entries = me.take_from_base(thread, key, files, entries).await?;
         }
         me.copy(files, entries).await?;
         let cwd = me.host_path(&request.cwd);
@@ -172,7 +191,7 @@ impl Workdir {
             let at = me.host_path(folder);
             fs::create_dir_all(&at).map_err(SandboxError::io(format!("creating {folder}")))?;
         }
-        if !local.is_empty() {
+        if !local.is_empty() || me.base.is_some() {
             me.prepare_overlays(parent, owner, local, &request.cwd)?;
         }
         if let Some(owner) = owner {
@@ -237,6 +256,12 @@ impl Workdir {
         }
         let mut local: Vec<&LocalDir> = local.iter().collect();
         local.sort_by_key(|d| d.at.depth());
+        if let Some(base) = &self.base {
+            let overlay =
+                Overlay::prepare_root(state.path().join("root"), base.dir(), self.dir.path(), owner)
+                    .map_err(SandboxError::io("preparing the overlay of the thread's base"))?;
+            self.root_overlay = Some(overlay);
+        }
         for (i, dir) in local.into_iter().enumerate() {
             let overlay = Overlay::prepare(state.path().join(i.to_string()), dir, owner)
                 .map_err(SandboxError::io(format!("preparing the overlay of {}", dir.at)))?;
@@ -251,6 +276,58 @@ impl Workdir {
         }
         self.overlay_state = Some(state);
         Ok(())
+    }
+
+    /// The overlay to mount as the root instead of [`Workdir::root`], when the view's files come
+    /// from the thread's cached base: its lower layer is the base, its upper layer the copy.
+    pub fn root_overlay(&self) -> Option<&Overlay> {
+        self.root_overlay.as_ref()
+    }
+
+    /// How many files the thread's base fetched for this command (`None`: no base was used).
+    pub fn fetched(&self) -> Option<usize> {
+        self.base.as_ref().map(|b| b.fetched)
+    }
+
+    /// Take the read-write files of `entries` from `thread`'s base of `key`, refreshed to them;
+    /// the rest (read-only mounts' files, or all when the base is busy) is returned to be copied.
+    async fn take_from_base(
+        &mut self,
+        thread: &ThreadCache,
+        key: &str,
+        files: &ExecFiles,
+        entries: Vec<Entry>,
+    ) -> Result<Vec<Entry>, SandboxError> {
+        let (cached, rest): (Vec<Entry>, Vec<Entry>) = entries.into_iter().partition(|e| {
+            files
+                .mount_of(&e.path)
+                .is_none_or(|m| m.access == MountAccess::ReadWrite)
+        });
+        if cached.len() < thread.min_files() {
+            return Ok(cached.into_iter().chain(rest).collect());
+        }
+        let wanted: Vec<Wanted<'_>> = cached
+            .iter()
+            .map(|entry| Wanted {
+                entry,
+                executable: !files.may_write(&entry.path) && entry.path.segments().any(|s| s == "scripts"),
+            })
+            .collect();
+        let Some(base) = thread.refresh(key, files.backend.as_ref(), &wanted).await? else {
+            return Ok(cached.into_iter().chain(rest).collect());
+        };
+        for (path, (version, size)) in base.held() {
+            self.copied.insert(
+                path.clone(),
+                Copied {
+                    version: version.clone(),
+                    size: *size,
+                    writable: files.may_write(path),
+                },
+            );
+        }
+        self.base = Some(base);
+        Ok(rest)
     }
 
     /// Files of the view the sandbox's system directories hide.

@@ -45,6 +45,8 @@ pub struct Overlay {
     pub lower: PathBuf,
     /// The private directory holding this overlay's layers and mount points.
     state: PathBuf,
+    /// The upper layer: `state/upper`, or the copy for the root overlay of a thread's base.
+    upper: PathBuf,
     /// The start mark's status-change time (seconds, nanoseconds).
     started: (i64, i64),
     /// The commands' user when it is not Trellis's (Trellis runs as root): what the write-back
@@ -71,10 +73,31 @@ impl Overlay {
         Ok(Self {
             at: dir.at.clone(),
             lower: dir.host.clone(),
+            upper: state.join("upper"),
             state,
             started: (meta.ctime(), meta.ctime_nsec()),
             owner,
         })
+    }
+
+    /// The overlay of the view's root for a command whose files come from a thread's cached base:
+    /// `base` is the lower layer, `upper` (the command's copy, which holds the rest of the view
+    /// and the mount points) the upper one. Its write-back is the copy's
+    /// ([`Workdir::write_back`](super::Workdir::write_back)), checked against the versions the
+    /// base holds; the base does not change while the command runs (the command holds its lock).
+    pub(crate) fn prepare_root(
+        state: PathBuf,
+        base: &Path,
+        upper: &Path,
+        owner: Option<Owner>,
+    ) -> std::io::Result<Self> {
+        let dir = LocalDir {
+            at: VirtualPath::root(),
+            host: base.to_path_buf(),
+        };
+        let mut me = Self::prepare(state, &dir, owner)?;
+        me.upper = upper.to_path_buf();
+        Ok(me)
     }
 
     /// The empty directory the lower layer is bind-mounted on first (its own name may hold what
@@ -85,7 +108,7 @@ impl Overlay {
 
     /// The upper layer: what the command changed.
     pub fn upper(&self) -> PathBuf {
-        self.state.join("upper")
+        self.upper.clone()
     }
 
     /// The overlay's work directory.

@@ -37,7 +37,8 @@ impl Workdir {
         let plan = Plan {
             root: Arc::clone(&root),
             at: VirtualPath::root(),
-            overlay: false,
+            // Over the thread's base the copy is an overlay's upper layer.
+            overlay: self.root_overlay.is_some(),
             // Read-only parts are never written back, and overlays' mount points are walked in
             // their upper layers instead.
             skip: self
@@ -62,6 +63,9 @@ impl Workdir {
             present,
             stopped,
             mut files_left,
+            whiteouts,
+            opaque,
+            upper,
             ..
         } = walked;
         let mut changes = Vec::new();
@@ -75,8 +79,19 @@ impl Workdir {
             not_written: &mut not_written,
         };
         writer.write_all(changed, &Basis::Copy(&copied)).await;
+        // What the command removed: from a copy, what is no longer there; over the thread's base,
+        // what a whiteout or an opaque directory of the upper layer hides.
+        let removed = |path: &VirtualPath| match &self.root_overlay {
+            None => !present.contains(path),
+            Some(_) => {
+                whiteouts.iter().any(|w| path.starts_with(w))
+                    || opaque
+                        .iter()
+                        .any(|o| path.starts_with(o) && !upper.contains(path))
+            }
+        };
         for (path, copied) in &copied {
-            if present.contains(path) {
+            if !removed(path) {
                 continue;
             }
             if !files.may_write(path) {
