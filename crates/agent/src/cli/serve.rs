@@ -237,16 +237,27 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     let cwd = std::env::current_dir()?;
     let state_dir = StateDir::new(args.state_dir.clone());
-    let (checkpointer, store): (Arc<BackendCheckpointer>, Arc<dyn Backend>) = match &args.store {
+    let database = args.database.clone().or_else(|| {
+        std::env::var("TRELLIS_DATABASE_URL")
+            .ok()
+            .filter(|url| !url.is_empty())
+    });
+    // With a shared queue, a run's thread files are written only while its lease surely holds.
+    let fences = server::workers::fence::ThreadFences::default();
+    let (threads, store): (BackendCheckpointer, Arc<dyn Backend>) = match &args.store {
         Some(url) => {
             let store = crate::cli::mounts::backend_for(url).context("--store")?;
-            (Arc::new(threads_on(store.clone())?), store)
+            (threads_on(store.clone())?, store)
         }
         None => (
-            Arc::new(state_dir.checkpointer()?),
+            state_dir.checkpointer()?,
             Arc::new(FilesystemBackend::new(state_dir.root())?),
         ),
     };
+    let checkpointer = Arc::new(match &database {
+        Some(_) => threads.with_files_guard(Arc::new(fences.clone())),
+        None => threads,
+    });
     let mut server = Server::open(checkpointer.clone(), store).await?;
     let mut all_servers = Vec::new();
     for (name, file) in parse_agents(&args.agents)? {
@@ -276,14 +287,9 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode> {
     }
     server = server.ui(!args.no_ui);
     let mut wakeups = None;
-    let database = args.database.clone().or_else(|| {
-        std::env::var("TRELLIS_DATABASE_URL")
-            .ok()
-            .filter(|url| !url.is_empty())
-    });
     if let Some(url) = &database {
         let (queue, hints) = shared_queue(url, &args).await?;
-        server = server.shared_queue(queue);
+        server = server.shared_queue(queue.with_fences(fences));
         wakeups = hints;
     }
     let graphs: Vec<String> = server.graph_ids().map(str::to_owned).collect();

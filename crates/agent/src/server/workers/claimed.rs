@@ -32,7 +32,12 @@ const BATCH: usize = 256;
 /// Renew `held`'s lease now and act on what the queue says: a cancel flag cancels the run, a
 /// lost lease stops it writing anything more.
 pub(crate) async fn beat(shared: &SharedQueue, held: &Held) {
-    match shared.queue.heartbeat(&held.lease, shared.options.lease).await {
+    let sent = std::time::Instant::now();
+    let beat = shared.queue.heartbeat(&held.lease, shared.options.lease).await;
+    if let Ok(Heartbeat::Held { .. }) = &beat {
+        held.fence.renewed(sent, shared.options.lease);
+    }
+    match beat {
         Ok(Heartbeat::Held { cancel: None }) => {}
         Ok(Heartbeat::Held { cancel: Some(action) }) => {
             held.run.cancel(match action {
@@ -55,6 +60,7 @@ fn lost(shared: &SharedQueue, held: &Held) {
             held.lease.attempt
         );
     }
+    held.fence.lose();
     held.run.mark_lost();
     held.run.cancel(CancelAction::Interrupt);
 }
@@ -79,11 +85,19 @@ fn handle(lease: &Lease) -> RunHandle {
 }
 
 /// Run `lease`'s run to its end on this worker.
-pub(crate) async fn run(server: &Shared, shared: &Arc<SharedQueue>, lease: Lease) {
+pub(crate) async fn run(
+    server: &Shared,
+    shared: &Arc<SharedQueue>,
+    lease: Lease,
+    claimed: std::time::Instant,
+) {
     let run = Arc::new(handle(&lease));
+    let thread = thread_id(&lease.thread_id);
+    let fence = shared.fences.hold(thread.clone(), claimed, shared.options.lease);
     let held = Held {
         lease: lease.clone(),
         run: run.clone(),
+        fence: fence.clone(),
     };
     shared.hold(held.clone());
     tracing::info!(
@@ -100,6 +114,7 @@ pub(crate) async fn run(server: &Shared, shared: &Arc<SharedQueue>, lease: Lease
     prepare_and_run(server, run.clone(), user).await;
     let _ = mirror.await;
     heart.abort();
+    shared.fences.release(&thread, &fence);
     shared.drop_held(&lease.run_id);
     let result = run.result().await;
     if run.is_lost() {

@@ -25,6 +25,7 @@
 
 pub(crate) mod claimed;
 pub(crate) mod fault;
+pub mod fence;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,6 +90,8 @@ pub enum Wakeup {
 pub(crate) struct Held {
     pub(crate) lease: Lease,
     pub(crate) run: Arc<RunHandle>,
+    /// The fence on the run's thread's files.
+    pub(crate) fence: Arc<fence::Fence>,
 }
 
 /// This worker's side of the shared queue: the queue, its name, its options and the runs it holds.
@@ -104,6 +107,8 @@ pub struct SharedQueue {
     /// The tasks of this process following runs, woken by the worker holding a run and by the
     /// store's notifications.
     pub(crate) waiters: Arc<RunWaiters>,
+    /// The fences of the threads whose runs this worker holds ([`fence`]).
+    pub(crate) fences: fence::ThreadFences,
 }
 
 impl SharedQueue {
@@ -120,7 +125,15 @@ impl SharedQueue {
             draining: AtomicBool::new(false),
             slots,
             waiters,
+            fences: fence::ThreadFences::default(),
         }
+    }
+
+    /// This worker with `fences` (the ones its checkpointer guards thread files with: see
+    /// [`fence`]).
+    pub fn with_fences(mut self, fences: fence::ThreadFences) -> Self {
+        self.fences = fences;
+        self
     }
 
     /// The followers of runs in this process, for [`listen`] to wake.
@@ -269,11 +282,13 @@ async fn claim_loop(server: crate::server::Shared, shared: Arc<SharedQueue>) {
         }
         // Claim while a slot is free and runs come.
         while let Ok(slot) = shared.slots.clone().try_acquire_owned() {
+            // The lease runs from no earlier than the claim was sent (the thread-file fence).
+            let sent = std::time::Instant::now();
             match shared.queue.claim(&shared.worker, shared.options.lease).await {
                 Ok(Some(lease)) => {
                     let (server, shared) = (server.clone(), shared.clone());
                     tokio::spawn(async move {
-                        claimed::run(&server, &shared, lease).await;
+                        claimed::run(&server, &shared, lease, sent).await;
                         drop(slot);
                         shared.wake();
                     });

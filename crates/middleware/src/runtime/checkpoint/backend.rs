@@ -60,6 +60,17 @@ pub struct BackendCheckpointer {
     cache: Arc<ThreadCache>,
     /// The store may link (see [`Backend::link`]); cleared the first time it says it cannot.
     links: Arc<AtomicBool>,
+    /// Wraps each thread's file space ([`Checkpointer::thread_files`]); see
+    /// [`with_files_guard`](Self::with_files_guard).
+    files_guard: Option<Arc<dyn ThreadFilesGuard>>,
+}
+
+/// Something that stands between a thread's runs and the thread's file space: given the space,
+/// the backend the runs get instead (a server fencing writes by a lost lease, say). It must pass
+/// reads through unchanged.
+pub trait ThreadFilesGuard: Send + Sync + std::fmt::Debug {
+    /// The backend `thread_id`'s runs use for its `files`.
+    fn guard(&self, thread_id: &ThreadId, files: Arc<dyn Backend>) -> Arc<dyn Backend>;
 }
 
 const HEAD: &str = "head.json";
@@ -96,7 +107,16 @@ impl BackendCheckpointer {
             memo: Arc::default(),
             cache: Arc::default(),
             links: Arc::new(AtomicBool::new(true)),
+            files_guard: None,
         })
+    }
+
+    /// The same checkpointer, each thread's file space ([`Checkpointer::thread_files`]) handed
+    /// out through `guard`. Checkpoints themselves are not guarded: their head's version check is
+    /// their fence.
+    pub fn with_files_guard(mut self, guard: Arc<dyn ThreadFilesGuard>) -> Self {
+        self.files_guard = Some(guard);
+        self
     }
 
     pub(super) fn storage(thread_id: &ThreadId, source: BackendError) -> CheckpointError {
@@ -565,7 +585,11 @@ impl Checkpointer for BackendCheckpointer {
 
     fn thread_files(&self, thread_id: &ThreadId) -> Option<Arc<dyn Backend>> {
         let dir = self.files_dir(thread_id).ok()?;
-        Some(Arc::new(ScopedBackend::new(self.backend.clone(), dir)))
+        let files: Arc<dyn Backend> = Arc::new(ScopedBackend::new(self.backend.clone(), dir));
+        Some(match &self.files_guard {
+            Some(guard) => guard.guard(thread_id, files),
+            None => files,
+        })
     }
 
     async fn history(&self, thread_id: &ThreadId) -> Result<Vec<CheckpointInfo>, CheckpointError> {

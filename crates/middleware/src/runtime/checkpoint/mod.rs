@@ -28,7 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-pub use self::backend::BackendCheckpointer;
+pub use self::backend::{BackendCheckpointer, ThreadFilesGuard};
 pub use self::history::GarbageReport;
 pub use self::journal::{CallOutcome, CallRecord, SlotWrite};
 pub use self::memory::InMemoryCheckpointer;
