@@ -521,6 +521,27 @@ async fn finish_thread(server: &Shared, run: &RunHandle, delete: bool) {
         // Somebody queued a run on the temporary thread: it is deleted only with its last run.
         return;
     }
+    if let Some(shared) = &server.shared {
+        // The same, for runs queued through any worker (this run is still `running` there).
+        use crate::server::queue::RunStatus;
+        match shared.queue.list(id, 64).await {
+            Ok(runs)
+                if runs.iter().any(|r| {
+                    r.run_id != run.run_id && matches!(r.status, RunStatus::Pending | RunStatus::Running)
+                }) =>
+            {
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(
+                    "stateless run {}: cannot tell whether its thread {id} has other runs, so it is kept: {e}",
+                    run.run_id
+                );
+                return;
+            }
+        }
+    }
     if let Err(e) = delete_thread(server, &id).await {
         tracing::warn!("stateless run {}: cannot delete its thread {id}: {e}", run.run_id);
     }
