@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use super::ThreadFilesGuard;
 use super::blobs::{KnownBlobs, ensure_blob};
 use super::delta::{Previous, message_delta, slot_delta, slots_unchanged};
 use super::record::{
@@ -63,14 +64,6 @@ pub struct BackendCheckpointer {
     /// Wraps each thread's file space ([`Checkpointer::thread_files`]); see
     /// [`with_files_guard`](Self::with_files_guard).
     files_guard: Option<Arc<dyn ThreadFilesGuard>>,
-}
-
-/// Something that stands between a thread's runs and the thread's file space: given the space,
-/// the backend the runs get instead (a server fencing writes by a lost lease, say). It must pass
-/// reads through unchanged.
-pub trait ThreadFilesGuard: Send + Sync + std::fmt::Debug {
-    /// The backend `thread_id`'s runs use for its `files`.
-    fn guard(&self, thread_id: &ThreadId, files: Arc<dyn Backend>) -> Arc<dyn Backend>;
 }
 
 const HEAD: &str = "head.json";

@@ -28,7 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-pub use self::backend::{BackendCheckpointer, ThreadFilesGuard};
+pub use self::backend::BackendCheckpointer;
 pub use self::history::GarbageReport;
 pub use self::journal::{CallOutcome, CallRecord, SlotWrite};
 pub use self::memory::InMemoryCheckpointer;
@@ -390,4 +390,12 @@ async fn copy_files(src: &dyn Backend, dst: &dyn Backend) -> Result<(), crate::b
         }
     }
     Ok(())
+}
+
+/// Something that stands between a thread's runs and the thread's file space: given the space,
+/// the backend the runs get instead (a server fencing writes by a lost lease, say). It must pass
+/// reads through unchanged.
+pub trait ThreadFilesGuard: Send + Sync + std::fmt::Debug {
+    /// The backend `thread_id`'s runs use for its `files`.
+    fn guard(&self, thread_id: &ThreadId, files: Arc<dyn Backend>) -> Arc<dyn Backend>;
 }
