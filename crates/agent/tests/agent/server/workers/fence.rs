@@ -19,18 +19,19 @@ use wiremock::MockServer;
 
 use super::super::cut_proxy::CutProxy;
 use super::super::harness::{Served, http};
+use super::fleet::{Fleet, prerequisites};
 use super::support::{begin, settled, setup, signal, worker};
 use crate::cli::crash::journal_of;
 use crate::cli::harness::calls_then_done;
 use crate::cli::sandbox::bwrap_or_skip;
 use crate::queue::postgres::test_database as database;
 
-/// A model whose first turn runs a sandboxed command that writes `/outputs/late.txt` after 3 s,
-/// and an agent file that runs it under bubblewrap without asking.
-async fn late_writer() -> (MockServer, tempfile::TempDir) {
+/// A model whose first turn runs a sandboxed command that writes `/outputs/late.txt` after
+/// `after` seconds, and an agent file that runs it under bubblewrap without asking.
+async fn late_writer(after: u32) -> (MockServer, tempfile::TempDir) {
     let model = calls_then_done(vec![
         json!({"type": "tool_use", "id": "toolu_late", "name": "execute",
-        "input": {"command": "sleep 3 && mkdir -p /outputs && echo late >> /outputs/late.txt"}}),
+        "input": {"command": format!("sleep {after} && mkdir -p /outputs && echo late >> /outputs/late.txt")}}),
     ])
     .await;
     let dir = setup(None);
@@ -72,7 +73,7 @@ async fn a_worker_cut_off_from_the_database_in_a_tool_call_writes_no_thread_file
     let (credentials, host) = base.rsplit_once('@').unwrap();
     let proxy = CutProxy::start(host).await;
     let through_proxy = format!("{credentials}@{}/{name}", proxy.addr);
-    let (model, dir) = late_writer().await;
+    let (model, dir) = late_writer(3).await;
     let a = worker(dir.path(), &model, &through_proxy, false, 1.0);
     let (thread, run) = begin(&a).await;
     let calls = command_started(dir.path(), &a, &thread).await;
@@ -91,6 +92,58 @@ async fn a_worker_cut_off_from_the_database_in_a_tool_call_writes_no_thread_file
     proxy.up();
 }
 
+/// The cut-off case with the threads on S3 and three workers: the file the command wrote is not
+/// in the thread's store (asked of another worker, through the API).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_threads_on_s3_a_worker_cut_off_in_a_tool_call_writes_no_thread_file() {
+    let Some((_db, needs)) = prerequisites("cut off in a tool call, S3").await else {
+        return;
+    };
+    let url = needs.0.clone();
+    let (base, name) = url.rsplit_once('/').unwrap();
+    let (credentials, host) = base.rsplit_once('@').unwrap();
+    let proxy = CutProxy::start(host).await;
+    let through_proxy = format!("{credentials}@{}/{name}", proxy.addr);
+    // Listing the journal on moto is slower than reading a local file: a longer command keeps
+    // its end well past the lease (2 s) after the cut.
+    let (model, _) = late_writer(8).await;
+    let fleet = Fleet::new(needs, model);
+    let a = fleet.worker_on("a", None, &through_proxy);
+    let (thread, run) = begin(&a).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !fleet
+        .journal(&thread)
+        .await
+        .iter()
+        .any(|r| r["call_id"] == "toolu_late" && r["outcome"]["status"] == "started")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the call never started: {}",
+            a.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.down();
+    let (b, _c) = (fleet.worker("b", None), fleet.worker("c", None));
+    let client = http();
+    let ended = settled(&client, &b, &thread, &run, Duration::from_secs(60)).await;
+    assert_eq!(ended["attempt"], 2, "{}", b.stderr());
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let download = client
+        .get(format!("{}/threads/{thread}/files?path=/outputs/late.txt", b.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        download.status(),
+        404,
+        "A wrote a thread file after its lease ran out: {}",
+        a.stderr()
+    );
+    proxy.up();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_frozen_in_a_tool_call_past_its_lease_writes_no_thread_file() {
     let Some((_db, url)) = database().await else {
@@ -99,7 +152,7 @@ async fn a_worker_frozen_in_a_tool_call_past_its_lease_writes_no_thread_file() {
     if !bwrap_or_skip("frozen in a tool call") {
         return;
     }
-    let (model, dir) = late_writer().await;
+    let (model, dir) = late_writer(3).await;
     let a = worker(dir.path(), &model, &url, false, 1.0);
     let (thread, run) = begin(&a).await;
     let calls = command_started(dir.path(), &a, &thread).await;

@@ -13,159 +13,19 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use wiremock::{MockServer, ResponseTemplate};
+use wiremock::MockServer;
 
 use super::super::harness::{Served, http};
-use super::super::store::s3_env;
+use super::fleet::{Fleet, logged, prerequisites, script};
 use super::support::{assert_numbered, begin, follow, model_called, parse_sse, post, settled};
 use crate::cli::crash::a_finished_b_started;
-use crate::cli::harness::{messages, reply, trellis};
-use crate::cli::sandbox::bwrap_or_skip;
-use crate::queue::postgres::Database;
-use crate::support::env_or_skip;
-
-/// The served agent: the mock's model, bubblewrap, no approvals.
-const AGENT_FILE: &str = "model = \"anthropic:claude-sonnet-4-5\"\n\
-[sandbox]\nkind = \"bwrap\"\n\
-[approvals]\nask = [\"none\"]\n";
-
-/// Leases of the fault tests, in seconds.
-const LEASE: f64 = 2.0;
+use crate::cli::harness::reply;
 
 /// `execute` call `id` appending `line` to `/outputs/count-ID.txt` (a thread file), then running
 /// `then`.
 fn append(id: &str, then: &str) -> Value {
     json!({"type": "tool_use", "id": format!("toolu_{id}"), "name": "execute", "input": {
         "command": format!("mkdir -p /outputs && echo {id} >> /outputs/count-{id}.txt{then}")}})
-}
-
-/// A mock model answering `replies` in order, one request each, then `done` to every later one.
-async fn script(replies: Vec<ResponseTemplate>) -> MockServer {
-    let server = MockServer::start().await;
-    for (i, r) in replies.into_iter().enumerate() {
-        messages()
-            .respond_with(r)
-            .up_to_n_times(1)
-            .with_priority(u8::try_from(i + 1).unwrap())
-            .mount(&server)
-            .await;
-    }
-    messages()
-        .respond_with(reply(json!([{"type": "text", "text": "done"}]), "end_turn"))
-        .with_priority(u8::MAX)
-        .mount(&server)
-        .await;
-    server
-}
-
-/// One test's workers: one database, one S3 prefix, one model.
-struct Fleet {
-    dir: tempfile::TempDir,
-    database: String,
-    endpoint: String,
-    store: String,
-    model: MockServer,
-}
-
-impl Fleet {
-    fn new((database, [endpoint, bucket]): (String, [String; 2]), model: MockServer) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let prefix = format!("kill-{}-{nanos}", std::process::id());
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("trellis.toml"), AGENT_FILE).unwrap();
-        Self {
-            dir,
-            database,
-            store: format!("s3://{bucket}/{prefix}"),
-            endpoint,
-            model,
-        }
-    }
-
-    /// Worker `name` (its own state dir), parked at fault point `pause` when given.
-    fn worker(&self, name: &str, pause: Option<&str>) -> Served {
-        let dir = self.dir.path();
-        let mut command = trellis();
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--agent"])
-            .arg(dir.join("trellis.toml"))
-            .arg("--state-dir")
-            .arg(dir.join(format!("state-{name}")))
-            .args(["--database", &self.database])
-            .args(["--lease-seconds", &LEASE.to_string()])
-            .args(["--store", &self.store])
-            .env("RUST_LOG", "warn,trellis_agent::server::workers=info");
-        s3_env(&mut command, &self.endpoint);
-        if let Some(point) = pause {
-            command.env("TRELLIS_FAULT_PAUSE", point);
-        }
-        Served::spawn(command, dir, &self.model)
-    }
-
-    /// The journal records of `thread`'s current step, read from the store.
-    async fn journal(&self, thread: &str) -> Vec<Value> {
-        let (bucket, prefix) = self.store["s3://".len()..].split_once('/').unwrap();
-        let client = http();
-        // moto checks no signature, but refuses a request with none at all.
-        let auth = "AWS4-HMAC-SHA256 Credential=test/20261206/us-east-1/s3/aws4_request, \
-                    SignedHeaders=host, Signature=00";
-        let listing = client
-            .get(format!("{}/{bucket}?list-type=2&prefix={prefix}/", self.endpoint))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let mut records = Vec::new();
-        for key in listing.split("<Key>").skip(1) {
-            let key = key.split("</Key>").next().unwrap();
-            if !(key.contains(thread) && key.contains("/calls/")) {
-                continue;
-            }
-            let body = client
-                .get(format!("{}/{bucket}/{key}", self.endpoint))
-                .header("authorization", auth)
-                .send()
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap();
-            if let Ok(record) = serde_json::from_slice(&body) {
-                records.push(record);
-            }
-        }
-        records
-    }
-}
-
-/// What a fault test needs — PostgreSQL, bubblewrap, the S3 emulator — or `None` (skipped, or a
-/// panic under `TRELLIS_EMULATORS=required`): the database (dropped after the test), its URL and
-/// the S3 endpoint and bucket.
-async fn prerequisites(test: &str) -> Option<(Database, (String, [String; 2]))> {
-    let s3 = env_or_skip(test, ["TRELLIS_S3_ENDPOINT", "TRELLIS_TEST_BUCKET"])?;
-    if !bwrap_or_skip(test) {
-        return None;
-    }
-    let (database, url) = crate::queue::postgres::test_database().await?;
-    Some((database, (url, s3)))
-}
-
-/// Wait until `served` logs `line`.
-async fn logged(served: &Served, line: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !served.stderr().contains(line) {
-        assert!(
-            Instant::now() < deadline,
-            "never logged {line:?}: {}",
-            served.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// What a finished takeover must show, asked of `on`: the run succeeded on its second attempt;
