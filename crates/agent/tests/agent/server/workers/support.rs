@@ -8,25 +8,21 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use wiremock::MockServer;
 
+use super::super::db_harness;
+pub(super) use super::super::db_harness::{Sse, parse_sse};
 use super::super::harness::{AGENT_FILE, Served, first_then, http};
-use crate::cli::harness::{reply, trellis};
+use crate::cli::harness::reply;
 
 /// One `trellis serve --database URL` worker in `dir` (agent file and state dir shared by every
 /// worker of the test), with leases of `lease` seconds.
 pub(super) fn worker(dir: &Path, model: &MockServer, url: &str, keys: bool, lease: f64) -> Served {
-    let mut command = trellis();
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--agent"])
-        .arg(dir.join("trellis.toml"))
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .args(["--database", url, "--lease-seconds", &lease.to_string()]);
+    let lease = lease.to_string();
+    let keys_file = dir.join("keys");
+    let mut args = vec!["--lease-seconds", lease.as_str()];
     if keys {
-        command.arg("--api-keys").arg(dir.join("keys"));
+        args.extend(["--api-keys", keys_file.to_str().unwrap()]);
     }
-    // Which worker runs which run: the tests read it from the workers' log.
-    command.env("RUST_LOG", "warn,trellis_agent::server::workers=info");
-    Served::spawn(command, dir, model)
+    db_harness::worker(dir, model, url, &args)
 }
 
 pub(super) fn setup(keys: Option<&str>) -> tempfile::TempDir {
@@ -42,38 +38,9 @@ pub(super) fn say(text: &str) -> Value {
     json!({"messages": [{"role": "user", "content": text}]})
 }
 
-/// One server-sent event: id, event name, data.
-pub(super) type Sse = (Option<String>, String, String);
-
-pub(super) fn parse_sse(body: &str) -> Vec<Sse> {
-    body.split("\n\n")
-        .filter_map(|block| {
-            let (mut id, mut event, mut data) = (None, None, String::new());
-            for line in block.lines() {
-                if let Some(v) = line.strip_prefix("id:") {
-                    id = Some(v.trim().to_owned());
-                } else if let Some(v) = line.strip_prefix("event:") {
-                    event = Some(v.trim().to_owned());
-                } else if let Some(v) = line.strip_prefix("data:") {
-                    data.push_str(v.trim_start());
-                }
-            }
-            event.map(|e| (id, e, data))
-        })
-        .collect()
-}
-
 /// The ids of `events` are 0, 1, 2, … with no gap and no duplicate.
 pub(super) fn assert_numbered(events: &[Sse]) {
-    let ids: Vec<usize> = events
-        .iter()
-        .map(|(id, ..)| id.as_deref().expect("an event id").parse().unwrap())
-        .collect();
-    assert_eq!(
-        ids,
-        (0..ids.len()).collect::<Vec<_>>(),
-        "ids with no gap or duplicate"
-    );
+    db_harness::assert_numbered_from(events, 0);
 }
 
 pub(super) async fn post(
