@@ -59,6 +59,8 @@ use uuid::Uuid;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_schema;
 
 pub use memory::MemoryQueue;
 #[cfg(feature = "postgres")]

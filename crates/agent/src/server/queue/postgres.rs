@@ -25,24 +25,17 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
-use sqlx::{Row, SqlSafeStr, postgres::PgConnectOptions};
+use sqlx::Row;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use uuid::Uuid;
 
 use serde_json::Value;
 
+use super::postgres_schema::{self as schema, record};
 use super::{
     CancelAction, Heartbeat, Lease, Multitask, NewRun, Outcome, QueueError, Retention, RunQueue, RunRecord,
     RunStatus, StoredEvent,
 };
-
-/// The schema, in order; a released migration is never edited, only followed by another.
-const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (1, "runs", include_str!("migrations/0001_runs.sql")),
-    (2, "events", include_str!("migrations/0002_events.sql")),
-];
 
 /// The channel a claimable run is announced on (payload: the run id).
 pub const RUNS_CHANNEL: &str = "trellis_runs";
@@ -53,9 +46,6 @@ pub const CANCEL_CHANNEL: &str = "trellis_cancel";
 /// run id, 36 bytes; one per transaction and run, as PostgreSQL folds equal notifications).
 /// Followers on other workers read the run again; a hint only.
 pub const EVENTS_CHANNEL: &str = "trellis_run_changes";
-
-/// Where applied migrations are recorded.
-const MIGRATIONS_TABLE: &str = "trellis_schema_migrations";
 
 /// The columns every read returns (a macro, so statements stay `&'static str` for `concat!`).
 macro_rules! columns {
@@ -85,36 +75,6 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// A `runs` row as a record.
-fn record(row: &PgRow) -> Result<RunRecord, QueueError> {
-    let corrupt = |e: sqlx::Error| QueueError::Corrupt(e.to_string());
-    let status: String = row.try_get("status").map_err(corrupt)?;
-    let cancel: Option<String> = row.try_get("cancel").map_err(corrupt)?;
-    let attempt: i32 = row.try_get("attempt").map_err(corrupt)?;
-    let max_attempts: i32 = row.try_get("max_attempts").map_err(corrupt)?;
-    Ok(RunRecord {
-        run_id: row.try_get("run_id").map_err(corrupt)?,
-        thread_id: row.try_get("thread_id").map_err(corrupt)?,
-        status: RunStatus::parse(&status)
-            .ok_or_else(|| QueueError::Corrupt(format!("unknown run status {status:?}")))?,
-        payload: row.try_get("payload").map_err(corrupt)?,
-        attempt: u32::try_from(attempt).unwrap_or(0),
-        max_attempts: u32::try_from(max_attempts).unwrap_or(1),
-        worker: row.try_get("worker_id").map_err(corrupt)?,
-        cancel: match cancel {
-            None => None,
-            Some(name) => Some(
-                CancelAction::parse(&name)
-                    .ok_or_else(|| QueueError::Corrupt(format!("unknown cancel action {name:?}")))?,
-            ),
-        },
-        error: row.try_get("error").map_err(corrupt)?,
-        created_at: row.try_get::<DateTime<Utc>, _>("created_at").map_err(corrupt)?,
-        updated_at: row.try_get::<DateTime<Utc>, _>("updated_at").map_err(corrupt)?,
-        result: row.try_get("result").map_err(corrupt)?,
-    })
-}
-
 impl PostgresQueue {
     /// Connects to `url` (`postgres://user:password@host:port/database`, `?sslmode=…` honoured)
     /// with a pool of at most `connections`, and brings the schema up to date.
@@ -134,24 +94,7 @@ impl PostgresQueue {
 
     /// Uses `pool`, bringing the schema up to date.
     pub async fn with_pool(pool: PgPool) -> Result<Self, QueueError> {
-        let migrations = MIGRATIONS
-            .iter()
-            .map(|&(version, name, sql)| {
-                Migration::new(
-                    version,
-                    name.into(),
-                    MigrationType::Simple,
-                    sql.into_sql_str(),
-                    false,
-                )
-            })
-            .collect();
-        let mut migrator = Migrator::with_migrations(migrations);
-        migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
-        migrator
-            .run(&pool)
-            .await
-            .map_err(|e| QueueError::Unavailable(format!("applying the schema: {e}")))?;
+        schema::migrate(&pool).await?;
         Ok(Self { pool })
     }
 
