@@ -12,7 +12,8 @@
 //! rest when it completes. Within each group they are applied in call order.
 //!
 //! When the checkpointer keeps a tool-call journal, each call is recorded as it runs: an external
-//! call ([`SideEffects::External`]) before it starts, every call when it finishes (see
+//! call ([`SideEffects::External`]) before it starts, every call when it finishes (but not the
+//! only call of a step when it may repeat; see
 //! `checkpoint/journal.rs`). A step resumed with decisions keeps the results a crashed attempt
 //! recorded; a step a crash cut short is finished by `step_recovery.rs`.
 
@@ -391,6 +392,15 @@ impl Agent {
             (Some(_), Some(ai)) => ai.calls().map(|c| c.id.clone()).collect(),
             _ => Vec::new(),
         };
+        // A step of one call that may repeat (read-only or idempotent) is not journaled: a crash
+        // before its checkpoint re-runs that call, which its declaration allows, and there is no
+        // other call of the step a record would spare. The record and its removal would be two
+        // of the few files a served step creates (docs/server.md, "Speed").
+        let lone_repeatable = matches!(
+            actions.as_slice(),
+            [Action::Run(call)] if side_effects(tools, &call.name).may_repeat()
+        );
+        let journal = journal.filter(|_| !lone_repeatable);
         let shared: &State = state;
         let runs = actions.into_iter().map(|action| {
             let nested = nested.as_ref();

@@ -15,7 +15,9 @@
 //! | after the step's checkpoint | (forgotten) | starts at the next model call |
 //!
 //! Only external calls get a `Started` record: a read-only or idempotent call without a result
-//! runs again whether it started or not. A record over 64 MiB (a result of many images) is not
+//! runs again whether it started or not. A step whose only call is read-only or idempotent keeps
+//! no record at all: a crash before its checkpoint finds it unrecorded and runs it again, which is
+//! what its record would have spared only the step's other calls, and it has none. A record over 64 MiB (a result of many images) is not
 //! kept: the call then counts as not finished, the conservative side.
 
 use serde::{Deserialize, Serialize};

@@ -369,3 +369,77 @@ async fn a_record_of_another_call_under_the_same_id_is_never_used() {
         "the stale result is not replayed; with no record of its own the call never started, so it runs"
     );
 }
+
+/// An in-memory checkpointer with a journal that counts the records it is given, by call id.
+#[derive(Debug, Default)]
+struct CountingJournal {
+    inner: InMemoryCheckpointer,
+    records: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Checkpointer for CountingJournal {
+    async fn load(&self, thread_id: &ThreadId) -> Result<Option<StoredCheckpoint>, CheckpointError> {
+        self.inner.load(thread_id).await
+    }
+    async fn save(
+        &self,
+        checkpoint: Checkpoint,
+        expected: Option<&CheckpointVersion>,
+    ) -> Result<CheckpointVersion, CheckpointError> {
+        self.inner.save(checkpoint, expected).await
+    }
+    async fn delete(&self, thread_id: &ThreadId) -> Result<(), CheckpointError> {
+        self.inner.delete(thread_id).await
+    }
+    fn keeps_call_journal(&self) -> bool {
+        true
+    }
+    async fn record_call(&self, thread_id: &ThreadId, record: &CallRecord) -> Result<(), CheckpointError> {
+        self.records.lock().unwrap().push(record.call_id.clone());
+        self.inner.record_call(thread_id, record).await
+    }
+    async fn recorded_calls(
+        &self,
+        thread_id: &ThreadId,
+        call_ids: &[String],
+    ) -> Result<Vec<CallRecord>, CheckpointError> {
+        self.inner.recorded_calls(thread_id, call_ids).await
+    }
+    async fn forget_calls(&self, thread_id: &ThreadId, call_ids: &[String]) -> Result<(), CheckpointError> {
+        self.inner.forget_calls(thread_id, call_ids).await
+    }
+}
+
+#[tokio::test]
+async fn a_step_of_one_call_that_may_repeat_is_not_journaled_and_a_crash_runs_it_again() {
+    let counters = Counters::default();
+    let journal = Arc::new(CountingJournal::default());
+    let cp: Arc<dyn Checkpointer> = journal.clone();
+    // Step 1: `send` alone (external: recorded as it starts and as it finishes). Step 2: `look`
+    // alone (read-only: no record), which hangs the first time: the run is dropped there.
+    let model = ScriptedModel::new()
+        .then_tool_calls([call("s1", "send", json!({}))])
+        .then_tool_calls([call("l1", "look", json!({}))]);
+    let first = agent(cp.clone(), model, &counters, false);
+    let run = tokio::spawn(async move { first.run(RunInput::human("go").thread(thread())).await });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while counters.get() != [1, 0, 1] {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", counters.get());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    run.abort();
+    let _ = run.await;
+    assert_eq!(*journal.records.lock().unwrap(), ["s1", "s1"]);
+
+    // Step 3 of the resumed run: two read-only calls, each recorded when it finishes.
+    let model = ScriptedModel::new()
+        .then_tool_calls([call("l2", "look", json!({})), call("l3", "look", json!({}))])
+        .then_text("done");
+    let second = agent(cp.clone(), model, &counters, false);
+    let out = second.run(RunInput::new().thread(thread())).await.unwrap();
+    assert_eq!(counters.get(), [1, 0, 4], "the unrecorded `look` ran again");
+    let results = tool_texts(&out);
+    assert_eq!(results[1], ("look 2".to_owned(), false));
+    assert_eq!(*journal.records.lock().unwrap(), ["s1", "s1", "l2", "l3"]);
+}
