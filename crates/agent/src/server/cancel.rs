@@ -19,7 +19,7 @@ use crate::server::Shared;
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::{JsonBody, User, parse_uuid};
 use crate::server::run_ref::RunRef;
-use crate::server::run_registry::Status;
+use crate::server::run_registry::RunStatus;
 use crate::server::runs::{find, find_of, result_body};
 
 /// How a run is cancelled (`action` of `POST …/cancel`).
@@ -221,10 +221,10 @@ pub async fn cancel_many(
             runs
         }
         (None, None, Some(status)) => {
-            let wanted: &[Status] = match status.as_str() {
-                "pending" => &[Status::Pending],
-                "running" => &[Status::Running],
-                "all" => &[Status::Pending, Status::Running],
+            let wanted: &[RunStatus] = match status.as_str() {
+                "pending" => &[RunStatus::Pending],
+                "running" => &[RunStatus::Running],
+                "all" => &[RunStatus::Pending, RunStatus::Running],
                 other => {
                     return Err(ApiError::unprocessable(format!(
                         "status must be pending, running or all, not {:?}",

@@ -27,7 +27,7 @@ use crate::server::error::{ApiError, ApiResult};
 use crate::server::extract::User;
 use crate::server::messages::input_messages;
 use crate::server::run_ref::RunRef;
-use crate::server::run_registry::{CancelAction, RunHandle, Status, Strategy};
+use crate::server::run_registry::{CancelAction, RunHandle, RunStatus, Strategy};
 use crate::server::runs::RunCreate;
 use crate::server::stream::{Mode, Part, thread_values};
 use crate::server::threads::{Rest, ThreadRecord, thread_id};
@@ -378,13 +378,13 @@ pub(crate) async fn execute(
         end(
             &server,
             &run,
-            Status::Interrupted,
+            RunStatus::Interrupted,
             values,
             action == CancelAction::Rollback,
         );
         return finish_thread(&server, &run, delete_after).await;
     }
-    run.set_status(Status::Running);
+    run.set_status(RunStatus::Running);
     let tid = thread_id(&run.thread_id);
     let before_run = server.threads.get(&user, &run.thread_id).ok();
     let start_seq = match server.checkpointer.peek(&tid).await {
@@ -394,7 +394,7 @@ pub(crate) async fn execute(
             run.push(Part::error("CheckpointError", &message), true);
             let result = json!({"__error__": {"error": "CheckpointError", "message": message}});
             set_thread(&server, &run, Rest::Error, None).await;
-            end(&server, &run, Status::Error, result, false);
+            end(&server, &run, RunStatus::Error, result, false);
             return finish_thread(&server, &run, delete_after).await;
         }
     };
@@ -405,7 +405,7 @@ pub(crate) async fn execute(
         let message = format!("{e:#}");
         run.push(Part::error("CheckpointError", &message), true);
         let result = json!({"__error__": {"error": "CheckpointError", "message": message}});
-        end(&server, &run, Status::Error, result, false);
+        end(&server, &run, RunStatus::Error, result, false);
         return finish_thread(&server, &run, delete_after).await;
     }
     let outcome = drive(&server, &run, graph.as_ref(), &user, input).await;
@@ -420,13 +420,13 @@ pub(crate) async fn execute(
                 Rest::Idle
             };
             set_thread(&server, &run, rest, interrupts).await;
-            (Status::Success, result, false)
+            (RunStatus::Success, result, false)
         }
         Err(Failure::Failed(kind, message)) => {
             run.push(Part::error(&kind, &message), true);
             set_thread(&server, &run, Rest::Error, None).await;
             (
-                Status::Error,
+                RunStatus::Error,
                 json!({"__error__": {"error": kind, "message": message}}),
                 false,
             )
@@ -434,7 +434,7 @@ pub(crate) async fn execute(
         Err(Failure::Refused(kind, message)) => {
             run.push(Part::error(kind, &message), true);
             (
-                Status::Error,
+                RunStatus::Error,
                 json!({"__error__": {"error": kind, "message": message}}),
                 false,
             )
@@ -463,7 +463,7 @@ pub(crate) async fn execute(
             if !values.is_null() {
                 run.push(Part::new(Mode::Values, &values), true);
             }
-            (Status::Interrupted, values, rollback)
+            (RunStatus::Interrupted, values, rollback)
         }
     };
     end(&server, &run, status, result, forget);
@@ -474,15 +474,15 @@ pub(crate) async fn execute(
 /// after the run's work was done (its thread's newest checkpoint holds its answer) and before
 /// its end was stored. Its stream ends, as every run's does, with the thread's state (`values`).
 pub(crate) async fn conclude(server: Shared, run: Arc<RunHandle>, values: Value) {
-    run.set_status(Status::Running);
+    run.set_status(RunStatus::Running);
     run.push(Part::new(Mode::Values, &values), true);
     set_thread(&server, &run, Rest::Idle, None).await;
-    end(&server, &run, Status::Success, values, false);
+    end(&server, &run, RunStatus::Success, values, false);
 }
 
 /// Free the thread before the followers see the end (a client that starts its next run as soon as
 /// the stream closes gets no 409), then set the run's result; a forgotten run is a 404 afterwards.
-fn end(server: &Shared, run: &RunHandle, status: Status, result: Value, forget: bool) {
+fn end(server: &Shared, run: &RunHandle, status: RunStatus, result: Value, forget: bool) {
     server.runs.end(run);
     if forget {
         server.runs.remove(run);

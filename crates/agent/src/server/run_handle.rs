@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::server::assistants;
 use crate::server::cancel::{CancelAction, Strategy};
+pub use crate::server::queue::RunStatus;
 use crate::server::run_usage::RunUsage;
 use crate::server::stream::{Mode, Part};
 use crate::server::threads::time;
@@ -26,37 +27,9 @@ pub const MAX_PART_BYTES: usize = 64 * 1024 * 1024;
 /// The next [`RunHandle`]'s creation order.
 static NEXT_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// A run's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    /// Created, not started.
-    Pending,
-    /// Running.
-    Running,
-    /// Finished (or stopped for approvals).
-    Success,
-    /// Failed.
-    Error,
-    /// Cancelled ([`CancelAction`]), or by a newer run's `multitask_strategy`.
-    Interrupted,
-}
-
-impl Status {
-    /// Its name in the API.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Running => "running",
-            Self::Success => "success",
-            Self::Error => "error",
-            Self::Interrupted => "interrupted",
-        }
-    }
-}
-
 #[derive(Debug)]
 pub(super) struct Progress {
-    pub(super) status: Status,
+    pub(super) status: RunStatus,
     pub(super) updated_at: DateTime<Utc>,
     pub(super) parts: Vec<Arc<Part>>,
     pub(super) bytes: usize,
@@ -118,7 +91,7 @@ impl RunHandle {
             strategy,
             cancel: watch::channel(None).0,
             progress: Mutex::new(Progress {
-                status: Status::Pending,
+                status: RunStatus::Pending,
                 updated_at: now,
                 parts: Vec::new(),
                 bytes: 0,
@@ -164,8 +137,8 @@ impl RunHandle {
         self.changed.send_modify(|n| *n += 1);
     }
 
-    pub(crate) fn set_status(&self, status: Status) {
-        if status == Status::Running {
+    pub(crate) fn set_status(&self, status: RunStatus) {
+        if status == RunStatus::Running {
             self.usage().started();
         }
         let mut p = self.lock();
@@ -193,7 +166,7 @@ impl RunHandle {
         self.notify();
     }
 
-    pub(crate) fn finish(&self, status: Status, result: Value) {
+    pub(crate) fn finish(&self, status: RunStatus, result: Value) {
         self.usage().ended();
         {
             let mut p = self.lock();
@@ -270,7 +243,7 @@ impl RunHandle {
     }
 
     /// The run's status.
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> RunStatus {
         self.lock().status
     }
 

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 pub use crate::server::cancel::{CancelAction, Strategy};
 use crate::server::error::{ApiError, ApiResult};
-pub use crate::server::run_handle::{MAX_PART_BYTES, RunHandle, Status};
+pub use crate::server::run_handle::{MAX_PART_BYTES, RunHandle, RunStatus};
 
 /// Finished runs kept in memory (with their parts, for get, join and replay); when one more
 /// finishes, the oldest is forgotten (404 afterwards).
@@ -286,11 +286,11 @@ mod tests {
         assert_eq!(registry.active_run(&first.thread_id), Some(first.run_id));
         for r in [&first, &queued] {
             registry.end(r);
-            r.finish(Status::Interrupted, Value::Null);
+            r.finish(RunStatus::Interrupted, Value::Null);
         }
         assert_eq!(registry.active_run(&first.thread_id), Some(rolling.run_id));
         registry.end(&rolling);
-        rolling.finish(Status::Success, Value::Null);
+        rolling.finish(RunStatus::Success, Value::Null);
         assert!(
             !rolling.cancel(CancelAction::Interrupt),
             "an ended run is not cancelled"
@@ -314,7 +314,7 @@ mod tests {
         for r in &runs {
             registry.begin(r.clone()).unwrap();
             registry.end(r);
-            r.finish(Status::Success, Value::Null);
+            r.finish(RunStatus::Success, Value::Null);
         }
         assert!(
             registry.get(&running.thread_id, &running.run_id).is_ok(),

@@ -66,18 +66,21 @@ pub use memory::MemoryQueue;
 #[cfg(feature = "postgres")]
 pub use postgres::{CANCEL_CHANNEL, EVENTS_CHANNEL, PostgresQueue, RUNS_CHANNEL};
 
-/// Where a run stands.
+/// Where a run stands: in the queue and, for a run of this process, in its
+/// [`RunHandle`](crate::server::run_handle::RunHandle).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RunStatus {
-    /// Waiting to be claimed.
+    /// Created, waiting to be claimed.
     Pending,
-    /// A worker holds it.
+    /// A worker holds it and runs it.
     Running,
-    /// Finished.
+    /// Finished, or stopped for approvals (the thread is then `interrupted`, as on the Agent
+    /// Server).
     Success,
     /// Failed, or used all its attempts.
     Error,
-    /// Cancelled, or stopped for an approval.
+    /// Cancelled ([`CancelAction`](crate::server::cancel::CancelAction)), or by a newer run's
+    /// `multitask_strategy`.
     Interrupted,
 }
 

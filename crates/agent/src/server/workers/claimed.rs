@@ -21,7 +21,7 @@ use crate::server::execute::{Input, branch_in, check_input, conclude, execute};
 use crate::server::extract::User;
 use crate::server::messages::input_messages;
 use crate::server::queue::{self, Heartbeat, Lease, Outcome};
-use crate::server::run_handle::{RunHandle, Status};
+use crate::server::run_handle::{RunHandle, RunStatus};
 use crate::server::run_ref::payload;
 use crate::server::stream::{Part, thread_values};
 use crate::server::threads::thread_id;
@@ -128,8 +128,8 @@ pub(crate) async fn run(
         return;
     }
     let outcome = match run.status() {
-        Status::Error => Outcome::Error(result["__error__"].clone()),
-        Status::Interrupted => Outcome::Interrupted,
+        RunStatus::Error => Outcome::Error(result["__error__"].clone()),
+        RunStatus::Interrupted => Outcome::Interrupted,
         _ => Outcome::Success,
     };
     let rolled_back = run.cancelled_with() == Some(CancelAction::Rollback);
@@ -265,7 +265,7 @@ pub(crate) async fn prepare_and_run(server: &Shared, run: Arc<RunHandle>, user: 
         async move {
             run.push(Part::error("AssemblyError", &message), true);
             run.finish(
-                Status::Error,
+                RunStatus::Error,
                 json!({"__error__": {"error": "AssemblyError", "message": message}}),
             );
         }

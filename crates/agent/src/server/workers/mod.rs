@@ -222,10 +222,8 @@ pub(crate) async fn enqueue(
 pub(crate) async fn active_of(
     shared: &SharedQueue,
     user: &crate::server::User,
-    wanted: &[crate::server::run_handle::Status],
+    wanted: &[crate::server::queue::RunStatus],
 ) -> crate::server::ApiResult<Vec<crate::server::run_ref::RunRef>> {
-    use crate::server::queue::RunStatus;
-    use crate::server::run_handle::Status;
     let records = shared
         .queue
         .active(ACTIVE_MAX)
@@ -233,11 +231,7 @@ pub(crate) async fn active_of(
         .map_err(crate::server::run_ref::queue_error)?;
     Ok(records
         .into_iter()
-        .filter(|r| match r.status {
-            RunStatus::Pending => wanted.contains(&Status::Pending),
-            RunStatus::Running => wanted.contains(&Status::Running),
-            _ => false,
-        })
+        .filter(|r| r.status.is_active() && wanted.contains(&r.status))
         .filter(|r| user_owns(user, r))
         .map(|r| crate::server::run_ref::RunRef::shared(r, shared))
         .collect())
