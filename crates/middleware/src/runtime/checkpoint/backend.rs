@@ -11,8 +11,8 @@ use super::ThreadFilesGuard;
 use super::blobs::{KnownBlobs, ensure_blob};
 use super::delta::{Previous, message_delta, slot_delta, slots_unchanged};
 use super::record::{
-    BodyOut, CHUNK_MESSAGES, Head, LOG_FORMAT, SNAPSHOT_STEPS, SinceBase, StepHeader, StepName,
-    chunk_messages, encode_step, summarize,
+    BodyOut, CHUNK_MESSAGES, LOG_FORMAT, SNAPSHOT_STEPS, SinceBase, StepHeader, StepName, chunk_messages,
+    encode_step, summarize,
 };
 use super::shared::ContentMemo;
 use super::thread_cache::{Known, ThreadCache};
@@ -20,7 +20,7 @@ use super::{
     CHECKPOINT_FORMAT, Checkpoint, CheckpointError, CheckpointInfo, CheckpointVersion, Checkpointer,
     StoredCheckpoint,
 };
-use crate::backend::{Backend, BackendError, ConflictKind, ScopedBackend, Version, VirtualPath, WriteMode};
+use crate::backend::{Backend, BackendError, ScopedBackend, Version, VirtualPath};
 use crate::runtime::context::ThreadId;
 use crate::runtime::message::Message;
 use crate::runtime::random;
@@ -39,8 +39,8 @@ use crate::runtime::random;
 /// A save writes the step's new messages and changed slots (found by identity against the state
 /// this process last saved or loaded, so nothing unchanged is serialized; a save that changes
 /// nothing writes nothing and returns the version it was given), then moves the head
-/// with a version-checked write or link ([`WriteMode::CreateNew`] for a new thread,
-/// [`WriteMode::IfVersion`] after; [`Backend::link`] where the store links, so moving the head
+/// with a version-checked write or link ([`WriteMode::CreateNew`](crate::backend::WriteMode::CreateNew) for a new thread,
+/// [`WriteMode::IfVersion`](crate::backend::WriteMode::IfVersion) after; [`Backend::link`] where the store links, so moving the head
 /// creates and frees no file). Of two workers racing on one step exactly one moves the head;
 /// the other gets [`CheckpointError::Conflict`], its step object is left unreferenced, and it can
 /// reload and re-apply. A process that dies between writing its step and moving the head leaves
@@ -58,9 +58,9 @@ pub struct BackendCheckpointer {
     pub(super) root: VirtualPath,
     pub(super) known_blobs: Arc<KnownBlobs>,
     pub(super) memo: Arc<ContentMemo>,
-    cache: Arc<ThreadCache>,
+    pub(super) cache: Arc<ThreadCache>,
     /// The store may link (see [`Backend::link`]); cleared the first time it says it cannot.
-    links: Arc<AtomicBool>,
+    pub(super) links: Arc<AtomicBool>,
     /// Wraps each thread's file space ([`Checkpointer::thread_files`]); see
     /// [`with_files_guard`](Self::with_files_guard).
     files_guard: Option<Arc<dyn ThreadFilesGuard>>,
@@ -131,7 +131,7 @@ impl BackendCheckpointer {
         }
     }
 
-    fn conflict(thread_id: &ThreadId) -> CheckpointError {
+    pub(super) fn conflict(thread_id: &ThreadId) -> CheckpointError {
         CheckpointError::Conflict {
             thread_id: thread_id.clone(),
         }
@@ -184,80 +184,6 @@ impl BackendCheckpointer {
     /// `{root}/{thread_id}/files`: the thread's own files.
     pub(super) fn files_dir(&self, thread_id: &ThreadId) -> Result<VirtualPath, CheckpointError> {
         Self::join(thread_id, &self.thread_dir(thread_id)?, FILES_DIR)
-    }
-
-    /// Write one step object (`since`: the steps before it from the latest base step) and move
-    /// the head to it. `expected` decides the write mode of the head. Where the store links
-    /// (local disk), the head becomes a second name of the step object: no file is created for
-    /// it and none freed; elsewhere it is a small object naming the step.
-    pub(super) async fn commit(
-        &self,
-        thread_id: &ThreadId,
-        step: &StepName,
-        since: &SinceBase,
-        bytes: Vec<u8>,
-        saved_at_ms: u64,
-        expected: Option<&CheckpointVersion>,
-    ) -> Result<CheckpointVersion, CheckpointError> {
-        let step_path = self.step_path(thread_id, step)?;
-        match self
-            .backend
-            .write(&step_path, bytes.into(), WriteMode::CreateNew)
-            .await
-        {
-            Ok(_) => {}
-            Err(BackendError::Conflict { .. }) => return Err(Self::conflict(thread_id)),
-            Err(e) => return Err(Self::storage(thread_id, e)),
-        }
-        let mode = match expected {
-            None => WriteMode::CreateNew,
-            Some(v) => WriteMode::IfVersion(Version::new(v.as_str())),
-        };
-        let path = self.path(thread_id)?;
-        let linked = if self.links.load(Ordering::Relaxed) {
-            self.backend.link(&step_path, &path, mode.clone()).await
-        } else {
-            None
-        };
-        let moved = match linked {
-            Some(moved) => moved,
-            None => {
-                self.links.store(false, Ordering::Relaxed);
-                let head = Head {
-                    format: LOG_FORMAT,
-                    thread_id: thread_id.clone(),
-                    seq: step.seq,
-                    step: step.file_name(),
-                    saved_at_ms,
-                    since_base: Some(since.clone()),
-                };
-                let head = serde_json::to_vec(&head).map_err(|source| CheckpointError::Encode {
-                    thread_id: thread_id.clone(),
-                    source,
-                })?;
-                self.backend.write(&path, head.into(), mode).await
-            }
-        };
-        match moved {
-            Ok(outcome) => match outcome.version {
-                Some(v) => Ok(CheckpointVersion::new(v.as_str())),
-                None => Err(CheckpointError::Unsupported(format!(
-                    "{path} was written without a version tag"
-                ))),
-            },
-            Err(e) => {
-                // The step object is unreferenced now; removing it is only tidying.
-                let _ = self.backend.delete(&step_path).await;
-                self.cache.forget(thread_id);
-                match e {
-                    BackendError::Conflict {
-                        kind: ConflictKind::AlreadyExists | ConflictKind::VersionMismatch,
-                        ..
-                    } => Err(Self::conflict(thread_id)),
-                    e => Err(Self::storage(thread_id, e)),
-                }
-            }
-        }
     }
 
     /// Write blobs the thread may not have yet.

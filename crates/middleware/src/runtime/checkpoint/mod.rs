@@ -11,6 +11,7 @@
 
 mod backend;
 mod blobs;
+mod commit;
 mod delta;
 mod history;
 mod journal;

@@ -1,0 +1,88 @@
+//! How a saved step becomes the thread's latest: [`BackendCheckpointer::commit`] writes the step
+//! object create-only, then moves the head to it with a version-checked link or write. Kept apart
+//! from `backend.rs` (what a save writes and a load reads) because it is the one place where two
+//! writers of a thread meet: exactly one of them moves the head.
+
+use std::sync::atomic::Ordering;
+
+use super::backend::BackendCheckpointer;
+use super::record::{Head, LOG_FORMAT, SinceBase, StepName};
+use super::{CheckpointError, CheckpointVersion};
+use crate::backend::{BackendError, ConflictKind, Version, WriteMode};
+use crate::runtime::context::ThreadId;
+
+impl BackendCheckpointer {
+    /// Write one step object (`since`: the steps before it from the latest base step) and move
+    /// the head to it. `expected` decides the write mode of the head. Where the store links
+    /// (local disk), the head becomes a second name of the step object: no file is created for
+    /// it and none freed; elsewhere it is a small object naming the step.
+    pub(super) async fn commit(
+        &self,
+        thread_id: &ThreadId,
+        step: &StepName,
+        since: &SinceBase,
+        bytes: Vec<u8>,
+        saved_at_ms: u64,
+        expected: Option<&CheckpointVersion>,
+    ) -> Result<CheckpointVersion, CheckpointError> {
+        let step_path = self.step_path(thread_id, step)?;
+        match self
+            .backend
+            .write(&step_path, bytes.into(), WriteMode::CreateNew)
+            .await
+        {
+            Ok(_) => {}
+            Err(BackendError::Conflict { .. }) => return Err(Self::conflict(thread_id)),
+            Err(e) => return Err(Self::storage(thread_id, e)),
+        }
+        let mode = match expected {
+            None => WriteMode::CreateNew,
+            Some(v) => WriteMode::IfVersion(Version::new(v.as_str())),
+        };
+        let path = self.path(thread_id)?;
+        let linked = if self.links.load(Ordering::Relaxed) {
+            self.backend.link(&step_path, &path, mode.clone()).await
+        } else {
+            None
+        };
+        let moved = match linked {
+            Some(moved) => moved,
+            None => {
+                self.links.store(false, Ordering::Relaxed);
+                let head = Head {
+                    format: LOG_FORMAT,
+                    thread_id: thread_id.clone(),
+                    seq: step.seq,
+                    step: step.file_name(),
+                    saved_at_ms,
+                    since_base: Some(since.clone()),
+                };
+                let head = serde_json::to_vec(&head).map_err(|source| CheckpointError::Encode {
+                    thread_id: thread_id.clone(),
+                    source,
+                })?;
+                self.backend.write(&path, head.into(), mode).await
+            }
+        };
+        match moved {
+            Ok(outcome) => match outcome.version {
+                Some(v) => Ok(CheckpointVersion::new(v.as_str())),
+                None => Err(CheckpointError::Unsupported(format!(
+                    "{path} was written without a version tag"
+                ))),
+            },
+            Err(e) => {
+                // The step object is unreferenced now; removing it is only tidying.
+                let _ = self.backend.delete(&step_path).await;
+                self.cache.forget(thread_id);
+                match e {
+                    BackendError::Conflict {
+                        kind: ConflictKind::AlreadyExists | ConflictKind::VersionMismatch,
+                        ..
+                    } => Err(Self::conflict(thread_id)),
+                    e => Err(Self::storage(thread_id, e)),
+                }
+            }
+        }
+    }
+}
