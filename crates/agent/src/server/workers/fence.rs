@@ -29,7 +29,7 @@ use bytes::Bytes;
 use trellis_middleware::ThreadId;
 use trellis_middleware::backend::{
     Backend, BackendError, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery,
-    LocalDir, ReadOutput, VirtualPath, WriteMode, WriteOutcome,
+    LocalDir, ReadOutput, VirtualPath, WriteMode, WriteOutcome, WriteSource,
 };
 use trellis_middleware::runtime::checkpoint::ThreadFilesGuard;
 
@@ -177,6 +177,17 @@ impl Backend for FencedFiles {
     ) -> Result<WriteOutcome, BackendError> {
         self.fences.check(&self.thread, path)?;
         self.files.write(path, data, mode).await
+    }
+
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome, BackendError> {
+        self.fences.check(&self.thread, path)?;
+        self.files.write_stream(path, source, len, mode).await
     }
 
     async fn delete(&self, path: &VirtualPath) -> Result<(), BackendError> {
