@@ -44,21 +44,31 @@ fn setup() -> (tempfile::TempDir, Arc<FilesystemBackend>, VirtualPath) {
     (dir, backend, VirtualPath::parse("/f").unwrap())
 }
 
+/// A streamed overwrite of `path` with 4 MiB, running: the pipe that feeds it, and its task.
+fn start(
+    backend: &Arc<FilesystemBackend>,
+    path: &VirtualPath,
+) -> (
+    tokio::io::DuplexStream,
+    tokio::task::JoinHandle<trellis_backend::Result<trellis_backend::WriteOutcome>>,
+) {
+    let (tx, rx) = tokio::io::duplex(64 * 1024);
+    let (backend, path) = (backend.clone(), path.clone());
+    let writer = tokio::spawn(async move {
+        backend
+            .write_stream(&path, Box::new(rx), 4 * MIB as u64, WriteMode::Overwrite)
+            .await
+    });
+    (tx, writer)
+}
+
 /// Half of a 4 MiB source is on disk, in the temporary file, while the rest is not yet written
 /// (the default `write_stream`, which reads the source whole first, leaves no temporary file
 /// until the source ends); the old file is what a reader sees until the write completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_write_reaches_disk_before_its_source_ends() {
     let (dir, backend, path) = setup();
-    let (mut tx, rx) = tokio::io::duplex(64 * 1024);
-    let writer = {
-        let (backend, path) = (backend.clone(), path.clone());
-        tokio::spawn(async move {
-            backend
-                .write_stream(&path, Box::new(rx), 4 * MIB as u64, WriteMode::Overwrite)
-                .await
-        })
-    };
+    let (mut tx, writer) = start(&backend, &path);
     tx.write_all(&vec![b'a'; 2 * MIB]).await.unwrap();
     until_on_disk(dir.path(), MIB as u64).await;
     assert_eq!(backend.read_to_string(&path).await.unwrap(), "old");
@@ -77,15 +87,7 @@ async fn a_streamed_write_reaches_disk_before_its_source_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_write_dropped_halfway_leaves_nothing() {
     let (dir, backend, path) = setup();
-    let (mut tx, rx) = tokio::io::duplex(64 * 1024);
-    let writer = {
-        let (backend, path) = (backend.clone(), path.clone());
-        tokio::spawn(async move {
-            backend
-                .write_stream(&path, Box::new(rx), 4 * MIB as u64, WriteMode::Overwrite)
-                .await
-        })
-    };
+    let (mut tx, writer) = start(&backend, &path);
     tx.write_all(&vec![b'a'; MIB]).await.unwrap();
     until_on_disk(dir.path(), 1).await;
     writer.abort();
