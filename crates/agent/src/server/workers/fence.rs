@@ -275,6 +275,13 @@ mod tests {
             files.delete(&path("/a")).await,
             Err(BackendError::PermissionDenied { .. })
         ));
+        let streamed = files
+            .write_stream(&path("/c"), Box::new(&b"3"[..]), 1, WriteMode::Overwrite)
+            .await;
+        assert!(
+            matches!(streamed, Err(BackendError::PermissionDenied { .. })),
+            "a streamed write is fenced too: {streamed:?}"
+        );
         assert!(
             store.stat(&path("/c")).await.is_err(),
             "nothing written past the lease"
