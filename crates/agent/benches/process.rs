@@ -23,6 +23,10 @@
 //!   `nobody`, the commands' user, as a user owns their own workdir: that is the case the sandbox
 //!   mounts through an overlay instead of copying. `TRELLIS_BENCH_WORKDIR=copy` leaves them
 //!   root's, which the sandbox copies (the cost before overlays).
+//! * `write_back`: what writing back one large file costs in memory. Peak RSS of `trellis run
+//!   --sandbox bwrap` whose one `execute` writes 256 MiB of zeros into the thread's own files (on
+//!   local disk), against one that writes 1 MiB, in the same run; `ratio` is large / small (about
+//!   1 when the write-back streams the file; it was about 9 when it read each file whole).
 //! * `latency_proxy` (when `TRELLIS_S3_ENDPOINT` is set): `trellis skills list --json` of 5,000
 //!   skills on the S3 emulator with a warm persisted catalog, straight and through a loopback
 //!   proxy adding 50 ms to every request (`TRELLIS_BENCH_LATENCY_MS`).
@@ -233,8 +237,9 @@ fn hand_to_commands_user(dir: &Path, to_commands_user: bool) {
     }
 }
 
-/// `trellis run --sandbox bwrap` with `--workdir workdir` and `calls` calls of `execute true`.
-fn execute_command(cwd: &Path, workdir: &Path, model_url: &str, calls: usize) -> Command {
+/// `trellis run --sandbox bwrap` with `--workdir workdir` and `calls` calls of `execute true`
+/// (`extra` is added to the task: ` write_mib=N` writes N MiB instead).
+fn execute_command(cwd: &Path, workdir: &Path, model_url: &str, calls: usize, extra: &str) -> Command {
     let mut c = trellis(cwd);
     c.args([
         "run",
@@ -247,7 +252,7 @@ fn execute_command(cwd: &Path, workdir: &Path, model_url: &str, calls: usize) ->
     ])
     .arg("--workdir")
     .arg(workdir)
-    .arg(format!("Run it. steps={calls} tool=execute"))
+    .arg(format!("Run it. steps={calls} tool=execute{extra}"))
     .env("OPENAI_API_KEY", "bench-key")
     .env("OPENAI_BASE_URL", model_url);
     c
@@ -267,7 +272,7 @@ fn execute_workdir(model_url: &str, root: &Path) {
         hand_to_commands_user(dir, !copied);
     }
     // A correct run first, which also tells whether bubblewrap runs here.
-    let out = execute_command(cwd.path(), &large, model_url, calls)
+    let out = execute_command(cwd.path(), &large, model_url, calls, "")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -294,7 +299,7 @@ fn execute_workdir(model_url: &str, root: &Path) {
     for _ in 0..runs {
         for (d, dir) in dirs.iter().enumerate() {
             for (s, n) in [0, calls].into_iter().enumerate() {
-                times[d][s].push(timed(&mut execute_command(cwd.path(), dir, model_url, n)));
+                times[d][s].push(timed(&mut execute_command(cwd.path(), dir, model_url, n, "")));
             }
         }
     }
@@ -314,6 +319,51 @@ fn execute_workdir(model_url: &str, root: &Path) {
             "target_added_per_execute_ms": 25.0,
         })
     );
+}
+
+/// Peak RSS of `trellis run` whose one `execute` writes `mib` MiB into the thread's own files
+/// (after a first run checked that the file is written back), or why it could not be measured:
+/// bubblewrap does not run here (a failure under `TRELLIS_SANDBOX=required`), or there is no
+/// `/usr/bin/time`.
+fn write_back_rss(model_url: &str, mib: u64) -> Result<f64, String> {
+    let cwd = tempfile::tempdir().unwrap();
+    let workdir = cwd.path().join("workdir");
+    std::fs::create_dir_all(&workdir).unwrap();
+    let extra = format!(" write_mib={mib}");
+    let out = execute_command(cwd.path(), &workdir, model_url, 1, &extra)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            std::env::var("TRELLIS_SANDBOX").as_deref() != Ok("required"),
+            "write_back failed under TRELLIS_SANDBOX=required:\n{stderr}"
+        );
+        return Err(stderr.trim().to_owned());
+    }
+    let threads = cwd.path().join(".trellis/threads");
+    let written: Vec<u64> = std::fs::read_dir(&threads)
+        .unwrap()
+        .filter_map(|t| std::fs::metadata(t.unwrap().path().join("files/big.bin")).ok())
+        .map(|m| m.len())
+        .collect();
+    assert_eq!(written, [mib << 20], "big.bin written back once, whole");
+    peak_rss_mb(&execute_command(cwd.path(), &workdir, model_url, 1, &extra))
+        .ok_or_else(|| "no /usr/bin/time".to_owned())
+}
+
+fn write_back(model_url: &str) {
+    let (small, large) = if smoke() { (1, 8) } else { (1, 256) };
+    let measured = write_back_rss(model_url, small).and_then(|s| Ok((s, write_back_rss(model_url, large)?)));
+    let row = match measured {
+        Ok((small_rss, large_rss)) => json!({
+            "bench": "process", "case": "write_back", "small_mib": small, "large_mib": large,
+            "peak_rss_mb_small": small_rss, "peak_rss_mb_large": large_rss,
+            "ratio": round2(large_rss / small_rss),
+        }),
+        Err(why) => json!({"bench": "process", "case": "write_back", "skipped": why}),
+    };
+    println!("{row}");
 }
 
 /// `skills list` (text and `--json`, warm cache and `--no-cache`) of `dir` against the floor.
@@ -442,6 +492,9 @@ fn main() {
     }
     if wanted("execute_workdir") || smoke() {
         execute_workdir(&model_url, &root);
+    }
+    if wanted("write_back") || smoke() {
+        write_back(&model_url);
     }
     if smoke() {
         skills_list("skills_list", &root.join("lib-3/skills"), 3, 1);

@@ -366,6 +366,39 @@ pub trait Backend: Send + Sync + Debug {
     /// precondition fails, `IsADirectory` / `NotADirectory` where the hierarchy is strict.
     async fn write(&self, path: &VirtualPath, data: Bytes, mode: WriteMode) -> Result<WriteOutcome>;
 
+    /// Write a whole file whose `len` bytes come from `source`, under `mode`, exactly as
+    /// [`Backend::write`] of those bytes would: the same creation of parents, the same
+    /// preconditions and conflicts, the same atomicity (a reader sees the old file or the new one,
+    /// never part of it). It exists so that a large file (an `execute` command's output written
+    /// back, say) need not be held in memory whole.
+    ///
+    /// `source` must hold exactly `len` bytes: one that ends early or holds more fails with
+    /// [`BackendError::LengthMismatch`](crate::BackendError::LengthMismatch) and writes nothing
+    /// (the old file, if any, is left as it was). The length is announced because a store needs
+    /// it up front (to choose between one request and a multipart upload, to bound what it
+    /// buffers), and because a caller that knows it (a file it checked with `fstat`) should have a
+    /// file that grew or shrank meanwhile refused rather than half-written. The source is an
+    /// [`AsyncRead`](tokio::io::AsyncRead) rather than a stream of byte chunks: a file is one, a
+    /// backend reads it into one reused buffer of [`WRITE_CHUNK`](crate::WRITE_CHUNK) bytes, and a
+    /// chunk stream turns into one with `tokio_util::io::StreamReader`.
+    ///
+    /// The default reads `source` into memory and calls [`Backend::write`]: right for stores that
+    /// hold files in memory anyway, and the fallback everywhere else. A wrapper must forward this
+    /// (not inherit the default), or it buffers what the backend it wraps would have streamed.
+    /// Local disk streams into its temporary file; object stores stream overwrites above a
+    /// threshold as multipart uploads and buffer create-only and version-checked writes, which
+    /// multipart uploads cannot make conditional (see `docs/sandbox.md`).
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: crate::stream::WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome> {
+        let data = crate::stream::read_source(path, source, len).await?;
+        self.write(path, data, mode).await
+    }
+
     /// Delete one file. Errors: `NotFound`, `IsADirectory` (directories are not deleted by this call).
     async fn delete(&self, path: &VirtualPath) -> Result<()>;
 

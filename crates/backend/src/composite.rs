@@ -11,6 +11,7 @@ use crate::backend::{
 use crate::error::{BackendError, Result};
 use crate::path::VirtualPath;
 use crate::reroot;
+use crate::stream::WriteSource;
 
 /// Routes every path to the backend mounted at its longest matching prefix, or to the default.
 ///
@@ -320,6 +321,25 @@ impl Backend for CompositeBackend {
         }
         backend
             .write(&inner, data, mode)
+            .await
+            .map_err(|e| Self::with_mount_path(e, &inner, path))
+    }
+
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome> {
+        let (backend, inner, mount) = self.route(path);
+        if mount.is_none() && self.mounts_below(path).next().is_some() {
+            return Err(BackendError::IsADirectory {
+                path: path.to_string(),
+            });
+        }
+        backend
+            .write_stream(&inner, source, len, mode)
             .await
             .map_err(|e| Self::with_mount_path(e, &inner, path))
     }

@@ -78,6 +78,21 @@ pub enum BackendError {
         /// The limit.
         limit: u64,
     },
+    /// A streamed write's source (see [`Backend::write_stream`](crate::Backend::write_stream))
+    /// held more or fewer bytes than the length it was announced with; nothing was written.
+    #[error("length mismatch writing {path}: the source was announced as {expected} bytes, it held {}", match found {
+        Some(found) => format!("{found}"),
+        None => "more".to_owned(),
+    })]
+    LengthMismatch {
+        /// The path.
+        path: String,
+        /// The announced length.
+        expected: u64,
+        /// How many bytes the source held when it held fewer; `None` when it held more (it is not
+        /// read further than one byte past `expected`).
+        found: Option<u64>,
+    },
     /// A transient failure (network, throttling, timeout): the operation may succeed if retried.
     #[error("store unavailable for {path}: {source}")]
     Unavailable {
@@ -121,6 +136,7 @@ macro_rules! path_field {
             | BackendError::InvalidPath { path, .. }
             | BackendError::Conflict { path, .. }
             | BackendError::TooLarge { path, .. }
+            | BackendError::LengthMismatch { path, .. }
             | BackendError::Unavailable { path, .. }
             | BackendError::Timeout { path, .. }
             | BackendError::Other { path, .. } => path,

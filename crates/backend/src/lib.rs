@@ -50,6 +50,7 @@ mod scope;
 mod scoped;
 mod search;
 mod state;
+mod stream;
 #[doc(hidden)]
 pub mod testing;
 
@@ -62,13 +63,14 @@ pub use composite::CompositeBackend;
 pub use error::{BackendError, ConflictKind, Result};
 pub use ext::BackendExt;
 pub use local::FilesystemBackend;
-pub use object::ObjectStoreBackend;
+pub use object::{MULTIPART_THRESHOLD, ObjectStoreBackend};
 pub use object_config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, RetryOptions, StoreOptions};
 pub use path::{PathError, VirtualPath};
 pub use sandbox::{ExecFiles, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxedBackend};
 pub use scope::{InvalidScopeId, ScopeId, ScopeKind};
 pub use scoped::ScopedBackend;
 pub use state::StateBackend;
+pub use stream::{WRITE_CHUNK, WriteSource, read_source};
 
 /// This crate's README, compiled: its examples are doctests, so they stay true.
 #[cfg(doctest)]

@@ -13,6 +13,7 @@ use crate::backend::{
 use crate::error::{BackendError, Result};
 use crate::path::{MAX_PATH_BYTES, VirtualPath};
 use crate::reroot;
+use crate::stream::WriteSource;
 
 /// Files [`ScopedBackend::delete_all`] lists per round.
 const DELETE_PAGE: usize = 1_000;
@@ -333,6 +334,23 @@ impl Backend for ScopedBackend {
         }
         self.inner
             .write(&inner, data, mode)
+            .await
+            .map_err(|e| self.outward_error(e, path))
+    }
+
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome> {
+        let inner = self.inward(path)?;
+        if path.is_root() {
+            return Err(is_a_directory(path));
+        }
+        self.inner
+            .write_stream(&inner, source, len, mode)
             .await
             .map_err(|e| self.outward_error(e, path))
     }

@@ -130,6 +130,15 @@ impl Backend for RecordingBackend {
     async fn write(&self, path: &VirtualPath, data: Bytes, mode: WriteMode) -> Result<WriteOutcome> {
         self.inner.write(path, data, mode).await
     }
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: crate::WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome> {
+        self.inner.write_stream(path, source, len, mode).await
+    }
     async fn delete(&self, path: &VirtualPath) -> Result<()> {
         self.inner.delete(path).await
     }

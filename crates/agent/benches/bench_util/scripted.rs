@@ -5,7 +5,8 @@
 //! `steps=N` (and, for the load test, `thread=ID`). While the conversation holds fewer than N tool
 //! results the reply is one tool call; then the final answer `done thread=ID after N steps`.
 //! The calls alternate `ls /` and `read_file` of the first `SKILL.md` the system prompt lists;
-//! when the message also says `tool=execute`, every call is `execute` of `true` instead.
+//! when the message also says `tool=execute`, every call is `execute` of `true` instead, or with
+//! `write_mib=N` too, of `head -c` N MiB of zeros into `big.bin`.
 //! With a `thread=ID`, the first call writes `/notes.md` holding `thread=ID` and the last reads it
 //! back, and every request is checked: a request that names any other `thread=` than its own (one
 //! thread seeing another's messages or files) is counted in [`Scripted::crossed`] and refused with
@@ -134,7 +135,11 @@ pub fn reply(body: &Value) -> Option<Value> {
     } else if thread.is_some() && done + 1 == steps {
         call(done, "read_file", json!({"file_path": "/notes.md"}))
     } else if task.contains("tool=execute") {
-        call(done, "execute", json!({"command": "true"}))
+        let command = match token(&task, "write_mib").and_then(|n| n.parse::<u64>().ok()) {
+            Some(mib) => format!("head -c {} /dev/zero > big.bin", mib << 20),
+            None => "true".to_owned(),
+        };
+        call(done, "execute", json!({"command": command}))
     } else if done % 2 == 0 {
         call(done, "ls", json!({"path": "/"}))
     } else {

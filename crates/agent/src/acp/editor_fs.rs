@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use trellis_middleware::backend::{
     Backend, BackendError, ByteRange, Capabilities, ConflictKind, Entry, FileListing, GlobOutput, GrepOutput,
-    GrepQuery, ReadOutput, Result, Sandbox, VirtualPath, WriteMode, WriteOutcome,
+    GrepQuery, ReadOutput, Result, Sandbox, VirtualPath, WriteMode, WriteOutcome, WriteSource, read_source,
 };
 
 /// The largest file read or written through the editor.
@@ -144,6 +144,23 @@ impl Backend for EditorFiles {
 
     async fn read_many(&self, paths: &[VirtualPath], range: Option<ByteRange>) -> Vec<Result<ReadOutput>> {
         self.inner.read_many(paths, range).await
+    }
+
+    /// What the editor may be given (text up to [`MAX_TEXT`]) is read whole and goes through
+    /// [`EditorFiles::write`]; anything larger cannot be text for the editor and streams on to
+    /// the backend below.
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome> {
+        if self.fs.write && len <= MAX_TEXT {
+            let data = read_source(path, source, len).await?;
+            return self.write(path, data, mode).await;
+        }
+        self.inner.write_stream(path, source, len, mode).await
     }
 
     async fn write(&self, path: &VirtualPath, data: Bytes, mode: WriteMode) -> Result<WriteOutcome> {

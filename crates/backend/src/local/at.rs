@@ -202,32 +202,105 @@ pub(super) fn write(
     data: &[u8],
     mode: &WriteMode,
 ) -> Option<Result<Version>> {
-    finish(write_inner(beneath, path, data, mode))
+    let (staged, mut file) = match stage(beneath, path, mode)? {
+        Ok(staged) => staged,
+        Err(e) => return Some(Err(e)),
+    };
+    if let Err(e) = file.write_all(data) {
+        return Some(Err(BackendError::from_io(path, e)));
+    }
+    Some(commit(beneath, staged, file, mode))
 }
 
-fn write_inner(
+/// A temporary file beside the file a write replaces, made by [`stage`], filled by the caller
+/// and put in place by [`commit`]. Dropped uncommitted (a failed or abandoned write), it removes
+/// the temporary file: nothing of the write is left.
+pub(super) struct Staged {
+    dir: OwnedFd,
+    name: String,
+    temp: String,
+    path: VirtualPath,
+    committed: bool,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = rustix::fs::unlinkat(&self.dir, self.temp.as_str(), AtFlags::empty());
+        }
+    }
+}
+
+/// Open (creating missing levels) the directory of `path`, check what stands there against
+/// `mode` (early: a write that is bound to conflict fails before its bytes are read; [`commit`]
+/// checks again), and create the temporary file the write fills. `None` without `openat2`.
+pub(super) fn stage(
     beneath: &Beneath,
     path: &VirtualPath,
-    data: &[u8],
     mode: &WriteMode,
-) -> std::result::Result<Version, Stop> {
+) -> Option<Result<(Staged, File)>> {
+    finish(stage_inner(beneath, path, mode))
+}
+
+fn stage_inner(
+    beneath: &Beneath,
+    path: &VirtualPath,
+    mode: &WriteMode,
+) -> std::result::Result<(Staged, File), Stop> {
     let name = path.file_name().ok_or_else(|| BackendError::IsADirectory {
         path: path.to_string(),
     })?;
     let dir = parent_dir(beneath, path, true)?;
-    let _dir_lock = lock_dir(&dir, path, mode)?;
-    let existing = check_target(beneath, &dir, path, name, mode)?;
-    let previous = existing.as_ref().and_then(modified);
+    check_target(beneath, &dir, path, name, mode)?;
     let temp = temp_for(name);
-    let result = (|| -> std::io::Result<Stat> {
-        let fd = rustix::fs::openat(
-            &dir,
-            temp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_bits_truncate(0o644),
-        )?;
-        let mut file = File::from(fd);
-        file.write_all(data)?;
+    let fd = rustix::fs::openat(
+        &dir,
+        temp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )
+    .map_err(|e| io(path, e))?;
+    let staged = Staged {
+        dir,
+        name: name.to_owned(),
+        temp,
+        path: path.clone(),
+        committed: false,
+    };
+    Ok((staged, File::from(fd)))
+}
+
+/// Put the filled temporary file of `staged` in place under `mode`, with the same checks as
+/// [`write`]: under the directory lock of a version-checked or create-only write, what stands at
+/// the name is checked again, the file's modification time moves strictly past the old file's
+/// (so the version always changes), and it is renamed over the name (`CreateNew`: linked, which
+/// fails if the name exists). The caller holds the per-path lock.
+pub(super) fn commit(beneath: &Beneath, mut staged: Staged, file: File, mode: &WriteMode) -> Result<Version> {
+    let path = staged.path.clone();
+    match commit_inner(beneath, &mut staged, file, mode) {
+        Ok(version) => Ok(version),
+        Err(Stop::Failed(e)) => Err(e),
+        // `stage` opened beneath the root, so this cannot happen; refuse rather than guess.
+        Err(Stop::Unsupported) => Err(BackendError::other(&path, "openat2 stopped being supported")),
+    }
+}
+
+fn commit_inner(
+    beneath: &Beneath,
+    staged: &mut Staged,
+    file: File,
+    mode: &WriteMode,
+) -> std::result::Result<Version, Stop> {
+    let (dir, name, temp, path) = (
+        &staged.dir,
+        staged.name.as_str(),
+        staged.temp.as_str(),
+        &staged.path,
+    );
+    let _dir_lock = lock_dir(dir, path, mode)?;
+    let existing = check_target(beneath, dir, path, name, mode)?;
+    let previous = existing.as_ref().and_then(modified);
+    let st = (|| -> std::io::Result<Stat> {
         // Move the modification time strictly forward so the version tag always changes.
         let mut mtime = SystemTime::now();
         if let Some(prev) = previous
@@ -239,20 +312,17 @@ fn write_inner(
         let st = rustix::fs::fstat(&file)?;
         drop(file);
         if *mode == WriteMode::CreateNew {
-            rustix::fs::linkat(&dir, temp.as_str(), &dir, name, AtFlags::empty())?;
-            rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty())?;
+            rustix::fs::linkat(dir, temp, dir, name, AtFlags::empty())?;
+            rustix::fs::unlinkat(dir, temp, AtFlags::empty())?;
+            staged.committed = true;
         } else {
-            rustix::fs::renameat(&dir, temp.as_str(), &dir, name)?;
+            rustix::fs::renameat(dir, temp, dir, name)?;
+            staged.committed = true;
         }
         Ok(st)
-    })();
-    match result {
-        Ok(st) => Ok(version(&st)),
-        Err(e) => {
-            let _ = rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty());
-            Err(io(path, e))
-        }
-    }
+    })()
+    .map_err(|e| io(path, e))?;
+    Ok(version(&st))
 }
 
 /// For a version-checked or create-only write: an exclusive advisory lock on the directory `dir`

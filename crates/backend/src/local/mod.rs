@@ -3,6 +3,7 @@
 mod at;
 mod beneath;
 mod list;
+mod stream;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -530,6 +531,16 @@ impl Backend for FilesystemBackend {
         Ok(WriteOutcome {
             version: Some(version_of(&meta)),
         })
+    }
+
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: crate::WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome> {
+        self.stream_in(path, source, len, mode).await
     }
 
     async fn delete(&self, path: &VirtualPath) -> Result<()> {

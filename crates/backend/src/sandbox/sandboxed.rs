@@ -67,6 +67,16 @@ impl Backend for SandboxedBackend {
         self.files.write(path, data, mode).await
     }
 
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: crate::WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome> {
+        self.files.write_stream(path, source, len, mode).await
+    }
+
     async fn delete(&self, path: &VirtualPath) -> Result<()> {
         self.files.delete(path).await
     }

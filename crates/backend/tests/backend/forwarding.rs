@@ -19,11 +19,11 @@ use trellis_backend::sandbox::{
 use trellis_backend::{
     Backend, ByteRange, Capabilities, CompositeBackend, Entry, FileListing, GlobOutput, GrepOutput,
     GrepQuery, LocalDir, ReadOutput, Result, ScopedBackend, StateBackend, VirtualPath, WriteMode,
-    WriteOutcome,
+    WriteOutcome, WriteSource,
 };
 
 /// Every method of the `Backend` trait.
-const METHODS: [&str; 15] = [
+const METHODS: [&str; 16] = [
     "capabilities",
     "sandbox",
     "local_dirs",
@@ -33,6 +33,7 @@ const METHODS: [&str; 15] = [
     "read",
     "read_many",
     "write",
+    "write_stream",
     "delete",
     "link",
     "list_files_between",
@@ -100,6 +101,16 @@ impl Backend for Counting {
         self.count("write");
         self.inner.write(path, data, mode).await
     }
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome> {
+        self.count("write_stream");
+        self.inner.write_stream(path, source, len, mode).await
+    }
     async fn delete(&self, path: &VirtualPath) -> Result<()> {
         self.count("delete");
         self.inner.delete(path).await
@@ -151,6 +162,11 @@ async fn call(backend: &dyn Backend, method: &str) {
         "read" => drop(backend.read(&a, None).await),
         "read_many" => drop(backend.read_many(&[a, b], None).await),
         "write" => drop(backend.write(&b, "b".into(), WriteMode::Overwrite).await),
+        "write_stream" => drop(
+            backend
+                .write_stream(&b, Box::new(&b"b"[..]), 1, WriteMode::Overwrite)
+                .await,
+        ),
         "delete" => drop(backend.delete(&b).await),
         "link" => drop(backend.link(&a, &b, WriteMode::Overwrite).await),
         "list_files_between" => drop(backend.list_files_between(&p("/d"), None, None, 10).await),

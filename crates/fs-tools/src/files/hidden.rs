@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use trellis_backend::{
     Backend, BackendError, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery,
-    ReadOutput, Result, VirtualPath, WriteMode, WriteOutcome,
+    ReadOutput, Result, VirtualPath, WriteMode, WriteOutcome, WriteSource,
 };
 
 /// Subtrees (a path and everything below it) the file tools treat as absent. Cheap to clone.
@@ -198,6 +198,22 @@ impl Backend for Hiding {
             });
         }
         self.inner.write(path, data, mode).await
+    }
+
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome> {
+        if self.hidden.hides(path) {
+            return Err(BackendError::PermissionDenied {
+                path: path.to_string(),
+                source: None,
+            });
+        }
+        self.inner.write_stream(path, source, len, mode).await
     }
 
     async fn delete(&self, path: &VirtualPath) -> Result<()> {

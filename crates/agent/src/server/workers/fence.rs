@@ -29,7 +29,7 @@ use bytes::Bytes;
 use trellis_middleware::ThreadId;
 use trellis_middleware::backend::{
     Backend, BackendError, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery,
-    LocalDir, ReadOutput, VirtualPath, WriteMode, WriteOutcome,
+    LocalDir, ReadOutput, VirtualPath, WriteMode, WriteOutcome, WriteSource,
 };
 use trellis_middleware::runtime::checkpoint::ThreadFilesGuard;
 
@@ -179,6 +179,17 @@ impl Backend for FencedFiles {
         self.files.write(path, data, mode).await
     }
 
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome, BackendError> {
+        self.fences.check(&self.thread, path)?;
+        self.files.write_stream(path, source, len, mode).await
+    }
+
     async fn delete(&self, path: &VirtualPath) -> Result<(), BackendError> {
         self.fences.check(&self.thread, path)?;
         self.files.delete(path).await
@@ -264,6 +275,13 @@ mod tests {
             files.delete(&path("/a")).await,
             Err(BackendError::PermissionDenied { .. })
         ));
+        let streamed = files
+            .write_stream(&path("/c"), Box::new(&b"3"[..]), 1, WriteMode::Overwrite)
+            .await;
+        assert!(
+            matches!(streamed, Err(BackendError::PermissionDenied { .. })),
+            "a streamed write is fenced too: {streamed:?}"
+        );
         assert!(
             store.stat(&path("/c")).await.is_err(),
             "nothing written past the lease"

@@ -18,10 +18,15 @@ mod backends;
 mod batch;
 mod listing;
 mod search;
+mod streamed;
 
 use batch::{read_many_keeps_order_and_isolates_failures, stat_many_matches_stat_in_order};
 use listing::key_ranges_add_up_to_the_whole_listing;
 use search::{glob_matrix, grep_literal};
+use streamed::{
+    a_source_of_the_wrong_length_writes_nothing, streamed_writes_conflict_like_write,
+    streamed_writes_round_trip,
+};
 
 /// A backend under test and the directory the suite works in.
 pub struct Target {
@@ -63,6 +68,9 @@ where
     check!(create_only_conflicts);
     check!(overwrite_replaces);
     check!(version_checked_writes);
+    check!(streamed_writes_round_trip);
+    check!(streamed_writes_conflict_like_write);
+    check!(a_source_of_the_wrong_length_writes_nothing);
     check!(ls_lists_direct_children);
     check!(ranged_reads);
     check!(empty_large_and_binary_files);

@@ -1,7 +1,9 @@
 //! Local disk ([`FilesystemBackend`](trellis_backend::FilesystemBackend)) beyond the conformance
-//! suite: hard links (`links`), symlink swaps racing every operation (`races`), and special files
-//! such as FIFOs (`special_files`).
+//! suite: hard links (`links`), symlink swaps racing every operation (`races`), special files
+//! such as FIFOs (`special_files`), and streamed writes going to disk as they are read
+//! (`streamed`).
 
 mod links;
 mod races;
 mod special_files;
+mod streamed;

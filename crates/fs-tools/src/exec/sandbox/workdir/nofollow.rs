@@ -6,7 +6,6 @@
 //! open) and checked with `fstat` before they are read.
 
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
@@ -116,10 +115,11 @@ pub(super) fn is_opaque(dir: &OwnedFd) -> bool {
 /// The extended attribute overlayfs marks an opaque directory with, when mounted with `userxattr`.
 pub(super) const OPAQUE_XATTR: &str = "user.overlay.opaque";
 
-/// Read exactly `size` bytes of the regular file at `relative` (to the copy's root), or fail:
+/// Open the regular file at `relative` (to the copy's root) to read its `size` bytes, or fail:
 /// every component is opened without following a link, and a file that is no longer a regular
-/// file of that size is refused unread.
-pub(super) fn read_exactly(root: &OwnedFd, relative: &Path, size: u64) -> std::io::Result<Vec<u8>> {
+/// file of that size (by `fstat` of the open descriptor) is refused. The caller reads it to
+/// exactly `size` bytes (a streamed write refuses a file that grew or shrank meanwhile).
+pub(super) fn open_exactly(root: &OwnedFd, relative: &Path, size: u64) -> std::io::Result<std::fs::File> {
     let names: Vec<&OsStr> = relative
         .components()
         .map(|c| match c {
@@ -149,12 +149,7 @@ pub(super) fn read_exactly(root: &OwnedFd, relative: &Path, size: u64) -> std::i
             "changed after the command ended (no longer a regular file of the size seen)",
         ));
     }
-    let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    file.take(size).read_to_end(&mut data)?;
-    if data.len() as u64 != size {
-        return Err(std::io::Error::other("shrank while it was read back"));
-    }
-    Ok(data)
+    Ok(file)
 }
 
 #[cfg(test)]
@@ -164,6 +159,13 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     use super::*;
+
+    /// The file as [`open_exactly`] opens it, read whole.
+    fn read_exactly(root: &OwnedFd, relative: &Path, size: u64) -> std::io::Result<Vec<u8>> {
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut open_exactly(root, relative, size)?, &mut data)?;
+        Ok(data)
+    }
 
     /// A copy with `d/secret` in it, and a "host" directory with a file of the same size.
     fn copy_and_host() -> (tempfile::TempDir, tempfile::TempDir) {

@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use trellis_backend::sandbox::{ExecFiles, FileChange, FileChangeKind, NotWritten, NotWrittenReason};
-use trellis_backend::{Backend, BackendError, Version, VirtualPath, WriteMode};
+use trellis_backend::{Backend, BackendError, Version, VirtualPath, WriteMode, WriteSource};
 
 use super::overlay::Overlay;
 use super::protected::protected;
@@ -193,22 +192,18 @@ impl Writer<'_> {
                 Basis::Copy(_) => VirtualPath::root(),
                 Basis::Overlay(overlay) => overlay.at.clone(),
             };
-            let relative = PathBuf::from(path.relative_to(&at).unwrap_or_default());
-            let root = Arc::clone(self.root);
-            let data =
-                match tokio::task::spawn_blocking(move || nofollow::read_exactly(&root, &relative, size))
-                    .await
-                {
-                    Ok(Ok(data)) => Bytes::from(data),
-                    Ok(Err(e)) => {
-                        self.not_written.push(failed(&path, e.to_string()));
-                        continue;
-                    }
-                    Err(e) => {
-                        self.not_written.push(failed(&path, e.to_string()));
-                        continue;
-                    }
-                };
+            let file = Opened {
+                root: Arc::clone(self.root),
+                relative: PathBuf::from(path.relative_to(&at).unwrap_or_default()),
+                size,
+            };
+            let source = match file.open().await {
+                Ok(source) => source,
+                Err(e) => {
+                    self.not_written.push(failed(&path, e.to_string()));
+                    continue;
+                }
+            };
             let decision = match basis {
                 Basis::Copy(copied) => match copied.get(&path) {
                     Some(Copied { version: Some(v), .. }) => {
@@ -237,7 +232,7 @@ impl Writer<'_> {
                         Basis::Overlay(overlay) => overlay.missing_dirs(&path),
                         Basis::Copy(_) => Vec::new(),
                     };
-                    match files.backend.write(&path, data.clone(), mode).await {
+                    match files.backend.write_stream(&path, source, size, mode).await {
                         Ok(_) => {
                             if let Basis::Overlay(overlay) = basis {
                                 overlay.hand_over(&path, &made);
@@ -261,7 +256,7 @@ impl Writer<'_> {
             if conflict {
                 // A conflict copy is one more file in the view: only where it still fits.
                 let kept_at = if *self.files_left > 0 {
-                    keep_beside(files, &path, self.tag, data).await
+                    keep_beside(files, &path, self.tag, &file).await
                 } else {
                     None
                 };
@@ -305,17 +300,41 @@ pub(super) fn failed(path: &VirtualPath, why: String) -> NotWritten {
     }
 }
 
+/// A changed file of the walked root, to be opened (again) as a write's source.
+struct Opened {
+    root: Arc<OwnedFd>,
+    /// Below the root.
+    relative: PathBuf,
+    /// What the walk saw.
+    size: u64,
+}
+
+impl Opened {
+    /// The file, opened by descriptors without following a link and checked to be a regular
+    /// file of the size the walk saw (see [`nofollow::open_exactly`]), as a streamed write's
+    /// source: the backend reads it in chunks, never whole.
+    async fn open(&self) -> std::io::Result<WriteSource> {
+        let (root, relative, size) = (Arc::clone(&self.root), self.relative.clone(), self.size);
+        let file = tokio::task::spawn_blocking(move || nofollow::open_exactly(&root, &relative, size))
+            .await
+            .map_err(std::io::Error::other)??;
+        Ok(Box::new(tokio::fs::File::from_std(file)))
+    }
+}
+
 /// Keep the command's version of a conflicting file at `<path>.conflict-<tag>`, if the rules let
-/// the agent write there (the copy is a write like any other).
-async fn keep_beside(files: &ExecFiles, path: &VirtualPath, tag: &str, data: Bytes) -> Option<VirtualPath> {
+/// the agent write there (the copy is a write like any other). The file is opened again, with
+/// the same checks, and streamed like the write that conflicted.
+async fn keep_beside(files: &ExecFiles, path: &VirtualPath, tag: &str, file: &Opened) -> Option<VirtualPath> {
     let name = format!("{}.conflict-{tag}", path.file_name()?);
     let beside = path.parent()?.join(&name).ok()?;
     if !files.may_write(&beside) {
         return None;
     }
+    let source = file.open().await.ok()?;
     files
         .backend
-        .write(&beside, data, WriteMode::CreateNew)
+        .write_stream(&beside, source, file.size, WriteMode::CreateNew)
         .await
         .ok()
         .map(|_| beside)

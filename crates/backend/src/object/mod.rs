@@ -19,6 +19,11 @@ use crate::backend::{
 use crate::error::{BackendError, ConflictKind, Result};
 use crate::object_config::{StoreOptions, build_store};
 use crate::path::VirtualPath;
+use crate::stream::WriteSource;
+
+mod multipart;
+
+pub use multipart::MULTIPART_THRESHOLD;
 
 /// A backend over any [`ObjectStore`], rooted at a key prefix.
 ///
@@ -521,6 +526,19 @@ impl Backend for ObjectStoreBackend {
             }
             e => Err(map_error(path, e)),
         }
+    }
+
+    /// Overwrites above [`MULTIPART_THRESHOLD`] stream as multipart uploads; everything else is
+    /// read into memory and written with [`Backend::write`] (see `object/multipart.rs` for why
+    /// conditional writes cannot stream).
+    async fn write_stream(
+        &self,
+        path: &VirtualPath,
+        source: WriteSource,
+        len: u64,
+        mode: WriteMode,
+    ) -> Result<WriteOutcome> {
+        self.stream_in(path, source, len, mode).await
     }
 
     async fn delete(&self, path: &VirtualPath) -> Result<()> {
