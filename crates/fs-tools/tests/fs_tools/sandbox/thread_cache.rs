@@ -316,11 +316,17 @@ fn bounded_bwrap(test: &str, max_bytes: u64) -> Option<(Arc<BubblewrapSandbox>, 
     let root = tempfile::tempdir().unwrap();
     // The commands' user (another, when the tests run as root) passes through, as through /tmp.
     std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    Some((bounded_at(root.path(), max_bytes), root))
+}
+
+/// A bubblewrap sandbox whose work root is `work_root` and whose bases together may hold
+/// `max_bytes`.
+fn bounded_at(work_root: &std::path::Path, max_bytes: u64) -> Arc<BubblewrapSandbox> {
     let config = BubblewrapConfig::default()
         .thread_cache_min_files(0)
         .thread_cache_max_bytes(max_bytes)
-        .work_root(root.path());
-    Some((Arc::new(BubblewrapSandbox::new(config).unwrap()), root))
+        .work_root(work_root);
+    Arc::new(BubblewrapSandbox::new(config).unwrap())
 }
 
 /// A thread of its own S3 prefix holding `n` files of [`FILE_BYTES`], recorded.
@@ -432,5 +438,41 @@ async fn a_base_in_use_is_not_evicted() {
         "b is evicted too: a and c alone would still be over"
     );
     assert!(dir(&c).join("base/src/f0.txt").is_file());
+    assert_eq!(leftovers(root.path()), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_crash_left_in_the_cache_is_removed_when_a_sandbox_starts() {
+    let Some((sandbox, root)) = bounded_bwrap("thread cache leftovers", 1 << 20) else {
+        return;
+    };
+    let Some(a) = thread("a", 4).await else {
+        return;
+    };
+    run(sandbox.as_ref(), &a.files, "true").await;
+    let cache = cache_root(root.path());
+    // An eviction killed after its rename, mid-removal; a key killed mid-refresh (its manifest
+    // removed, its lock released by the kernel).
+    let half_evicted = cache.join(format!("evicted-{}-1-2", "0".repeat(64)));
+    let torn = cache.join("f".repeat(64));
+    for dir in [&half_evicted, &torn] {
+        std::fs::create_dir_all(dir.join("base/src")).unwrap();
+        std::fs::write(dir.join("base/src/f0.txt"), "half").unwrap();
+        std::fs::write(dir.join("lock"), "").unwrap();
+    }
+    let again = bounded_at(root.path(), 1 << 20);
+    assert!(
+        !half_evicted.exists(),
+        "an interrupted eviction's leftovers are removed"
+    );
+    assert!(
+        !torn.exists(),
+        "a base without a manifest that no command holds is removed"
+    );
+    // Within the bound, a whole base stays and is used.
+    a.store.clear();
+    let out = run(again.as_ref(), &a.files, "head -n1 /src/f0.txt").await;
+    assert_eq!(out.output, "a 0\n", "{out:?}");
+    assert_eq!(a.store.read_count(), 0, "a's base was kept");
     assert_eq!(leftovers(root.path()), Vec::<String>::new());
 }
