@@ -26,7 +26,7 @@
 //!
 //! **Bounds.** Each base holds at most what one command may be given (its listing is counted
 //! against the call's limits). All bases of one cache together are bounded by
-//! [`ThreadCache::max_bytes`]: when a sandbox opens the cache, and after each refresh that fetched
+//! the `max_bytes` it was opened with: when a sandbox opens the cache, and after each refresh that fetched
 //! something (only a fetch makes a base grow), a pass removes the keys unused for [`MAX_IDLE`] and
 //! then the least recently used ones until the manifests' byte counts sum to at most the bound,
 //! never a key a command holds (see [`evict`] for the cost, and what a crash mid-eviction leaves).
@@ -46,16 +46,16 @@ use trellis_backend::{Backend, BackendError, Entry, Version, VirtualPath};
 
 use super::workdir::{Owner, PRIVATE_DIR, materialized_mtime, write_copy};
 
+mod evict;
+
 /// How many files are fetched at once.
 const FETCH_BATCH: usize = 256;
-
-mod evict;
 
 /// The manifest's first line starts with this, then the SHA-256 of the rest, a space and the sum
 /// of the files' sizes (what an eviction pass counts without reading the rest).
 const MAGIC: &str = "trellis-thread-cache 2 ";
 
-/// A key's directory unused this long is removed when the cache is opened.
+/// A key's directory unused this long is removed by the next eviction pass, whatever the bound.
 const MAX_IDLE: Duration = Duration::from_secs(7 * 86_400);
 
 /// What the base holds for one file: it is the store's file when all of these match the listing.
@@ -151,11 +151,6 @@ impl ThreadCache {
     /// The fewest files a view must have to be served from a base.
     pub fn min_files(&self) -> usize {
         self.min_files
-    }
-
-    /// What all bases together may hold (see the module).
-    pub fn max_bytes(&self) -> u64 {
-        self.max_bytes
     }
 
     /// Where the caches are.
