@@ -39,7 +39,9 @@ mod thread_cache;
 mod unsandboxed;
 pub mod workdir;
 
-pub use bubblewrap::{BubblewrapConfig, BubblewrapSandbox, SANDBOX_UID, THREAD_CACHE_MIN_FILES};
+pub use bubblewrap::{
+    BubblewrapConfig, BubblewrapSandbox, SANDBOX_UID, THREAD_CACHE_MAX_BYTES, THREAD_CACHE_MIN_FILES,
+};
 pub use folder_cache::FolderCache;
 pub use proxy::bridge;
 pub use thread_cache::{Base, ThreadCache};

@@ -1,6 +1,7 @@
 //! Bubblewrap's per-thread cache of object-store files (S3 on moto): a second command of a thread
 //! fetches only what changed, the cache never shows one thread's files to another, and a base
-//! a crash left without a whole manifest is rebuilt, never trusted. The conformance suite also
+//! a crash left without a whole manifest is rebuilt, never trusted, and past the bound on all bases
+//! the least recently used base no command holds is evicted. The conformance suite also
 //! runs with a thread cache (`suites::bubblewrap_over_s3_with_a_thread_cache`).
 
 use std::sync::Arc;
@@ -71,15 +72,23 @@ impl Sandbox for Keyed {
 
 /// Where the base of `key` is kept (the sandbox's work root is the temporary directory).
 fn key_dir(key: &str) -> std::path::PathBuf {
-    let uid = rustix::process::getuid().as_raw();
-    let runs_as = bwrap("thread cache").unwrap().runs_as().uid;
+    key_dir_in(&std::env::temp_dir(), key)
+}
+
+/// Where the base of `key` is kept by a sandbox whose work root is `work_root`.
+fn key_dir_in(work_root: &std::path::Path, key: &str) -> std::path::PathBuf {
     let hash: String = Sha256::digest(key.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    std::env::temp_dir()
-        .join(format!("trellis-thread-cache-{uid}-{runs_as}"))
-        .join(hash)
+    cache_root(work_root).join(hash)
+}
+
+/// The thread cache of a sandbox whose work root is `work_root`.
+fn cache_root(work_root: &std::path::Path) -> std::path::PathBuf {
+    let uid = rustix::process::getuid().as_raw();
+    let runs_as = bwrap("thread cache").unwrap().runs_as().uid;
+    work_root.join(format!("trellis-thread-cache-{uid}-{runs_as}"))
 }
 
 async fn seed_many(backend: &dyn Backend, n: usize) {
@@ -281,4 +290,189 @@ async fn a_small_view_is_copied_not_cached() {
     recording.clear();
     run(sandbox.as_ref(), &files, "true").await;
     assert_eq!(recording.read_count(), 0, "at the threshold the base is used");
+}
+
+/// The bytes of each file [`seed_sized`] writes.
+const FILE_BYTES: usize = 1000;
+
+/// Seed `n` files of [`FILE_BYTES`] each, the first line of each `<tag> <i>`.
+async fn seed_sized(backend: &dyn Backend, tag: &str, n: usize) {
+    let files: Vec<(String, String)> = (0..n)
+        .map(|i| {
+            let mut body = format!("{tag} {i}\n");
+            body.push_str(&".".repeat(FILE_BYTES - body.len()));
+            (format!("/src/f{i}.txt"), body)
+        })
+        .collect();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    seed(backend, &refs).await;
+}
+
+/// A bubblewrap sandbox of its own work root (so that other tests' bases are not counted), whose
+/// bases together may hold `max_bytes`, or `None` as [`bwrap`] says.
+fn bounded_bwrap(test: &str, max_bytes: u64) -> Option<(Arc<BubblewrapSandbox>, tempfile::TempDir)> {
+    use std::os::unix::fs::PermissionsExt;
+    bwrap(test)?;
+    let root = tempfile::tempdir().unwrap();
+    // The commands' user (another, when the tests run as root) passes through, as through /tmp.
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    Some((bounded_at(root.path(), max_bytes), root))
+}
+
+/// A bubblewrap sandbox whose work root is `work_root` and whose bases together may hold
+/// `max_bytes`.
+fn bounded_at(work_root: &std::path::Path, max_bytes: u64) -> Arc<BubblewrapSandbox> {
+    let config = BubblewrapConfig::default()
+        .thread_cache_min_files(0)
+        .thread_cache_max_bytes(max_bytes)
+        .work_root(work_root);
+    Arc::new(BubblewrapSandbox::new(config).unwrap())
+}
+
+/// A thread of its own S3 prefix holding `n` files of [`FILE_BYTES`], recorded.
+struct Thread {
+    store: Arc<RecordingBackend>,
+    files: ExecFiles,
+    key: String,
+}
+
+async fn thread(tag: &str, n: usize) -> Option<Thread> {
+    let store = s3(&format!("thread cache bound {tag}"))?;
+    seed_sized(store.as_ref(), tag, n).await;
+    let store = Arc::new(RecordingBackend::new(store));
+    let key = unique(tag);
+    let files = ExecFiles::new(store.clone()).cache_key(key.clone());
+    Some(Thread { store, files, key })
+}
+
+/// The names in the cache at `work_root` that are not keys (leftovers of evictions).
+fn leftovers(work_root: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(cache_root(work_root))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.len() != 64)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_bound_the_least_recently_used_base_is_evicted() {
+    // Two bases of four 1000-byte files fit, three do not.
+    let Some((sandbox, root)) = bounded_bwrap("thread cache bound", 10_000) else {
+        return;
+    };
+    let (Some(a), Some(b), Some(c), Some(d)) = (
+        thread("a", 4).await,
+        thread("b", 4).await,
+        thread("c", 4).await,
+        thread("d", 4).await,
+    ) else {
+        return;
+    };
+    let dir = |t: &Thread| key_dir_in(root.path(), &t.key);
+    for t in [&a, &b] {
+        run(sandbox.as_ref(), &t.files, "true").await;
+    }
+    assert!(dir(&a).join("base").is_dir() && dir(&b).join("base").is_dir());
+    run(sandbox.as_ref(), &c.files, "true").await;
+    assert!(!dir(&a).exists(), "a, used least recently, is evicted");
+    assert!(dir(&b).join("base/src/f0.txt").is_file(), "b stays");
+    assert!(dir(&c).join("base/src/f0.txt").is_file(), "c, used last, stays");
+    // Using b makes c the least recently used: order of use, not of creation.
+    b.store.clear();
+    let out = run(sandbox.as_ref(), &b.files, "head -n1 /src/f3.txt").await;
+    assert_eq!(out.output, "b 3\n");
+    assert_eq!(b.store.read_count(), 0, "b's base was kept and used");
+    run(sandbox.as_ref(), &d.files, "true").await;
+    assert!(!dir(&c).exists(), "c is now the least recently used");
+    assert!(dir(&b).is_dir() && dir(&d).is_dir());
+    // An evicted thread's next command sees its files, fetched again.
+    a.store.clear();
+    let out = run(sandbox.as_ref(), &a.files, "head -qn1 /src/*.txt").await;
+    assert_eq!(out.output, "a 0\na 1\na 2\na 3\n", "{out:?}");
+    assert_eq!(a.store.read_count(), 4, "a's files are fetched again");
+    assert!(dir(&a).join("base/src/f3.txt").is_file(), "a has a base again");
+    assert_eq!(leftovers(root.path()), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_in_use_is_not_evicted() {
+    // One base of four 1000-byte files fits, two do not.
+    let Some((sandbox, root)) = bounded_bwrap("thread cache busy", 6_000) else {
+        return;
+    };
+    let (Some(a), Some(b), Some(c)) = (thread("a", 4).await, thread("b", 4).await, thread("c", 4).await)
+    else {
+        return;
+    };
+    let dir = |t: &Thread| key_dir_in(root.path(), &t.key);
+    // a's command holds its base while b's runs and pushes the total past the bound.
+    let running = {
+        let (sandbox, files) = (sandbox.clone(), a.files.clone());
+        tokio::spawn(async move { run(sandbox.as_ref(), &files, "sleep 6; head -n1 /src/f0.txt").await })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dir(&a).join("manifest").exists() {
+        assert!(std::time::Instant::now() < deadline, "a's base never refreshed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    run(sandbox.as_ref(), &b.files, "true").await;
+    assert!(
+        !running.is_finished(),
+        "a's command ended before b's: the host is too slow for this test"
+    );
+    assert!(
+        dir(&a).join("base/src/f0.txt").is_file(),
+        "a's base is in use: not evicted"
+    );
+    assert!(
+        dir(&b).join("base/src/f0.txt").is_file(),
+        "b's own refresh keeps it"
+    );
+    let out = running.await.unwrap();
+    assert_eq!(out.output, "a 0\n", "{out:?}");
+    // Once free, a is evicted by the next pass, then b, both less recently used than c.
+    run(sandbox.as_ref(), &c.files, "true").await;
+    assert!(!dir(&a).exists(), "a, free now, is evicted");
+    assert!(
+        !dir(&b).exists(),
+        "b is evicted too: a and c alone would still be over"
+    );
+    assert!(dir(&c).join("base/src/f0.txt").is_file());
+    assert_eq!(leftovers(root.path()), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_crash_left_in_the_cache_is_removed_when_a_sandbox_starts() {
+    let Some((sandbox, root)) = bounded_bwrap("thread cache leftovers", 1 << 20) else {
+        return;
+    };
+    let Some(a) = thread("a", 4).await else {
+        return;
+    };
+    run(sandbox.as_ref(), &a.files, "true").await;
+    let cache = cache_root(root.path());
+    // An eviction killed after its rename, mid-removal; a key killed mid-refresh (its manifest
+    // removed, its lock released by the kernel).
+    let half_evicted = cache.join(format!("evicted-{}-1-2", "0".repeat(64)));
+    let torn = cache.join("f".repeat(64));
+    for dir in [&half_evicted, &torn] {
+        std::fs::create_dir_all(dir.join("base/src")).unwrap();
+        std::fs::write(dir.join("base/src/f0.txt"), "half").unwrap();
+        std::fs::write(dir.join("lock"), "").unwrap();
+    }
+    let again = bounded_at(root.path(), 1 << 20);
+    assert!(
+        !half_evicted.exists(),
+        "an interrupted eviction's leftovers are removed"
+    );
+    assert!(
+        !torn.exists(),
+        "a base without a manifest that no command holds is removed"
+    );
+    // Within the bound, a whole base stays and is used.
+    a.store.clear();
+    let out = run(again.as_ref(), &a.files, "head -n1 /src/f0.txt").await;
+    assert_eq!(out.output, "a 0\n", "{out:?}");
+    assert_eq!(a.store.read_count(), 0, "a's base was kept");
+    assert_eq!(leftovers(root.path()), Vec::<String>::new());
 }

@@ -38,17 +38,34 @@ pub struct BubblewrapConfig {
     /// thread to use the thread's cached base (mounted through an overlay, which costs a mount
     /// whatever the size) rather than copy them; default [`THREAD_CACHE_MIN_FILES`].
     pub thread_cache_min_files: Option<usize>,
+    /// What all threads' cached bases under `work_root` may hold together, in bytes of file
+    /// contents; past it the least recently used bases no command holds are removed (their
+    /// threads' next commands fetch everything again). Default [`THREAD_CACHE_MAX_BYTES`]; 0 keeps
+    /// no base once its command has ended; `u64::MAX`: no bound but the seven idle days.
+    pub thread_cache_max_bytes: Option<u64>,
 }
 
 /// Below this many files a view is copied rather than served from the thread's base (see
 /// `docs/sandbox.md`): copying a few small files costs less than mounting an overlay.
 pub const THREAD_CACHE_MIN_FILES: usize = 64;
 
+/// What all threads' cached bases may hold together by default (see `docs/sandbox.md`): 10 GiB,
+/// ten views of the largest a command is given by default (1 GiB), a small share of a server's
+/// disk that still keeps the bases of many ordinary threads (most hold megabytes).
+pub const THREAD_CACHE_MAX_BYTES: u64 = 10 << 30;
+
 impl BubblewrapConfig {
     /// Use the thread's cached base for views with at least `files` read-write files from the
     /// store (0: always).
     pub fn thread_cache_min_files(mut self, files: usize) -> Self {
         self.thread_cache_min_files = Some(files);
+        self
+    }
+
+    /// Keep at most `bytes` of files in all threads' cached bases together (see
+    /// [`BubblewrapConfig::thread_cache_max_bytes`]).
+    pub fn thread_cache_max_bytes(mut self, bytes: u64) -> Self {
+        self.thread_cache_max_bytes = Some(bytes);
         self
     }
 

@@ -46,7 +46,7 @@ use super::process::{self, find_program};
 use super::seccomp::{Launch, SyscallFilter};
 use super::thread_cache::ThreadCache;
 use super::workdir::Owner;
-pub use config::{BubblewrapConfig, SANDBOX_UID, THREAD_CACHE_MIN_FILES};
+pub use config::{BubblewrapConfig, SANDBOX_UID, THREAD_CACHE_MAX_BYTES, THREAD_CACHE_MIN_FILES};
 use mounts::system_mounts;
 use overlay::OverlayTools;
 use trellis_backend::LocalDir;
@@ -72,6 +72,8 @@ pub struct BubblewrapSandbox {
     threads: Result<ThreadCache, String>,
     /// [`BubblewrapConfig::thread_cache_min_files`], resolved.
     thread_cache_min_files: usize,
+    /// [`BubblewrapConfig::thread_cache_max_bytes`], resolved.
+    thread_cache_max_bytes: u64,
     /// [`mounts::system_mounts`], worked out once.
     system_mounts: Vec<OsString>,
     /// Where each command's control group goes, or why there is none on this host.
@@ -173,6 +175,9 @@ impl BubblewrapSandbox {
             thread_cache_min_files: config
                 .thread_cache_min_files
                 .unwrap_or(config::THREAD_CACHE_MIN_FILES),
+            thread_cache_max_bytes: config
+                .thread_cache_max_bytes
+                .unwrap_or(config::THREAD_CACHE_MAX_BYTES),
             system_mounts: Vec::new(),
             cgroups,
             syscalls: SyscallFilter::for_host(),
@@ -314,8 +319,13 @@ impl BubblewrapSandbox {
         if self.runs_as().uid == NOBODY {
             return Err("commands run as the shared nobody".into());
         }
-        ThreadCache::open(&self.work_root, self.run_as, self.thread_cache_min_files)
-            .map_err(|e| e.to_string())
+        ThreadCache::open(
+            &self.work_root,
+            self.run_as,
+            self.thread_cache_min_files,
+            self.thread_cache_max_bytes,
+        )
+        .map_err(|e| e.to_string())
     }
 
     /// The threads' caches, unless their overlay failed to mount here.

@@ -23,6 +23,14 @@
 //! refresh cannot know which files are whole, so it removes the base and fetches everything. A
 //! manifest that is not exactly what was written (its first line holds a SHA-256 of the rest) is
 //! treated the same way.
+//!
+//! **Bounds.** Each base holds at most what one command may be given (its listing is counted
+//! against the call's limits). All bases of one cache together are bounded by
+//! the `max_bytes` it was opened with: when a sandbox opens the cache, and after each refresh that fetched
+//! something (only a fetch makes a base grow), a pass removes the keys unused for [`MAX_IDLE`] and
+//! then the least recently used ones until the manifests' byte counts sum to at most the bound,
+//! never a key a command holds (see [`evict`] for the cost, and what a crash mid-eviction leaves).
+//! An evicted thread's next command finds no base and fetches everything, as its first did.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -36,16 +44,18 @@ use sha2::{Digest, Sha256};
 use trellis_backend::sandbox::SandboxError;
 use trellis_backend::{Backend, BackendError, Entry, Version, VirtualPath};
 
-use super::folder_cache::unused_for;
 use super::workdir::{Owner, PRIVATE_DIR, materialized_mtime, write_copy};
+
+mod evict;
 
 /// How many files are fetched at once.
 const FETCH_BATCH: usize = 256;
 
-/// The manifest's first line starts with this, then the SHA-256 of the rest.
-const MAGIC: &str = "trellis-thread-cache 1 ";
+/// The manifest's first line starts with this, then the SHA-256 of the rest, a space and the sum
+/// of the files' sizes (what an eviction pass counts without reading the rest).
+const MAGIC: &str = "trellis-thread-cache 2 ";
 
-/// A key's directory unused this long is removed when the cache is opened.
+/// A key's directory unused this long is removed by the next eviction pass, whatever the bound.
 const MAX_IDLE: Duration = Duration::from_secs(7 * 86_400);
 
 /// What the base holds for one file: it is the store's file when all of these match the listing.
@@ -72,6 +82,8 @@ pub struct ThreadCache {
     owner: Option<Owner>,
     /// Views with fewer read-write files are copied instead.
     min_files: usize,
+    /// What all bases together may hold, in bytes of file contents.
+    max_bytes: u64,
 }
 
 /// One key's base, refreshed and locked for one command: dropping it releases the lock.
@@ -99,8 +111,15 @@ impl Base {
 
 impl ThreadCache {
     /// The caches under `parent` for commands run by `owner` (when not Trellis's own user), used
-    /// for views of at least `min_files` files.
-    pub fn open(parent: &Path, owner: Option<Owner>, min_files: usize) -> std::io::Result<Self> {
+    /// for views of at least `min_files` files, all bases together holding at most `max_bytes`
+    /// bytes of files that no running command holds (0: every base is evicted by the first pass
+    /// after its command ends; `u64::MAX`: no bound but the idle time).
+    pub fn open(
+        parent: &Path,
+        owner: Option<Owner>,
+        min_files: usize,
+        max_bytes: u64,
+    ) -> std::io::Result<Self> {
         let uid = rustix::process::getuid().as_raw();
         // One directory per pair of users: a base belongs to the user whose commands mount it.
         let runs_as = owner.map_or(uid, |o| o.uid);
@@ -123,8 +142,9 @@ impl ThreadCache {
             root,
             owner,
             min_files,
+            max_bytes,
         };
-        me.evict_idle();
+        evict::evict(&me.root, MAX_IDLE, me.max_bytes, None);
         Ok(me)
     }
 
@@ -151,25 +171,11 @@ impl ThreadCache {
         if wanted.iter().any(|w| w.entry.version.is_none()) {
             return Ok(None);
         }
-        let dir = self.root.join(sha256_hex(key.as_bytes()));
-        match fs::create_dir(&dir) {
-            Ok(()) => {
-                fs::set_permissions(&dir, fs::Permissions::from_mode(0o711)).map_err(io("setting a mode"))?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io("creating a directory")(e)),
-        }
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join("lock"))
-            .map_err(io("opening the lock"))?;
-        match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(None),
-            Err(e) => return Err(io("locking")(e.into())),
-        }
+        let name = sha256_hex(key.as_bytes());
+        let dir = self.root.join(&name);
+        let Some(lock) = lock_key(&dir).map_err(io("locking a base"))? else {
+            return Ok(None);
+        };
         let _ = lock.set_modified(SystemTime::now());
         let base = dir.join("base");
         let manifest = dir.join("manifest");
@@ -257,6 +263,10 @@ impl ThreadCache {
             }
         }
         write_manifest(&dir, &held).map_err(io("writing the manifest"))?;
+        if fetched > 0 {
+            // This key is locked (and named): never evicted by its own refresh.
+            evict::evict(&self.root, MAX_IDLE, self.max_bytes, Some(&name));
+        }
         let held = held
             .into_iter()
             .filter_map(|(path, h)| {
@@ -294,27 +304,40 @@ impl ThreadCache {
             }
         }
     }
+}
 
-    /// Remove the keys unused for [`MAX_IDLE`] that no command holds.
-    fn evict_idle(&self) {
-        let Ok(entries) = fs::read_dir(&self.root) else {
-            return;
+/// Lock the key at `dir`, making it when missing. `Ok(None)`: a command holds it. A key evicted
+/// between opening its lock and taking it is made anew.
+fn lock_key(dir: &Path) -> std::io::Result<Option<fs::File>> {
+    for _ in 0..3 {
+        match fs::create_dir(dir) {
+            Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(0o711))?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let lock_path = dir.join("lock");
+        let lock = match fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+        {
+            Ok(lock) => lock,
+            // Evicted since it was made or found.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
         };
-        let now = SystemTime::now();
-        for entry in entries.flatten() {
-            let lock_path = entry.path().join("lock");
-            if !unused_for(fs::metadata(&lock_path), now, MAX_IDLE) {
-                continue;
-            }
-            let Ok(lock) = fs::File::open(&lock_path) else {
-                continue;
-            };
-            if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
-                let _ = fs::remove_file(entry.path().join("manifest"));
-                let _ = remove_all(&entry.path());
-            }
+        match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        if evict::holds(&lock, &lock_path) {
+            return Ok(Some(lock));
         }
     }
+    // Evicted again and again: copy this time.
+    Ok(None)
 }
 
 fn held_of(w: &Wanted<'_>) -> Held {
@@ -338,16 +361,22 @@ fn held_of(w: &Wanted<'_>) -> Held {
 fn parse(bytes: &[u8]) -> Option<BTreeMap<String, Held>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let (first, body) = text.split_once('\n')?;
-    let sum = first.strip_prefix(MAGIC)?;
+    let (sum, bytes) = first.strip_prefix(MAGIC)?.split_once(' ')?;
     if sum != sha256_hex(body.as_bytes()) {
         return None;
     }
-    serde_json::from_str(body).ok()
+    let held: BTreeMap<String, Held> = serde_json::from_str(body).ok()?;
+    (bytes.parse::<u64>().ok()? == total(&held)).then_some(held)
+}
+
+/// The bytes of files `held` lists.
+fn total(held: &BTreeMap<String, Held>) -> u64 {
+    held.values().map(|h| h.size).fold(0, u64::saturating_add)
 }
 
 fn write_manifest(dir: &Path, held: &BTreeMap<String, Held>) -> std::io::Result<()> {
     let body = serde_json::to_string(held).map_err(std::io::Error::other)?;
-    let text = format!("{MAGIC}{}\n{body}", sha256_hex(body.as_bytes()));
+    let text = format!("{MAGIC}{} {}\n{body}", sha256_hex(body.as_bytes()), total(held));
     let temp = dir.join("manifest.new");
     fs::write(&temp, text)?;
     fs::rename(&temp, dir.join("manifest"))
