@@ -408,7 +408,7 @@ async fn a_base_in_use_is_not_evicted() {
     // a's command holds its base while b's runs and pushes the total past the bound.
     let running = {
         let (sandbox, files) = (sandbox.clone(), a.files.clone());
-        tokio::spawn(async move { run(sandbox.as_ref(), &files, "sleep 6; head -n1 /src/f0.txt").await })
+        tokio::spawn(async move { run(sandbox.as_ref(), &files, "sleep 20; head -n1 /src/f0.txt").await })
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !dir(&a).join("manifest").exists() {
