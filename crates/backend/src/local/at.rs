@@ -104,8 +104,24 @@ pub(super) fn temp_for(name: &str) -> String {
     format!(".{name}.trellis-tmp-{}-{n}", std::process::id())
 }
 
+/// Whether `name` is one [`temp_for`] makes: `.NAME.trellis-tmp-PID-N`. A write in progress (a
+/// streamed one lasts as long as its source) or one a `kill -9` cut short leaves such a file
+/// beside its target; it is not a file of the store's, so listings leave it out. A file of the
+/// user's own that happens to be named this way is hidden too.
+pub(super) fn is_temp_name(name: &str) -> bool {
+    let Some((head, tail)) = name.rsplit_once(".trellis-tmp-") else {
+        return false;
+    };
+    let Some((pid, n)) = tail.split_once('-') else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    head.len() > 1 && head.starts_with('.') && digits(pid) && digits(n)
+}
+
 /// The children of `dir`, sorted; links that lead out of the root, broken links, names that are
-/// not valid paths and special files are left out.
+/// not valid paths, special files and the temporary files of writes ([`is_temp_name`]) are left
+/// out.
 pub(super) fn list(beneath: &Beneath, dir: &VirtualPath) -> Option<Result<Vec<Entry>>> {
     finish(list_inner(beneath, dir))
 }
@@ -126,6 +142,9 @@ fn list_inner(beneath: &Beneath, dir: &VirtualPath) -> std::result::Result<Vec<E
             tracing::warn!(dir = %dir, name = ?raw, "skipping a name that is not UTF-8");
             continue;
         };
+        if is_temp_name(name) {
+            continue;
+        }
         let Ok(child) = dir.join(name) else {
             tracing::warn!(dir = %dir, name, "skipping a name that is not a valid virtual path");
             continue;
@@ -502,4 +521,27 @@ fn delete_inner(beneath: &Beneath, path: &VirtualPath) -> std::result::Result<()
         _ => {}
     }
     rustix::fs::unlinkat(&dir, name, AtFlags::empty()).map_err(|e| io(path, e))
+}
+
+#[cfg(test)]
+mod temp_name_tests {
+    use super::{is_temp_name, temp_for};
+
+    #[test]
+    fn the_names_of_temporary_files_are_recognised_and_nothing_else() {
+        assert!(is_temp_name(&temp_for("notes.md")));
+        assert!(is_temp_name(".a.trellis-tmp-1-0"));
+        for name in [
+            "notes.md",
+            ".hidden",
+            ".trellis-tmp-1-0",
+            "a.trellis-tmp-1-0",
+            ".a.trellis-tmp-1",
+            ".a.trellis-tmp-x-0",
+            ".a.trellis-tmp-1-",
+            ".a.trellis-tmp-1-0.bak",
+        ] {
+            assert!(!is_temp_name(name), "{name}");
+        }
+    }
 }

@@ -72,6 +72,15 @@ async fn a_streamed_write_reaches_disk_before_its_source_ends() {
     tx.write_all(&vec![b'a'; 2 * MIB]).await.unwrap();
     until_on_disk(dir.path(), MIB as u64).await;
     assert_eq!(backend.read_to_string(&path).await.unwrap(), "old");
+    // The temporary file is no file of the store's: a listing meanwhile shows only `/f`.
+    let listed: Vec<String> = backend
+        .ls(&VirtualPath::root())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path.to_string())
+        .collect();
+    assert_eq!(listed, ["/f"]);
     tx.write_all(&vec![b'b'; 2 * MIB]).await.unwrap();
     drop(tx);
     writer.await.unwrap().unwrap();
