@@ -104,10 +104,16 @@ pub(super) fn temp_for(name: &str) -> String {
     format!(".{name}.trellis-tmp-{}-{n}", std::process::id())
 }
 
+/// A temporary file untouched this long is a leftover of a write that was killed, not one in
+/// progress (a write appends to its file as its source delivers, and the sandbox's write-back, the
+/// longest writer, stops after minutes): a listing that meets one removes it.
+pub(super) const ABANDONED_TEMP: Duration = Duration::from_secs(24 * 3600);
+
 /// Whether `name` is one [`temp_for`] makes: `.NAME.trellis-tmp-PID-N`. A write in progress (a
 /// streamed one lasts as long as its source) or one a `kill -9` cut short leaves such a file
-/// beside its target; it is not a file of the store's, so listings leave it out. A file of the
-/// user's own that happens to be named this way is hidden too.
+/// beside its target; it is not a file of the store's, so listings leave it out, and remove it
+/// once it is [`ABANDONED_TEMP`] old. A file of the user's own that happens to be named this way
+/// is hidden (and, once that old, removed) too.
 pub(super) fn is_temp_name(name: &str) -> bool {
     let Some((head, tail)) = name.rsplit_once(".trellis-tmp-") else {
         return false;
@@ -143,6 +149,7 @@ fn list_inner(beneath: &Beneath, dir: &VirtualPath) -> std::result::Result<Vec<E
             continue;
         };
         if is_temp_name(name) {
+            remove_if_abandoned(&fd, raw);
             continue;
         }
         let Ok(child) = dir.join(name) else {
@@ -169,6 +176,21 @@ fn list_inner(beneath: &Beneath, dir: &VirtualPath) -> std::result::Result<Vec<E
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
+}
+
+/// Remove the temporary file `name` of `dir` when it is a regular file last modified
+/// [`ABANDONED_TEMP`] ago or more; best effort: any failure leaves it.
+fn remove_if_abandoned(dir: &OwnedFd, name: &std::ffi::CStr) {
+    let Ok(st) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+        return;
+    };
+    let modified = SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(st.st_mtime).unwrap_or(0));
+    let abandoned = SystemTime::now()
+        .duration_since(modified)
+        .is_ok_and(|age| age >= ABANDONED_TEMP);
+    if kind(&st) == FileType::RegularFile && abandoned {
+        let _ = rustix::fs::unlinkat(dir, name, AtFlags::empty());
+    }
 }
 
 /// Open the parent directory of `path`, creating missing levels one at a time.

@@ -37,6 +37,12 @@ async fn until_on_disk(dir: &Path, at_least: u64) {
     }
 }
 
+/// What a listing of the root shows.
+async fn listed(backend: &FilesystemBackend) -> Vec<String> {
+    let entries = backend.ls(&VirtualPath::root()).await.unwrap();
+    entries.into_iter().map(|e| e.path.to_string()).collect()
+}
+
 fn setup() -> (tempfile::TempDir, Arc<FilesystemBackend>, VirtualPath) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("f"), "old").unwrap();
@@ -73,14 +79,7 @@ async fn a_streamed_write_reaches_disk_before_its_source_ends() {
     until_on_disk(dir.path(), MIB as u64).await;
     assert_eq!(backend.read_to_string(&path).await.unwrap(), "old");
     // The temporary file is no file of the store's: a listing meanwhile shows only `/f`.
-    let listed: Vec<String> = backend
-        .ls(&VirtualPath::root())
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.path.to_string())
-        .collect();
-    assert_eq!(listed, ["/f"]);
+    assert_eq!(listed(&backend).await, ["/f"]);
     tx.write_all(&vec![b'b'; 2 * MIB]).await.unwrap();
     drop(tx);
     writer.await.unwrap().unwrap();
@@ -103,4 +102,26 @@ async fn a_streamed_write_dropped_halfway_leaves_nothing() {
     assert!(writer.await.unwrap_err().is_cancelled());
     assert_eq!(temporaries(dir.path()), Vec::<u64>::new());
     assert_eq!(backend.read_to_string(&path).await.unwrap(), "old");
+}
+
+/// What a killed write left (a temporary file a day old) is removed by the next listing of its
+/// directory; a younger one, possibly a write in progress, stays on disk. Neither is listed.
+#[tokio::test]
+async fn a_listing_removes_a_temporary_file_a_killed_write_left() {
+    let (dir, backend, _) = setup();
+    let old = dir.path().join(".f.trellis-tmp-999999-0");
+    let young = dir.path().join(".f.trellis-tmp-999999-1");
+    for temp in [&old, &young] {
+        std::fs::write(temp, "half a write").unwrap();
+    }
+    let two_days_ago = std::time::SystemTime::now() - Duration::from_secs(48 * 3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .unwrap()
+        .set_modified(two_days_ago)
+        .unwrap();
+    assert_eq!(listed(&backend).await, ["/f"]);
+    assert!(!old.exists(), "the abandoned temporary file is removed");
+    assert!(young.exists(), "a recent one may be a write in progress: kept");
 }
