@@ -387,20 +387,20 @@ impl Agent {
         cx: &RunContext,
     ) -> Result<StepOutcome, AgentError> {
         let nested = cx.extensions.get::<NestedInterrupts>().cloned();
-        let journal = Journal::of(self, state, &cx.thread_id);
-        let journaled: Vec<String> = match (&journal, state.messages.last().and_then(Message::as_ai)) {
-            (Some(_), Some(ai)) => ai.calls().map(|c| c.id.clone()).collect(),
-            _ => Vec::new(),
-        };
         // A step of one call that may repeat (read-only or idempotent) is not journaled: a crash
         // before its checkpoint re-runs that call, which its declaration allows, and there is no
         // other call of the step a record would spare. The record and its removal would be two
-        // of the few files a served step creates (docs/server.md, "Speed").
+        // of the few files a served step creates (docs/server.md, "Speed"); with no record, there
+        // is nothing to forget either.
         let lone_repeatable = matches!(
             actions.as_slice(),
             [Action::Run(call)] if side_effects(tools, &call.name).may_repeat()
         );
-        let journal = journal.filter(|_| !lone_repeatable);
+        let journal = Journal::of(self, state, &cx.thread_id).filter(|_| !lone_repeatable);
+        let journaled: Vec<String> = match (&journal, state.messages.last().and_then(Message::as_ai)) {
+            (Some(_), Some(ai)) => ai.calls().map(|c| c.id.clone()).collect(),
+            _ => Vec::new(),
+        };
         let shared: &State = state;
         let runs = actions.into_iter().map(|action| {
             let nested = nested.as_ref();

@@ -370,11 +370,13 @@ async fn a_record_of_another_call_under_the_same_id_is_never_used() {
     );
 }
 
-/// An in-memory checkpointer with a journal that counts the records it is given, by call id.
+/// An in-memory checkpointer with a journal that counts the records it is given and the ones it
+/// is asked to forget, by call id.
 #[derive(Debug, Default)]
 struct CountingJournal {
     inner: InMemoryCheckpointer,
     records: std::sync::Mutex<Vec<String>>,
+    forgotten: std::sync::Mutex<Vec<Vec<String>>>,
 }
 
 #[async_trait]
@@ -407,6 +409,7 @@ impl Checkpointer for CountingJournal {
         self.inner.recorded_calls(thread_id, call_ids).await
     }
     async fn forget_calls(&self, thread_id: &ThreadId, call_ids: &[String]) -> Result<(), CheckpointError> {
+        self.forgotten.lock().unwrap().push(call_ids.to_vec());
         self.inner.forget_calls(thread_id, call_ids).await
     }
 }
@@ -442,4 +445,9 @@ async fn a_step_of_one_call_that_may_repeat_is_not_journaled_and_a_crash_runs_it
     let results = tool_texts(&out);
     assert_eq!(results[1], ("look 2".to_owned(), false));
     assert_eq!(*journal.records.lock().unwrap(), ["s1", "s1", "l2", "l3"]);
+    // The unjournaled step has nothing to forget: no removal is asked for `l1`.
+    assert_eq!(
+        *journal.forgotten.lock().unwrap(),
+        [vec!["s1".to_owned()], vec!["l2".to_owned(), "l3".to_owned()]]
+    );
 }
