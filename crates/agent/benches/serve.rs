@@ -312,6 +312,21 @@ async fn wave(
     })
 }
 
+/// One [`wave`] per concurrency in `waves`, in order, on `server`.
+async fn waves_on(
+    name: &str,
+    server: &Server,
+    scripted: &scripted::Scripted,
+    waves: &[usize],
+    steps: usize,
+) -> Vec<Value> {
+    let mut rows = Vec::with_capacity(waves.len());
+    for &n in waves {
+        rows.push(wave(name, server, scripted, n, steps).await);
+    }
+    rows
+}
+
 fn main() {
     let waves: Vec<usize> = std::env::var("TRELLIS_BENCH_SERVE_CONCURRENCY")
         .ok()
@@ -327,10 +342,7 @@ fn main() {
         let mut rows = serde_json::Map::new();
 
         let trellis = start_trellis(&dir.path().join("trellis"), &model_url);
-        let mut ours = Vec::new();
-        for &n in &waves {
-            ours.push(wave("tr", &trellis, &scripted, n, steps).await);
-        }
+        let ours = waves_on("tr", &trellis, &scripted, &waves, steps).await;
         rows.insert(
             "trellis".into(),
             json!({"waves": ours, "peak_rss_mb": trellis.peak_rss_mb()}),
@@ -341,10 +353,7 @@ fn main() {
         match shm.is_dir().then(|| tempfile::tempdir_in(shm).ok()).flatten() {
             Some(memory) => {
                 let trellis = start_trellis(memory.path(), &model_url);
-                let mut waves_in_memory = Vec::new();
-                for &n in &waves {
-                    waves_in_memory.push(wave("tm", &trellis, &scripted, n, steps).await);
-                }
+                let waves_in_memory = waves_on("tm", &trellis, &scripted, &waves, steps).await;
                 rows.insert(
                     "trellis_tmpfs".into(),
                     json!({"waves": waves_in_memory, "peak_rss_mb": trellis.peak_rss_mb()}),
@@ -359,9 +368,7 @@ fn main() {
         let mut theirs = Vec::new();
         match start_reference(&dir.path().join("reference"), &model_url, jobs).await {
             Some(reference) => {
-                for &n in &waves {
-                    theirs.push(wave("lg", &reference, &scripted, n, steps).await);
-                }
+                theirs = waves_on("lg", &reference, &scripted, &waves, steps).await;
                 rows.insert(
                     "reference".into(),
                     json!({"server": "langgraph dev (langgraph-api 0.16.7, in-memory) + deepagents 0.7.32",
