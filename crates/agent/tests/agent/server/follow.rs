@@ -9,12 +9,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wiremock::{MockServer, ResponseTemplate};
+use wiremock::MockServer;
 
 use super::db_harness::{self, assert_numbered_from, parse_sse};
-use super::harness::{AGENT_FILE, Served, first_then, http, json_of};
-use crate::cli::harness::reply;
-use crate::cli::streaming::EVENTS as STREAMED;
+use super::harness::{AGENT_FILE, Served, http, json_of, ls_then_streamed_answer_after};
 use crate::queue::postgres::test_database as database;
 
 /// Well below the fallback poll: a follower still waiting by then was never woken.
@@ -37,16 +35,7 @@ async fn followers_on_every_worker_are_woken_without_polling() {
     };
     // One `ls` step, then an answer that takes a second: the followers below join before the
     // run's first event and wait for each of the others.
-    let ls = json!([{"type": "tool_use", "id": "toolu_ls", "name": "ls", "input": {"path": "/"}}]);
-    let answer = ResponseTemplate::new(200)
-        .set_body_string(STREAMED)
-        .insert_header("content-type", "text/event-stream")
-        .set_delay(Duration::from_millis(1000));
-    let model = first_then(
-        reply(ls, "tool_use").set_delay(Duration::from_millis(500)),
-        answer,
-    )
-    .await;
+    let model = ls_then_streamed_answer_after(Duration::from_millis(500), Duration::from_millis(1000)).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("trellis.toml"), AGENT_FILE).unwrap();
     let a = worker(dir.path(), &model, &url);

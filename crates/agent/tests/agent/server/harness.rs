@@ -23,23 +23,18 @@ pub(crate) const AGENT_FILE: &str = "model = \"anthropic:claude-sonnet-4-5\"\n\
 /// A mock model that first calls `ls` on `/` (one step), then streams `Streamed answer.` to
 /// every later request.
 pub(crate) async fn ls_then_streamed_answer() -> MockServer {
-    let server = MockServer::start().await;
+    ls_then_streamed_answer_after(Duration::ZERO, Duration::ZERO).await
+}
+
+/// [`ls_then_streamed_answer`] whose `ls` reply comes after `ls_delay` and each answer after
+/// `answer_delay`: time for followers to join a run under way.
+pub(crate) async fn ls_then_streamed_answer_after(ls_delay: Duration, answer_delay: Duration) -> MockServer {
     let ls = json!([{"type": "tool_use", "id": "toolu_ls", "name": "ls", "input": {"path": "/"}}]);
-    messages()
-        .respond_with(reply(ls, "tool_use"))
-        .up_to_n_times(1)
-        .with_priority(1)
-        .mount(&server)
-        .await;
-    messages()
-        .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_string(STREAMED)
-                .insert_header("content-type", "text/event-stream"),
-        )
-        .mount(&server)
-        .await;
-    server
+    let answer = ResponseTemplate::new(200)
+        .set_body_string(STREAMED)
+        .insert_header("content-type", "text/event-stream")
+        .set_delay(answer_delay);
+    first_then(reply(ls, "tool_use").set_delay(ls_delay), answer).await
 }
 
 /// A mock model answering `first` to the first request and `then` to every later one.

@@ -5,12 +5,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use wiremock::ResponseTemplate;
 
-use super::super::harness::{Served, first_then, http};
+use super::super::harness::{Served, http, ls_then_streamed_answer_after};
 use super::support::{assert_numbered, new_thread, parse_sse, post, say, setup, worker};
-use crate::cli::harness::reply;
-use crate::cli::streaming::EVENTS as STREAMED;
 use crate::queue::postgres::test_database as database;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,12 +16,7 @@ async fn a_run_created_on_one_worker_streams_on_two_others_in_order() {
         return;
     };
     // One `ls` step, then an answer that takes 1.5 s: the joins below come while it runs.
-    let ls = json!([{"type": "tool_use", "id": "toolu_ls", "name": "ls", "input": {"path": "/"}}]);
-    let answer = ResponseTemplate::new(200)
-        .set_body_string(STREAMED)
-        .insert_header("content-type", "text/event-stream")
-        .set_delay(Duration::from_millis(1500));
-    let model = first_then(reply(ls, "tool_use"), answer).await;
+    let model = ls_then_streamed_answer_after(Duration::ZERO, Duration::from_millis(1500)).await;
     let dir = setup(None);
     let a = worker(dir.path(), &model, &url, false, 5.0);
     let b = worker(dir.path(), &model, &url, false, 5.0);
