@@ -50,6 +50,16 @@ pub(crate) async fn first_then(first: ResponseTemplate, then: ResponseTemplate) 
     server
 }
 
+/// A mock model answering `late` to every request after `delay`: runs stay running that long.
+pub(crate) async fn answering_after(delay: Duration) -> MockServer {
+    let server = MockServer::start().await;
+    messages()
+        .respond_with(reply(json!([{"type": "text", "text": "late"}]), "end_turn").set_delay(delay))
+        .mount(&server)
+        .await;
+    server
+}
+
 /// A mock model answering `done` to every request.
 pub(crate) async fn always_done() -> MockServer {
     let server = MockServer::start().await;

@@ -9,8 +9,7 @@ use serde_json::{Value, json};
 use wiremock::MockServer;
 
 use super::db_harness;
-use super::harness::{AGENT_FILE, Served, http};
-use crate::cli::harness::{messages, reply};
+use super::harness::{AGENT_FILE, Served, answering_after, http};
 use crate::queue::postgres::test_database as database;
 
 fn worker(dir: &Path, model: &MockServer, url: &str) -> Served {
@@ -82,13 +81,7 @@ async fn cancel_by_status_and_the_thread_cap_hold_across_workers() {
         return;
     };
     // A model that takes a minute: runs stay running until cancelled.
-    let model = MockServer::start().await;
-    messages()
-        .respond_with(
-            reply(json!([{"type": "text", "text": "late"}]), "end_turn").set_delay(Duration::from_secs(60)),
-        )
-        .mount(&model)
-        .await;
+    let model = answering_after(Duration::from_secs(60)).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("trellis.toml"), AGENT_FILE).unwrap();
     std::fs::write(dir.path().join("keys"), "alice key-a\nbob key-b\n").unwrap();

@@ -5,14 +5,12 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use wiremock::MockServer;
 
-use super::super::harness::{Served, http};
+use super::super::harness::{Served, answering_after, http};
 use super::super::lifecycle::slow_or_quick_after;
 use super::support::{
     get, model_called, new_thread, post, say, settled, setup, slow_run, start_run, texts, worker,
 };
-use crate::cli::harness::{messages, reply};
 use crate::queue::postgres::test_database as database;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,13 +18,7 @@ async fn cancel_sent_to_one_worker_stops_the_run_on_another() {
     let Some((_db, url)) = database().await else {
         return;
     };
-    let model = MockServer::start().await;
-    messages()
-        .respond_with(
-            reply(json!([{"type": "text", "text": "late"}]), "end_turn").set_delay(Duration::from_secs(60)),
-        )
-        .mount(&model)
-        .await;
+    let model = answering_after(Duration::from_secs(60)).await;
     let dir = setup(None);
     // Leases of 30 s: heartbeats come every 10 s, so a stop within the second is the
     // notification's doing.
