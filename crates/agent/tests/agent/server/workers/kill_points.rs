@@ -113,26 +113,33 @@ async fn kill_and_follow(a: Served, b: &Served, (thread, run): (&str, &str)) -> 
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_after_the_claim_the_run_is_run_whole_elsewhere() {
-    let Some((_db, needs)) = prerequisites("worker killed after the claim").await else {
-        return;
-    };
+/// A run of one call (append `a`) begun on worker `a`, which parks at fault point `point` and is
+/// killed there while `b` follows the run; `c` takes it over, checked by [`assert_taken_over`]
+/// (the call ran once, the model was asked twice). The thread's state after.
+async fn parked_and_killed(needs: (String, [String; 2]), point: &str) -> Value {
     let model = script(vec![reply(json!([append("a", "")]), "tool_use")]).await;
     let fleet = Fleet::new(needs, model);
-    let a = fleet.worker("a", Some("claimed"));
+    let a = fleet.worker("a", Some(point));
     let (thread, run) = begin(&a).await;
-    logged(&a, &format!("fault point claimed: run {run} parked")).await;
+    logged(&a, &format!("fault point {point}: run {run} parked")).await;
     let (b, c) = (fleet.worker("b", None), fleet.worker("c", None));
     let stream = kill_and_follow(a, &b, (&thread, &run)).await;
-    let state = assert_taken_over(
+    assert_taken_over(
         &c,
         (&thread, &run),
         &fleet.model,
         (&[("a", Some("a\n"))], 2),
         stream,
     )
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_the_claim_the_run_is_run_whole_elsewhere() {
+    let Some((_db, needs)) = prerequisites("worker killed after the claim").await else {
+        return;
+    };
+    let state = parked_and_killed(needs, "claimed").await;
     let texts: Vec<&Value> = state["values"]["messages"]
         .as_array()
         .unwrap()
@@ -212,19 +219,5 @@ async fn killed_after_the_last_checkpoint_the_run_is_not_run_again() {
     let Some((_db, needs)) = prerequisites("worker killed before storing the end").await else {
         return;
     };
-    let model = script(vec![reply(json!([append("a", "")]), "tool_use")]).await;
-    let fleet = Fleet::new(needs, model);
-    let a = fleet.worker("a", Some("finished"));
-    let (thread, run) = begin(&a).await;
-    logged(&a, &format!("fault point finished: run {run} parked")).await;
-    let (b, c) = (fleet.worker("b", None), fleet.worker("c", None));
-    let stream = kill_and_follow(a, &b, (&thread, &run)).await;
-    assert_taken_over(
-        &c,
-        (&thread, &run),
-        &fleet.model,
-        (&[("a", Some("a\n"))], 2),
-        stream,
-    )
-    .await;
+    parked_and_killed(needs, "finished").await;
 }
