@@ -2,7 +2,9 @@
 
 mod at;
 mod beneath;
+mod fast_path;
 mod list;
+mod offload;
 mod stream;
 
 use std::collections::HashMap;
@@ -17,7 +19,8 @@ use futures::StreamExt;
 use std::os::unix::fs::OpenOptionsExt;
 use tokio::io::AsyncWriteExt;
 
-use self::beneath::{Beneath, Opened, read_range};
+use self::beneath::{Beneath, read_range};
+use self::fast_path::{fast_metadata, fast_read, in_batches, output};
 use self::list::list_dir;
 use crate::backend::{
     Backend, ByteRange, Capabilities, Entry, EntryKind, ReadOutput, Version, WriteMode, WriteOutcome,
@@ -36,11 +39,19 @@ use crate::path::VirtualPath;
 /// move a file's modification time strictly forward, and version-checked writes are serialized per
 /// path within the process, so a stale version can never win. Another process editing the same file
 /// in the same clock tick with the same size is not detected.
+///
+/// On a local file system (ext4, xfs, btrfs, tmpfs, overlayfs, zfs, …), small writes, hard links,
+/// `stat`s and small reads run on the calling task and the rest on tokio's blocking pool; on any
+/// other (NFS, SMB, FUSE, …) everything runs on the pool (`offload.rs` says why, with
+/// measurements). [`FilesystemBackend::offload_all`] sends everything to the pool anyway.
 #[derive(Debug)]
 pub struct FilesystemBackend {
     root: PathBuf,
     beneath: Option<Arc<Beneath>>,
     locks: Mutex<HashMap<VirtualPath, Arc<tokio::sync::Mutex<()>>>>,
+    /// Small operations run on the calling task (on a local file system, unless
+    /// [`FilesystemBackend::offload_all`]).
+    inline_small: bool,
 }
 
 /// Paths per blocking batch in `read_many`.
@@ -56,9 +67,24 @@ impl FilesystemBackend {
         }
         Ok(Self {
             beneath: Beneath::new(&root).map(Arc::new),
+            inline_small: offload::is_local(&root),
             root,
             locks: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Every operation on tokio's blocking pool, small ones included, whatever the file system.
+    /// [`FilesystemBackend::new`] already does so off the local file systems it knows; this is
+    /// for a root whose file system reads as local but may still wait (a local mount of slow or
+    /// remote storage).
+    pub fn offload_all(mut self) -> Self {
+        self.inline_small = false;
+        self
+    }
+
+    /// Whether small operations run on the calling task (see the type's docs).
+    pub fn runs_small_operations_inline(&self) -> bool {
+        self.inline_small
     }
 
     /// The canonical root directory.
@@ -110,15 +136,11 @@ impl FilesystemBackend {
         locks.entry(path.clone()).or_default().clone()
     }
 
-    /// Read through `openat2` on the blocking pool; `None` when the slow path must decide.
+    /// Read through `openat2` ([`fast_path::read`]); `None` when the slow path must decide.
     async fn read_fast(&self, path: &VirtualPath, range: Option<ByteRange>) -> Option<Result<ReadOutput>> {
-        let beneath = self.beneath.clone()?;
+        let beneath = self.beneath.as_ref()?;
         let relative = path.as_str().trim_start_matches('/').to_owned();
-        let shown = path.clone();
-        tokio::task::spawn_blocking(move || fast_read(&beneath, &relative, range, &shown))
-            .await
-            .ok()
-            .flatten()
+        fast_path::read(beneath, relative, range, path.clone(), self.inline_small).await
     }
 
     /// The slow path: canonicalize, check, then read.
@@ -154,70 +176,6 @@ impl FilesystemBackend {
             modified: modified.map(DateTime::<Utc>::from),
             version: Some(version_of(meta)),
         }
-    }
-}
-
-fn output(bytes: Vec<u8>, meta: &std::fs::Metadata) -> ReadOutput {
-    ReadOutput {
-        size: meta.len(),
-        bytes: Bytes::from(bytes),
-        version: Some(version_of(meta)),
-        modified: meta.modified().ok().map(DateTime::<Utc>::from),
-    }
-}
-
-/// One fast-path read; `None` when the slow path must decide.
-fn fast_read(
-    beneath: &Beneath,
-    relative: &str,
-    range: Option<ByteRange>,
-    shown: &VirtualPath,
-) -> Option<Result<ReadOutput>> {
-    match beneath.open(relative) {
-        Ok(Opened::File(file)) => Some(
-            read_range(file, range)
-                .map(|(bytes, meta)| output(bytes, &meta))
-                .map_err(|e| BackendError::from_io(shown, e)),
-        ),
-        Ok(Opened::Undecided) => None,
-        Err(e) => Some(Err(BackendError::from_io(shown, e))),
-    }
-}
-
-/// `op` on every path beneath the root, in batches of [`READ_BATCH`] per blocking task with two in
-/// flight: far fewer hops to the blocking pool than one per path, and the kernel checks containment
-/// on every open. One answer per path, in order; `None` where `op` cannot decide (or its task
-/// panicked), for the caller to settle the checked way.
-async fn in_batches<T: Send + 'static>(
-    beneath: &Arc<Beneath>,
-    paths: &[VirtualPath],
-    op: impl Fn(&Beneath, &VirtualPath) -> Option<T> + Clone + Send + 'static,
-) -> Vec<Option<T>> {
-    let chunks: Vec<Vec<VirtualPath>> = paths.chunks(READ_BATCH).map(<[VirtualPath]>::to_vec).collect();
-    let batches: Vec<Vec<Option<T>>> = futures::stream::iter(chunks)
-        .map(|chunk| {
-            let (beneath, op) = (beneath.clone(), op.clone());
-            async move {
-                let len = chunk.len();
-                tokio::task::spawn_blocking(move || chunk.iter().map(|p| op(&beneath, p)).collect())
-                    .await
-                    .unwrap_or_else(|_| (0..len).map(|_| None).collect())
-            }
-        })
-        .buffered(2)
-        .collect()
-        .await;
-    batches.into_iter().flatten().collect()
-}
-
-/// Metadata of a path opened beneath the root as a path only (`O_PATH`: no read permission
-/// needed, nothing opened for reading, so a FIFO does not block), or `None` when the fast path
-/// cannot decide (a symlink to resolve the checked way).
-fn fast_metadata(beneath: &Beneath, relative: &str) -> Option<std::io::Result<std::fs::Metadata>> {
-    match beneath.open_path(relative) {
-        Ok(Opened::File(file)) => Some(file.metadata()),
-        Ok(Opened::Undecided) => None,
-        Err(e) => Some(Err(e)),
     }
 }
 
@@ -293,7 +251,7 @@ impl Backend for FilesystemBackend {
             && !path.is_root()
         {
             let relative = path.as_str().trim_start_matches('/').to_owned();
-            let fast = tokio::task::spawn_blocking(move || fast_metadata(&beneath, &relative))
+            let fast = offload::run(self.inline_small, move || fast_metadata(&beneath, &relative))
                 .await
                 .ok()
                 .flatten();
@@ -389,9 +347,11 @@ impl Backend for FilesystemBackend {
         let lock = self.lock_for(to);
         let _guard = lock.lock().await;
         let (from, shown) = (from.clone(), to.clone());
-        let linked = tokio::task::spawn_blocking(move || at::link(&beneath, &from, &shown, &mode))
-            .await
-            .map_err(|e| BackendError::other(to, e));
+        let linked = offload::run(self.inline_small, move || {
+            at::link(&beneath, &from, &shown, &mode)
+        })
+        .await
+        .map_err(|e| BackendError::other(to, e));
         match linked {
             Ok(linked) => linked.map(|r| {
                 r.map(|version| WriteOutcome {
@@ -414,7 +374,8 @@ impl Backend for FilesystemBackend {
             let lock = self.lock_for(path);
             let _guard = lock.lock().await;
             let (shown, data, mode) = (path.clone(), data.clone(), mode.clone());
-            let written = tokio::task::spawn_blocking(move || at::write(&beneath, &shown, &data, &mode))
+            let inline = self.inline_small && data.len() <= offload::INLINE_WRITE_MAX;
+            let written = offload::run(inline, move || at::write(&beneath, &shown, &data, &mode))
                 .await
                 .map_err(|e| BackendError::other(path, e))?;
             if let Some(written) = written {

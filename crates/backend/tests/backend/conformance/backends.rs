@@ -46,6 +46,20 @@ async fn conformance_local_disk() {
     .await;
 }
 
+/// The same contract with every operation on the blocking pool, as for a root on a network file
+/// system (by default small ones run on the calling task: `local/offload.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_local_disk_all_offloaded() {
+    let dirs = std::sync::Mutex::new(Vec::new());
+    conformance::run("local-disk (all offloaded)", || {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = FilesystemBackend::new(dir.path()).unwrap().offload_all();
+        dirs.lock().unwrap().push(dir);
+        async move { Target::whole(Arc::new(backend)) }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_object_store_memory() {
     conformance::run("memory://", || async {
