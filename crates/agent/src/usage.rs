@@ -192,6 +192,8 @@ impl Summary {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use trellis_middleware::tools::SideEffects;
+
     use super::*;
 
     fn finished(model: &str, usage: Usage) -> RunEvent {
@@ -237,6 +239,7 @@ mod tests {
                     call_id: "c".into(),
                     name: "ls".into(),
                     is_error: false,
+                    side_effects: SideEffects::ReadOnly,
                     elapsed: Duration::ZERO,
                 }),
             },

@@ -209,7 +209,7 @@ async fn on_event(server: &Shared, run: &RunHandle, streams: &mut Streams, event
                 push_all(introspection.middleware(middleware, kind, data));
             }
         }
-        RunEvent::ToolFinished { .. } => translator.tool_ran(),
+        RunEvent::ToolFinished { side_effects, .. } => translator.tool_ran(*side_effects),
         RunEvent::ModelDelta { delta, .. } => {
             if let Some(part) = translator.delta(delta) {
                 run.push(part, false);

@@ -217,6 +217,7 @@ mod tests {
     use std::time::Duration;
 
     use trellis_middleware::runtime::model::{StopReason, Usage};
+    use trellis_middleware::tools::SideEffects;
 
     use super::*;
 
@@ -267,6 +268,7 @@ mod tests {
             call_id: "s1".into(),
             name: "ls".into(),
             is_error: true,
+            side_effects: SideEffects::ReadOnly,
             elapsed: Duration::from_millis(7),
         };
         usage.add(&in_subagent("c1", sub_call), &prices);
@@ -276,6 +278,7 @@ mod tests {
                 call_id: "c1".into(),
                 name: "task".into(),
                 is_error: false,
+                side_effects: SideEffects::External,
                 elapsed: Duration::from_millis(1250),
             },
             &prices,

@@ -20,12 +20,15 @@ use trellis_middleware::Message;
 use trellis_middleware::runtime::interrupt::{ApprovalRequest, Interrupt};
 use trellis_middleware::runtime::state::PublicState;
 use trellis_middleware::runtime::stream::ModelDelta;
+use trellis_middleware::tools::SideEffects;
 use uuid::Uuid;
 
 use crate::server::Shared;
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::messages::{message_id, to_dict};
 use crate::server::threads::thread_id;
+
+mod values;
 
 /// The stream modes built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -229,9 +232,13 @@ pub struct Translator {
     after_values: bool,
     reply_id: String,
     step: u32,
-    /// The thread's files as `values.files`, as last read ([`Translator::files`]).
-    files: Option<Value>,
-    /// Whether a tool ran since the files were read (they are read again only then).
+    /// The thread's files as `values.files`, as last read ([`Translator::files`]), and the same
+    /// serialized.
+    files: Option<(Value, String)>,
+    /// The thread's messages as dicts, for the `values` parts.
+    dicts: values::MessageDicts,
+    /// Whether a tool that may change files ran since they were read (they are read again only
+    /// then).
     files_stale: bool,
 }
 
@@ -250,25 +257,32 @@ impl Translator {
             reply_id: message_id(&thread, messages, None),
             step: 0,
             files: None,
+            dicts: values::MessageDicts::default(),
             files_stale: true,
         }
     }
 
     /// The thread's files as last read (`values.files`), for the `values` parts from now on.
     pub fn files(&mut self, files: Value) {
-        self.files = Some(files);
+        let json = files.to_string();
+        self.files = Some((files, json));
         self.files_stale = false;
     }
 
-    /// A tool ran: the thread's files may have changed.
-    pub fn tool_ran(&mut self) {
-        self.files_stale = true;
+    /// A tool declaring `side_effects` ran: unless it is read-only, the thread's files may have
+    /// changed.
+    pub fn tool_ran(&mut self, side_effects: SideEffects) {
+        if side_effects != SideEffects::ReadOnly {
+            self.files_stale = true;
+        }
     }
 
     /// Whether the files must be read (again) before the next `values`: never read yet, or a tool
-    /// ran since. A run changes its thread's files only through tools, so a step that ran none
-    /// reuses the last listing instead of listing and reading the files again (a file uploaded
-    /// through the API meanwhile shows from the next read).
+    /// that may change them ran since. A run changes its thread's files only through tools, so a
+    /// step that ran none, or only read-only ones (`ls`, `read_file`, `grep`: most steps), reuses
+    /// the last listing instead of listing and reading the files again (a file uploaded through
+    /// the API meanwhile shows from the next read). A tool that declares itself read-only and
+    /// writes anyway breaks its declaration; its writes show from the next read too.
     pub fn files_stale(&self) -> bool {
         self.files_stale
     }
@@ -276,7 +290,7 @@ impl Translator {
     /// The thread's values from `state`, with its files when they were read.
     pub fn values_with_files(&self, state: &PublicState) -> Value {
         let mut values = values_of(&self.thread, state);
-        if let Some(files) = &self.files {
+        if let Some((files, _)) = &self.files {
             values["files"] = files.clone();
         }
         values
@@ -373,8 +387,9 @@ impl Translator {
             parts.push(Part::new(Mode::Updates, &json!({ node: update })));
         }
         self.todos = todos;
-        let values = self.values_with_files(state);
-        parts.extend(self.values(&values));
+        let files = self.files.as_ref().map(|(_, json)| json.as_str());
+        let values = self.dicts.values_data(&self.thread, state, files);
+        parts.extend(self.values(values));
         parts
     }
 
@@ -382,14 +397,18 @@ impl Translator {
     /// checkpoint read late can be a later one than its event's, whose values then come before
     /// that step's streamed chunks; the run's last `values` part is then repeated after them, so
     /// the stream still ends with the whole state.)
-    fn values(&mut self, values: &Value) -> Option<Part> {
-        let part = Part::new(Mode::Values, values);
-        if self.last_values.as_deref() == Some(part.data.as_str()) && !self.after_values {
+    fn values(&mut self, data: String) -> Option<Part> {
+        if self.last_values.as_deref() == Some(data.as_str()) && !self.after_values {
             return None;
         }
-        self.last_values = Some(part.data.clone());
+        self.last_values = Some(data.clone());
         self.after_values = false;
-        Some(part)
+        Some(Part {
+            mode: Some(Mode::Values),
+            event: Mode::Values.event(),
+            data,
+            namespace: None,
+        })
     }
 
     /// The run ended with `state` (stopped for approvals when `interrupt` is set): the parts of
@@ -402,7 +421,7 @@ impl Translator {
             let interrupts = interrupt_json(&self.thread, interrupt);
             parts.push(Part::new(Mode::Updates, &json!({"__interrupt__": interrupts})));
             values["__interrupt__"] = interrupts;
-            parts.extend(self.values(&values));
+            parts.extend(self.values(values.to_string()));
         }
         (parts, values)
     }

@@ -575,6 +575,7 @@ impl Agent {
             call_id: call_id.clone(),
             name: name.clone(),
             is_error: output.is_error,
+            side_effects: crate::runtime::tool_step::side_effects(tools, &name),
             elapsed: started.elapsed(),
         });
         Ok(crate::runtime::tools::into_message(output, call_id, name))

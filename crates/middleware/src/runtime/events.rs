@@ -12,6 +12,7 @@ use crate::runtime::interrupt::{ApprovalRequest, DecisionKind};
 use crate::runtime::model::{StopReason, Usage};
 use crate::runtime::state::State;
 use crate::runtime::stream::ModelDelta;
+use crate::tools::SideEffects;
 
 /// The state a checkpoint saved, handed to listeners in this process with
 /// [`RunEvent::CheckpointSaved`]: a listener reading the thread's latest checkpoint instead may
@@ -129,6 +130,10 @@ pub enum RunEvent {
         name: String,
         /// True when the result is an error.
         is_error: bool,
+        /// What the tool declares running it may change ([`SideEffects`]): a consumer that
+        /// mirrors the thread's files need not read them again after a `read_only` call.
+        #[serde(default)]
+        side_effects: SideEffects,
         /// Wall time, `wrap_tool_call` chain included.
         elapsed: Duration,
     },
