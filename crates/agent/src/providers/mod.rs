@@ -37,6 +37,7 @@ mod registry;
 pub mod responses;
 mod sse;
 mod streamed;
+mod tool_json;
 pub mod vertex;
 
 use std::collections::BTreeMap;

@@ -55,6 +55,7 @@ pub use response::{parse_error, parse_response};
 use super::ProviderError;
 use super::http::{ApiKey, HttpClient, HttpConfig, normalize_base_url, secret_header};
 use super::openai_api::{ChatCompletions, OpenAiApiModel, WireApi};
+use super::tool_json::ToolJsonCache;
 
 /// The public OpenAI API.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -196,7 +197,11 @@ impl WireApi for ChatCompletions {
     const PATH: &'static str = "chat/completions";
     type Assembler = stream::Assembler;
 
-    fn request_body(config: &OpenAiConfig, request: &ModelRequest) -> Result<Value, ModelError> {
+    fn request_body(
+        config: &OpenAiConfig,
+        request: &ModelRequest,
+        tools: &ToolJsonCache,
+    ) -> Result<Value, ModelError> {
         if let Some(budget) = request.thinking_budget {
             // Refused, not dropped: a caller asking for a budget must learn it had none.
             return Err(ModelError::BadRequest {
@@ -207,16 +212,18 @@ impl WireApi for ChatCompletions {
                 http: None,
             });
         }
-        let body = request::build(
+        let (body, tools) = request::build(
             request,
             &config.model,
             config.max_tokens_field,
             config.inline_system,
+            tools,
         );
-        serde_json::to_value(body).map_err(|e| ModelError::Other {
+        let body = serde_json::to_value(body).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the Chat Completions request: {e}"),
             http: None,
-        })
+        })?;
+        Ok(request::with_tools(body, tools))
     }
 
     fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {

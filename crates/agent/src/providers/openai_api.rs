@@ -10,6 +10,7 @@
 //! events) unless [`OpenAiConfig::stream`] is off.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -20,6 +21,7 @@ use trellis_middleware::{ChatModel, ModelRequest, ModelResponse};
 use super::http::HttpClient;
 use super::openai::{OpenAiConfig, bearer_client, parse_error, response::take_structured_output};
 use super::streamed::{Assemble, Framing, stream_reply};
+use super::tool_json::ToolJsonCache;
 use super::{ProviderError, merge_extra};
 
 /// Chat Completions: the `W` of [`OpenAiModel`](super::OpenAiModel), its hooks in `openai.rs`.
@@ -43,7 +45,11 @@ pub(crate) trait WireApi: Send + Sync + 'static {
     type Assembler: Assemble + Send;
 
     /// The request body for `request`, before its `extra` keys are merged.
-    fn request_body(config: &OpenAiConfig, request: &ModelRequest) -> Result<Value, ModelError>;
+    fn request_body(
+        config: &OpenAiConfig,
+        request: &ModelRequest,
+        tools: &ToolJsonCache,
+    ) -> Result<Value, ModelError>;
 
     /// A reply body (plain, or assembled from the stream) as a response.
     fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError>;
@@ -59,6 +65,8 @@ pub struct OpenAiApiModel<W> {
     config: OpenAiConfig,
     endpoint: String,
     client: HttpClient,
+    /// Its tools' definitions as sent, shared by its clones.
+    tools: Arc<ToolJsonCache>,
     wire: PhantomData<W>,
 }
 
@@ -85,6 +93,7 @@ impl<W: WireApi> OpenAiApiModel<W> {
             config,
             endpoint,
             client,
+            tools: Arc::default(),
             wire: PhantomData,
         })
     }
@@ -101,7 +110,7 @@ impl<W: WireApi> OpenAiApiModel<W> {
 
     /// The exact JSON body [`invoke`](ChatModel::invoke) would send for `request`.
     pub fn request_body(&self, request: &ModelRequest) -> Result<Value, ModelError> {
-        let mut body = W::request_body(&self.config, request)?;
+        let mut body = W::request_body(&self.config, request, &self.tools)?;
         merge_extra(&mut body, &request.extra);
         Ok(body)
     }

@@ -26,6 +26,7 @@ pub use response::parse_response;
 
 use super::openai::OpenAiConfig;
 use super::openai_api::{OpenAiApiModel, Responses, WireApi};
+use super::tool_json::ToolJsonCache;
 
 /// A model behind the OpenAI Responses API: `ResponsesModel::new(config)`, then the [`ChatModel`]
 /// methods, `request_body` (the exact JSON body `invoke` sends), `config` and `endpoint`.
@@ -39,8 +40,12 @@ impl WireApi for Responses {
     const PATH: &'static str = "responses";
     type Assembler = stream::Assembler;
 
-    fn request_body(config: &OpenAiConfig, request: &ModelRequest) -> Result<Value, ModelError> {
-        request::build(request, &config.model)
+    fn request_body(
+        config: &OpenAiConfig,
+        request: &ModelRequest,
+        tools: &ToolJsonCache,
+    ) -> Result<Value, ModelError> {
+        request::build(request, &config.model, tools)
     }
 
     fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {

@@ -23,28 +23,31 @@
 //!   is refused by [`OpenAiModel::request_body`](super::OpenAiModel::request_body)).
 
 use std::borrow::Cow;
-use std::collections::HashSet;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use trellis_middleware::runtime::message::{ContentBlock, ImageSource};
 use trellis_middleware::runtime::model::ToolChoice;
+use trellis_middleware::tools::ToolSpec;
 use trellis_middleware::tools::canonical::Sorted;
 use trellis_middleware::{Message, ModelRequest};
 
 use super::{InlineSystem, MaxTokensField};
 use super::{schema, wire};
+use crate::providers::tool_json::ToolJsonCache;
 use crate::providers::{f32_to_f64, system_reminder};
 
 /// Sent in place of an image in a tool result (Chat Completions tool messages are text only).
 pub const IMAGE_OMITTED: &str = "[image omitted: tool results cannot carry images on this API]";
 
-/// Build the request body.
+/// Build the request body, and its `tools` apart (add them with [`with_tools`]): they come from
+/// `tool_cache` when it has them.
 pub(crate) fn build<'a>(
     request: &'a ModelRequest,
     model: &'a str,
     max_tokens_field: MaxTokensField,
     inline_system: InlineSystem,
-) -> wire::Request<'a> {
+    tool_cache: &ToolJsonCache,
+) -> (wire::Request<'a>, Vec<Value>) {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     let system: Vec<&str> = request
         .system
@@ -87,31 +90,7 @@ pub(crate) fn build<'a>(
         }
     }
 
-    let mut names: HashSet<&str> = HashSet::new();
-    let tools: Vec<wire::Tool<'a>> = request
-        .tools
-        .iter()
-        .map(|spec| &**spec)
-        .chain(disclosed)
-        .filter(|spec| names.insert(spec.name.as_str()))
-        .filter_map(|spec| {
-            let Some(parameters) = schema::function_parameters(&spec.parameters) else {
-                tracing::warn!(
-                    tool = %spec.name,
-                    "tool left out of the request: its parameters are not a JSON object schema"
-                );
-                return None;
-            };
-            Some(wire::Tool {
-                kind: "function",
-                function: wire::FunctionDef {
-                    name: &spec.name,
-                    description: &spec.description,
-                    parameters,
-                },
-            })
-        })
-        .collect();
+    let tools = tool_cache.request_tools(&request.tools, disclosed, tool);
 
     let tool_choice = match &request.tool_choice {
         _ if tools.is_empty() => None,
@@ -149,10 +128,9 @@ pub(crate) fn build<'a>(
         MaxTokensField::MaxTokens => (None, request.max_output_tokens),
     };
 
-    wire::Request {
+    let body = wire::Request {
         model,
         messages,
-        tools,
         tool_choice,
         response_format,
         max_completion_tokens,
@@ -161,7 +139,48 @@ pub(crate) fn build<'a>(
         top_p: request.top_p.map(f32_to_f64),
         stop: &request.stop_sequences,
         reasoning_effort: request.reasoning_effort.map(|e| e.as_str()),
+    };
+    (body, tools)
+}
+
+/// `spec` as a Chat Completions tool, `None` (with a warning) when its parameters are not a JSON
+/// object schema.
+fn tool(spec: &ToolSpec) -> Option<Value> {
+    let Some(parameters) = schema::function_parameters(&spec.parameters) else {
+        tracing::warn!(
+            tool = %spec.name,
+            "tool left out of the request: its parameters are not a JSON object schema"
+        );
+        return None;
+    };
+    Some(json!({"type": "function", "function": {
+        "name": spec.name, "description": spec.description, "parameters": parameters,
+    }}))
+}
+
+/// `body` (from [`build`]'s request) with `tools` right after `messages`, where the wire struct
+/// kept them (the key order of a serialized [`Value`] in builds with `preserve_order`); no key
+/// without tools. Entries are moved, not copied.
+pub(crate) fn with_tools(body: Value, tools: Vec<Value>) -> Value {
+    let Value::Object(map) = body else {
+        return body;
+    };
+    if tools.is_empty() {
+        return Value::Object(map);
     }
+    let mut tools = Some(Value::Array(tools));
+    let mut out = serde_json::Map::new();
+    for (key, value) in map {
+        let after = key == "messages";
+        out.insert(key, value);
+        if after && let Some(tools) = tools.take() {
+            out.insert("tools".into(), tools);
+        }
+    }
+    if let Some(tools) = tools {
+        out.insert("tools".into(), tools);
+    }
+    Value::Object(out)
 }
 
 fn image_url(source: &ImageSource) -> wire::Part<'_> {

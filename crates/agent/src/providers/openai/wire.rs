@@ -11,8 +11,8 @@ use serde_json::Value;
 pub(crate) struct Request<'a> {
     pub model: &'a str,
     pub messages: Vec<Message<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<Tool<'a>>,
+    // `tools` follow `messages`; they are added as JSON (`request::with_tools`), made once per
+    // tool (`providers::tool_json`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -87,21 +87,6 @@ pub(crate) struct ToolCall<'a> {
 pub(crate) struct FunctionCall<'a> {
     pub name: &'a str,
     pub arguments: Cow<'a, str>,
-}
-
-/// `{"type": "function", "function": {name, description, parameters}}`.
-#[derive(Debug, Serialize)]
-pub(crate) struct Tool<'a> {
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub function: FunctionDef<'a>,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct FunctionDef<'a> {
-    pub name: &'a str,
-    pub description: &'a str,
-    pub parameters: Value,
 }
 
 /// `"auto"`, `"none"`, `"required"`, or `{"type": "function", "function": {"name": …}}`.

@@ -18,10 +18,12 @@
 use serde_json::{Value, json};
 use trellis_middleware::runtime::message::{ContentBlock, ImageSource};
 use trellis_middleware::runtime::model::{ModelError, ToolChoice};
+use trellis_middleware::tools::ToolSpec;
 use trellis_middleware::{Message, ModelRequest};
 
 use crate::providers::openai::request::{replayed_arguments, tool_text};
 use crate::providers::openai::schema;
+use crate::providers::tool_json::ToolJsonCache;
 use crate::providers::{f32_to_f64, system_reminder};
 
 /// How a [`ContentBlock::Reasoning`] signature marks a Responses `reasoning` item: this prefix,
@@ -32,7 +34,12 @@ fn refuse(message: String) -> ModelError {
     ModelError::BadRequest { message, http: None }
 }
 
-pub(crate) fn build(request: &ModelRequest, model: &str) -> Result<Value, ModelError> {
+/// The request body; its tools come from `tool_cache` when it has them.
+pub(crate) fn build(
+    request: &ModelRequest,
+    model: &str,
+    tool_cache: &ToolJsonCache,
+) -> Result<Value, ModelError> {
     if !request.stop_sequences.is_empty() {
         return Err(refuse(
             "stop_sequences are not supported by the Responses API".into(),
@@ -69,22 +76,7 @@ pub(crate) fn build(request: &ModelRequest, model: &str) -> Result<Value, ModelE
         .map(|b| b.text.as_str())
         .filter(|t| !t.is_empty())
         .collect();
-    let mut names = std::collections::HashSet::new();
-    let tools: Vec<Value> = request
-        .tools
-        .iter()
-        .map(|spec| &**spec)
-        .chain(disclosed)
-        .filter(|spec| names.insert(spec.name.clone()))
-        .filter_map(|spec| {
-            let parameters = schema::function_parameters(&spec.parameters);
-            if parameters.is_none() {
-                tracing::warn!(tool = %spec.name, "tool left out: its parameters are not a JSON object schema");
-            }
-            Some(json!({"type": "function", "name": spec.name, "description": spec.description,
-                        "parameters": parameters?, "strict": false}))
-        })
-        .collect();
+    let tools = tool_cache.request_tools(&request.tools, disclosed, tool);
     let map = body
         .as_object_mut()
         .ok_or_else(|| ModelError::other("body is an object"))?;
@@ -190,4 +182,17 @@ fn assistant_items(content: &[ContentBlock], input: &mut Vec<Value>) {
         }
     }
     flush(&mut text, input);
+}
+
+/// `spec` as a Responses API function tool, `None` (with a warning) when its parameters are not a
+/// JSON object schema.
+fn tool(spec: &ToolSpec) -> Option<Value> {
+    let parameters = schema::function_parameters(&spec.parameters);
+    if parameters.is_none() {
+        tracing::warn!(tool = %spec.name, "tool left out: its parameters are not a JSON object schema");
+    }
+    Some(
+        json!({"type": "function", "name": spec.name, "description": spec.description,
+                "parameters": parameters?, "strict": false}),
+    )
 }
