@@ -7,26 +7,43 @@
 //! answers.
 //!
 //! For each concurrency (1, 100 and 1,000 runs at once), each run is a client creating a thread and
-//! streaming one run on it (`values` + `messages-tuple`) to its end, as deep-agents-ui does.
-//! Reported per server and concurrency: runs per second (runs over the wall time of the wave), the
-//! step latency p50/p99 — from the model's reply to the same run's next model request, i.e. the
-//! server's tools, checkpoint and streaming for one step under that load, which at high
-//! concurrency is mostly waiting for a core — the server's CPU time per step (user + system of
-//! its process group over the wave, divided by the steps: what a step costs the server, queueing
-//! excluded; `/proc` counts in 10 ms ticks, so small waves read coarse) — and failed runs. Each
-//! server's peak RSS (`VmHWM` of its process after the last wave; targets ≤ 300 MB for Trellis at
-//! 1,000 runs). `ratios` give Trellis over the reference: throughput (target ≥ 10×) and step p50.
+//! streaming one run on it (`values` + `messages-tuple`) to its end, as deep-agents-ui does, all
+//! clients of a wave at once. Reported per server and concurrency:
+//! - runs per second (runs over the wall time of the wave);
+//! - the step latency p50/p99: from the model's reply to the same run's next model request, i.e.
+//!   the server's tools, checkpoints and streaming for one step under that load. With every run
+//!   of a wave stepping at once on an instant model, at 100 and 1,000 runs this is mostly waiting
+//!   for one of the machine's cores;
+//! - the server's CPU time per step (user + system of its process group over the wave, divided by
+//!   the steps; `/proc` counts in 10 ms ticks, so small waves read coarse). For Trellis each wave
+//!   is preceded by one of as many runs that call no tool, which gives the CPU of a run's own work
+//!   (thread, run, stream, answer: `server_cpu_ms_per_run_without_steps`) and so what a step adds
+//!   (`server_cpu_ms_per_added_step`: a model call, its tools, two checkpoints, their stream
+//!   parts);
+//! - failed runs, and each server's peak RSS (`VmHWM` of its process after its last wave; target
+//!   ≤ 300 MB for Trellis at 1,000 runs).
+//!
+//! `ratios` give Trellis over the reference: throughput (target ≥ 10×) and step p50.
 //!
 //! Trellis keeps checkpoints on local disk (`--state-dir`), the durable configuration of a single
 //! `trellis serve`; the reference keeps them in memory. The same Trellis waves run a second time
 //! with the state dir on a tmpfs (`/dev/shm`, when it exists), reported as `trellis_tmpfs`: what a
 //! step costs when creating a file is cheap. The two differ most on an ext4 without a journal (as
 //! on the machine this project is measured on), where every inode allocation skips inodes deleted
-//! in the last few seconds by reading each one, so a busy server's file creations grow costly. `langgraph dev` runs at most
-//! `--n-jobs-per-worker` runs at once: it is set to the concurrency of the largest wave.
+//! in the last few seconds by reading each one, so a busy server's file creations grow costly.
+//! `langgraph dev` runs at most `--n-jobs-per-worker` runs at once: it is set to the concurrency of
+//! the largest wave.
 //!
-//! Under `cargo test --all-targets` (no `--bench`): waves of 1 and 4 runs of 2 steps.
-//! `TRELLIS_BENCH_SERVE_CONCURRENCY` (comma-separated) sets the waves.
+//! `trellis_paced`: the largest wave's number of runs in flight at once on a model that answers
+//! as a served one does, in 2 to 3 s (a scripted model with that latency, varied per reply), with
+//! the runs' starts spread over the first 2 s. The server is then busy but not saturated, and the
+//! step latency is what it adds to each step: the targets (≤ 1 ms p50, ≤ 5 ms p99 at
+//! 1,000 runs) read here. Trellis only, on local disk: the reference needs more cores than the
+//! machine has for that load (its CPU per step, above).
+//!
+//! Under `cargo test --all-targets` (no `--bench`): waves of 1 and 4 runs of 2 steps, the paced one
+//! on a 20–30 ms model. `TRELLIS_BENCH_SERVE_CONCURRENCY` (comma-separated) sets the waves,
+//! `TRELLIS_BENCH_SERVE_STEPS` the tool calls per run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -36,9 +53,12 @@ mod scripted;
 #[path = "../../middleware/benches/bench_util/mod.rs"]
 mod bench_util;
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bench_util::ms;
@@ -261,23 +281,29 @@ fn group_cpu(pgid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// `concurrency` clients at once against `server`; the wave's row.
+/// `concurrency` clients against `server`, client `i` starting `i × stagger` after the first;
+/// the wave's row.
 async fn wave(
     name: &str,
     server: &Server,
-    scripted: &scripted::Scripted,
+    gaps: &Mutex<Vec<Duration>>,
     concurrency: usize,
     steps: usize,
+    stagger: Duration,
 ) -> Value {
     let client = client();
-    let gaps_before = scripted.seen.gaps.lock().unwrap().len();
+    let gaps_before = gaps.lock().unwrap().len();
     let cpu_before = group_cpu(server.child.id());
     let start = Instant::now();
     let runs = (0..concurrency).map(|i| {
         let client = client.clone();
         let url = server.url.clone();
-        let token = format!("{name}{concurrency}x{i}");
-        tokio::spawn(async move { one_run(&client, &url, &token, steps).await })
+        let token = format!("{name}{concurrency}s{steps}x{i}");
+        let starts_at = start + stagger * i as u32;
+        tokio::spawn(async move {
+            tokio::time::sleep_until(starts_at.into()).await;
+            one_run(&client, &url, &token, steps).await
+        })
     });
     let results = futures::future::join_all(runs).await;
     let elapsed = start.elapsed();
@@ -290,7 +316,7 @@ async fn wave(
             Err(e) => Some(e.to_string()),
         })
         .collect();
-    let mut gaps = scripted.seen.gaps.lock().unwrap()[gaps_before..].to_vec();
+    let mut gaps = gaps.lock().unwrap()[gaps_before..].to_vec();
     gaps.sort();
     let quantile = |q: f64| {
         gaps.get(((gaps.len() as f64 * q) as usize).min(gaps.len().saturating_sub(1)))
@@ -300,6 +326,7 @@ async fn wave(
     json!({
         "concurrency": concurrency,
         "runs": concurrency,
+        "steps_per_run": steps,
         "failed": failed.len(),
         "first_failure": failed.first(),
         "elapsed_ms": ms(elapsed),
@@ -312,19 +339,120 @@ async fn wave(
     })
 }
 
-/// One [`wave`] per concurrency in `waves`, in order, on `server`.
+/// One [`wave`] per concurrency in `waves`, in order, on `server`. With `baseline`, each is
+/// preceded by a wave of as many runs that call no tool (one model call, the answer): the row then
+/// also gives the server's CPU per run of those (`server_cpu_ms_per_run_without_steps`: creating
+/// the thread, starting and streaming the run, its answer) and what each step adds to it
+/// (`server_cpu_ms_per_added_step`: one model call, its tools, two checkpoints and their stream
+/// parts), the per-run work no longer spread over the steps.
 async fn waves_on(
     name: &str,
     server: &Server,
     scripted: &scripted::Scripted,
     waves: &[usize],
     steps: usize,
+    baseline: bool,
 ) -> Vec<Value> {
     let mut rows = Vec::with_capacity(waves.len());
     for &n in waves {
-        rows.push(wave(name, server, scripted, n, steps).await);
+        let without = match baseline {
+            true => Some(wave(name, server, &scripted.seen.gaps, n, 0, Duration::ZERO).await),
+            false => None,
+        };
+        let mut row = wave(name, server, &scripted.seen.gaps, n, steps, Duration::ZERO).await;
+        if let Some(without) = without {
+            let per_run = |w: &Value| w["server_cpu_ms"].as_f64().unwrap_or(0.0) / n as f64;
+            let base = per_run(&without);
+            row["server_cpu_ms_per_run_without_steps"] = json!(base);
+            row["server_cpu_ms_per_added_step"] = json!((per_run(&row) - base) / steps.max(1) as f64);
+        }
+        rows.push(row);
     }
     rows
+}
+
+/// The scripted model of the paced wave: [`scripted::reply`]'s script, each reply sent `latency`
+/// plus up to `jitter` after its request, as a served model answers. A step's latency runs from
+/// the moment the reply is handed to the HTTP server (after the wait, so a timer firing late is
+/// not counted as the agent's) to the same thread's next request.
+struct PacedModel {
+    latency: Duration,
+    jitter: Duration,
+    replies: AtomicUsize,
+    last_reply: Mutex<HashMap<String, Instant>>,
+    gaps: Mutex<Vec<Duration>>,
+}
+
+impl PacedModel {
+    /// Serve it on a loopback port; its base URL.
+    async fn start(latency: Duration, jitter: Duration) -> (String, Arc<Self>) {
+        let model = Arc::new(Self {
+            latency,
+            jitter,
+            replies: AtomicUsize::new(0),
+            last_reply: Mutex::new(HashMap::new()),
+            gaps: Mutex::new(Vec::new()),
+        });
+        let app = axum::Router::new()
+            .route("/v1/chat/completions", axum::routing::post(Self::answer))
+            .with_state(model.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, model)
+    }
+
+    /// Reply `n`'s wait: the latency plus a share of the jitter, spread evenly over [0, jitter)
+    /// by a multiplicative hash of `n` (varied, and the same on every run of the bench).
+    fn delay(&self, n: usize) -> Duration {
+        let spread = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44;
+        self.latency + self.jitter.mul_f64(spread as f64 / f64::from(1u32 << 20))
+    }
+
+    async fn answer(
+        axum::extract::State(model): axum::extract::State<Arc<Self>>,
+        body: axum::body::Bytes,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let arrived = Instant::now();
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let thread = scripted::thread_of(&body);
+        if let Some(at) = thread
+            .as_ref()
+            .and_then(|t| model.last_reply.lock().unwrap().get(t).copied())
+        {
+            model.gaps.lock().unwrap().push(arrived - at);
+        }
+        let reply = scripted::reply(&body);
+        let n = model.replies.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(model.delay(n)).await;
+        if let Some(thread) = thread {
+            model.last_reply.lock().unwrap().insert(thread, Instant::now());
+        }
+        match reply {
+            Some(reply) => (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                reply.to_string(),
+            )
+                .into_response(),
+            None => (
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "a request named another thread",
+            )
+                .into_response(),
+        }
+    }
+}
+
+/// The paced wave: `concurrency` runs in flight at once on `model`, the runs' starts spread over
+/// one model latency so they do not all wait for a core at the same instant. Its step latency is
+/// what the server adds to a step while it is busy but not saturated.
+async fn paced(name: &str, server: &Server, model: &PacedModel, concurrency: usize, steps: usize) -> Value {
+    let stagger = model.latency / concurrency.max(1) as u32;
+    let mut row = wave(name, server, &model.gaps, concurrency, steps, stagger).await;
+    row["model_latency_ms"] = json!(ms(model.latency));
+    row["model_jitter_ms"] = json!(ms(model.jitter));
+    row
 }
 
 fn main() {
@@ -332,7 +460,10 @@ fn main() {
         .ok()
         .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
         .unwrap_or_else(|| if smoke() { vec![1, 4] } else { vec![1, 100, 1000] });
-    let steps = if smoke() { 2 } else { 4 };
+    let steps = std::env::var("TRELLIS_BENCH_SERVE_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if smoke() { 2 } else { 4 });
     let rt = bench_util::runtime();
     rt.block_on(async {
         let (_model, model_url, scripted) = scripted::start().await;
@@ -342,10 +473,26 @@ fn main() {
         let mut rows = serde_json::Map::new();
 
         let trellis = start_trellis(&dir.path().join("trellis"), &model_url);
-        let ours = waves_on("tr", &trellis, &scripted, &waves, steps).await;
+        let ours = waves_on("tr", &trellis, &scripted, &waves, steps, true).await;
         rows.insert(
             "trellis".into(),
             json!({"waves": ours, "peak_rss_mb": trellis.peak_rss_mb()}),
+        );
+        drop(trellis);
+
+        // The paced wave, on a model with a served model's latency.
+        let (latency, jitter) = match smoke() {
+            true => (Duration::from_millis(20), Duration::from_millis(10)),
+            false => (Duration::from_secs(2), Duration::from_secs(1)),
+        };
+        let (paced_url, paced_model) = PacedModel::start(latency, jitter).await;
+        std::fs::create_dir_all(dir.path().join("paced")).unwrap();
+        let trellis = start_trellis(&dir.path().join("paced"), &paced_url);
+        let largest = waves.iter().copied().max().unwrap_or(1);
+        let row = paced("tp", &trellis, &paced_model, largest, steps).await;
+        rows.insert(
+            "trellis_paced".into(),
+            json!({"waves": [row], "peak_rss_mb": trellis.peak_rss_mb()}),
         );
         drop(trellis);
 
@@ -353,7 +500,7 @@ fn main() {
         match shm.is_dir().then(|| tempfile::tempdir_in(shm).ok()).flatten() {
             Some(memory) => {
                 let trellis = start_trellis(memory.path(), &model_url);
-                let waves_in_memory = waves_on("tm", &trellis, &scripted, &waves, steps).await;
+                let waves_in_memory = waves_on("tm", &trellis, &scripted, &waves, steps, true).await;
                 rows.insert(
                     "trellis_tmpfs".into(),
                     json!({"waves": waves_in_memory, "peak_rss_mb": trellis.peak_rss_mb()}),
@@ -368,7 +515,7 @@ fn main() {
         let mut theirs = Vec::new();
         match start_reference(&dir.path().join("reference"), &model_url, jobs).await {
             Some(reference) => {
-                theirs = waves_on("lg", &reference, &scripted, &waves, steps).await;
+                theirs = waves_on("lg", &reference, &scripted, &waves, steps, false).await;
                 rows.insert(
                     "reference".into(),
                     json!({"server": "langgraph dev (langgraph-api 0.16.7, in-memory) + deepagents 0.7.32",
@@ -403,7 +550,7 @@ fn main() {
         rows.insert("steps_per_run".into(), json!(steps));
         let out = Value::Object(rows);
         println!("{out}");
-        let failures: u64 = ["trellis", "trellis_tmpfs", "reference"]
+        let failures: u64 = ["trellis", "trellis_tmpfs", "trellis_paced", "reference"]
             .iter()
             .flat_map(|side| out[side]["waves"].as_array().cloned().unwrap_or_default())
             .map(|w| w["failed"].as_u64().unwrap_or(0))

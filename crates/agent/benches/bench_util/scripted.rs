@@ -94,6 +94,15 @@ fn call(step: usize, name: &str, arguments: Value) -> Value {
         "function": {"name": name, "arguments": arguments.to_string()}}]})
 }
 
+/// The `thread=ID` token of a request body's first user message.
+pub fn thread_of(body: &Value) -> Option<String> {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+        .map(content)
+        .and_then(|task| token(&task, "thread").map(str::to_owned))
+}
+
 /// The reply to one request body, or `None` when it named another thread.
 pub fn reply(body: &Value) -> Option<Value> {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
@@ -162,11 +171,7 @@ impl Respond for Scripted {
         self.seen.requests.fetch_add(1, Ordering::Relaxed);
         let arrived = Instant::now();
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-        let thread = body["messages"]
-            .as_array()
-            .and_then(|m| m.iter().find(|m| m["role"] == "user"))
-            .map(content)
-            .and_then(|task| token(&task, "thread").map(str::to_owned));
+        let thread = thread_of(&body);
         let answer = reply(&body);
         if let Some(thread) = thread {
             let mut last = self.seen.last_reply.lock().unwrap();
