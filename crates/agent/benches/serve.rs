@@ -53,11 +53,10 @@ mod scripted;
 #[path = "../../middleware/benches/bench_util/mod.rs"]
 mod bench_util;
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -378,9 +377,7 @@ async fn waves_on(
 struct PacedModel {
     latency: Duration,
     jitter: Duration,
-    replies: AtomicUsize,
-    last_reply: Mutex<HashMap<String, Instant>>,
-    gaps: Mutex<Vec<Duration>>,
+    seen: scripted::Seen,
 }
 
 impl PacedModel {
@@ -389,9 +386,7 @@ impl PacedModel {
         let model = Arc::new(Self {
             latency,
             jitter,
-            replies: AtomicUsize::new(0),
-            last_reply: Mutex::new(HashMap::new()),
-            gaps: Mutex::new(Vec::new()),
+            seen: scripted::Seen::default(),
         });
         let app = axum::Router::new()
             .route("/v1/chat/completions", axum::routing::post(Self::answer))
@@ -417,17 +412,14 @@ impl PacedModel {
         let arrived = Instant::now();
         let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let thread = scripted::thread_of(&body);
-        if let Some(at) = thread
-            .as_ref()
-            .and_then(|t| model.last_reply.lock().unwrap().get(t).copied())
-        {
-            model.gaps.lock().unwrap().push(arrived - at);
+        if let Some(thread) = &thread {
+            model.seen.arrived(thread, arrived);
         }
         let reply = scripted::reply(&body);
-        let n = model.replies.fetch_add(1, Ordering::Relaxed);
+        let n = model.seen.requests.fetch_add(1, Ordering::Relaxed);
         tokio::time::sleep(model.delay(n)).await;
         if let Some(thread) = thread {
-            model.last_reply.lock().unwrap().insert(thread, Instant::now());
+            model.seen.replied(thread, Instant::now());
         }
         match reply {
             Some(reply) => (
@@ -435,11 +427,14 @@ impl PacedModel {
                 reply.to_string(),
             )
                 .into_response(),
-            None => (
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                "a request named another thread",
-            )
-                .into_response(),
+            None => {
+                model.seen.crossed.fetch_add(1, Ordering::Relaxed);
+                (
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "a request named another thread",
+                )
+                    .into_response()
+            }
         }
     }
 }
@@ -449,7 +444,7 @@ impl PacedModel {
 /// what the server adds to a step while it is busy but not saturated.
 async fn paced(name: &str, server: &Server, model: &PacedModel, concurrency: usize, steps: usize) -> Value {
     let stagger = model.latency / concurrency.max(1) as u32;
-    let mut row = wave(name, server, &model.gaps, concurrency, steps, stagger).await;
+    let mut row = wave(name, server, &model.seen.gaps, concurrency, steps, stagger).await;
     row["model_latency_ms"] = json!(ms(model.latency));
     row["model_jitter_ms"] = json!(ms(model.jitter));
     row

@@ -36,6 +36,20 @@ pub struct Seen {
     pub gaps: Mutex<Vec<Duration>>,
 }
 
+impl Seen {
+    /// A request of `thread` arrived at `arrived`: the step latency since its last reply, if any.
+    pub fn arrived(&self, thread: &str, arrived: Instant) {
+        if let Some(at) = self.last_reply.lock().unwrap().get(thread).copied() {
+            self.gaps.lock().unwrap().push(arrived - at);
+        }
+    }
+
+    /// `thread`'s reply was handed over at `at`.
+    pub fn replied(&self, thread: String, at: Instant) {
+        self.last_reply.lock().unwrap().insert(thread, at);
+    }
+}
+
 /// The responder.
 #[derive(Clone, Default)]
 pub struct Scripted {
@@ -174,10 +188,8 @@ impl Respond for Scripted {
         let thread = thread_of(&body);
         let answer = reply(&body);
         if let Some(thread) = thread {
-            let mut last = self.seen.last_reply.lock().unwrap();
-            if let Some(at) = last.insert(thread, Instant::now()) {
-                self.seen.gaps.lock().unwrap().push(arrived - at);
-            }
+            self.seen.arrived(&thread, arrived);
+            self.seen.replied(thread, Instant::now());
         }
         match answer {
             Some(answer) => ResponseTemplate::new(200)

@@ -98,10 +98,15 @@ pub struct Part {
 impl Part {
     /// A part of `mode` carrying `data`.
     pub(crate) fn new(mode: Mode, data: &Value) -> Self {
+        Self::raw(mode, data.to_string())
+    }
+
+    /// A part of `mode` carrying `data`, already compact JSON.
+    fn raw(mode: Mode, data: String) -> Self {
         Self {
             mode: Some(mode),
             event: mode.event(),
-            data: data.to_string(),
+            data,
             namespace: None,
         }
     }
@@ -403,12 +408,7 @@ impl Translator {
         }
         self.last_values = Some(data.clone());
         self.after_values = false;
-        Some(Part {
-            mode: Some(Mode::Values),
-            event: Mode::Values.event(),
-            data,
-            namespace: None,
-        })
+        Some(Part::raw(Mode::Values, data))
     }
 
     /// The run ended with `state` (stopped for approvals when `interrupt` is set): the parts of

@@ -164,8 +164,17 @@ pub(super) fn is(e: &std::io::Error, errno: Errno) -> bool {
 }
 
 /// Read `range` of an open file; `Err(IsADirectory)` for a directory.
-pub(super) fn read_range(mut file: File, range: Option<ByteRange>) -> std::io::Result<(Vec<u8>, Metadata)> {
+pub(super) fn read_range(file: File, range: Option<ByteRange>) -> std::io::Result<(Vec<u8>, Metadata)> {
     let meta = file.metadata()?;
+    read_range_of(file, meta, range)
+}
+
+/// [`read_range`] of a file whose metadata `meta` was just read.
+pub(super) fn read_range_of(
+    mut file: File,
+    meta: Metadata,
+    range: Option<ByteRange>,
+) -> std::io::Result<(Vec<u8>, Metadata)> {
     if meta.is_dir() {
         return Err(std::io::Error::from(std::io::ErrorKind::IsADirectory));
     }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
-use super::beneath::{Beneath, Opened, read_range};
+use super::beneath::{Beneath, Opened, read_range, read_range_of};
 use super::{READ_BATCH, offload, version_of};
 use crate::backend::{ByteRange, ReadOutput};
 use crate::error::{BackendError, Result};
@@ -24,6 +24,15 @@ pub(super) fn output(bytes: Vec<u8>, meta: &std::fs::Metadata) -> ReadOutput {
     }
 }
 
+/// `relative` opened beneath the root for reading; `None` when the slow path must decide.
+fn open(beneath: &Beneath, relative: &str, shown: &VirtualPath) -> Option<Result<std::fs::File>> {
+    match beneath.open(relative) {
+        Ok(Opened::File(file)) => Some(Ok(file)),
+        Ok(Opened::Undecided) => None,
+        Err(e) => Some(Err(BackendError::from_io(shown, e))),
+    }
+}
+
 /// One fast-path read on the blocking pool's thread; `None` when the slow path must decide.
 pub(super) fn fast_read(
     beneath: &Beneath,
@@ -31,20 +40,16 @@ pub(super) fn fast_read(
     range: Option<ByteRange>,
     shown: &VirtualPath,
 ) -> Option<Result<ReadOutput>> {
-    match beneath.open(relative) {
-        Ok(Opened::File(file)) => Some(
-            read_range(file, range)
-                .map(|(bytes, meta)| output(bytes, &meta))
-                .map_err(|e| BackendError::from_io(shown, e)),
-        ),
-        Ok(Opened::Undecided) => None,
-        Err(e) => Some(Err(BackendError::from_io(shown, e))),
-    }
+    Some(open(beneath, relative, shown)?.and_then(|file| {
+        read_range(file, range)
+            .map(|(bytes, meta)| output(bytes, &meta))
+            .map_err(|e| BackendError::from_io(shown, e))
+    }))
 }
 
 /// One fast-path read from an async task: the open (a bounded path walk) on the calling task, then
-/// the read there too when `inline_small` and the file holds at most
-/// [`offload::INLINE_WRITE_MAX`] bytes, else on the blocking pool ([`offload`] says why).
+/// the read there too when `inline_small` and the file holds at most [`offload::INLINE_MAX`]
+/// bytes, else on the blocking pool ([`offload`] says why).
 pub(super) async fn read(
     beneath: &Arc<Beneath>,
     relative: String,
@@ -59,16 +64,17 @@ pub(super) async fn read(
             .ok()
             .flatten();
     }
-    let file = match beneath.open(&relative) {
-        Ok(Opened::File(file)) => file,
-        Ok(Opened::Undecided) => return None,
+    let file = match open(beneath, &relative, &shown)? {
+        Ok(file) => file,
+        Err(e) => return Some(Err(e)),
+    };
+    let meta = match file.metadata() {
+        Ok(meta) => meta,
         Err(e) => return Some(Err(BackendError::from_io(&shown, e))),
     };
-    let small = file
-        .metadata()
-        .is_ok_and(|m| m.len() <= offload::INLINE_WRITE_MAX as u64);
+    let small = meta.len() <= offload::INLINE_MAX as u64;
     offload::run(small, move || {
-        read_range(file, range)
+        read_range_of(file, meta, range)
             .map(|(bytes, meta)| output(bytes, &meta))
             .map_err(|e| BackendError::from_io(&shown, e))
     })

@@ -374,7 +374,7 @@ impl Backend for FilesystemBackend {
             let lock = self.lock_for(path);
             let _guard = lock.lock().await;
             let (shown, data, mode) = (path.clone(), data.clone(), mode.clone());
-            let inline = self.inline_small && data.len() <= offload::INLINE_WRITE_MAX;
+            let inline = self.inline_small && data.len() <= offload::INLINE_MAX;
             let written = offload::run(inline, move || at::write(&beneath, &shown, &data, &mode))
                 .await
                 .map_err(|e| BackendError::other(path, e))?;

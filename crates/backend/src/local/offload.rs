@@ -6,13 +6,14 @@
 //! virtual machine each can take tens of microseconds. For the operations whose work is small and
 //! bounded on a local file system it costs more than the operation. Those run on the calling task
 //! instead:
-//! - writes of at most [`INLINE_WRITE_MAX`] bytes. They go to the page cache and are never
-//!   `fsync`ed, so a few tens of microseconds;
+//! - writes of at most [`INLINE_MAX`] bytes. They go to the page cache and are never `fsync`ed,
+//!   so a few tens of microseconds;
+//! - reads of files of at most [`INLINE_MAX`] bytes, and the open that finds their size;
 //! - hard links;
 //! - `stat`.
 //!
-//! Reads, listings and large writes stay on the pool, because their cost grows with what they
-//! touch.
+//! Listings, batched reads and larger reads and writes stay on the pool, because their cost grows
+//! with what they touch.
 //!
 //! Measured on the serve bench (2026-12-06, release, state dir on tmpfs, 2 cores), against
 //! everything on the pool:
@@ -33,17 +34,17 @@
 use std::path::Path;
 
 /// `statfs` type numbers of the local file systems whose small operations run on the calling
-/// task: ext2/3/4, xfs, btrfs, tmpfs, ramfs, overlayfs (containers' root), zfs, f2fs, bcachefs.
-pub(super) const LOCAL: &[(u32, &str)] = &[
-    (0x0000_EF53, "ext2/3/4"),
-    (0x5846_5342, "xfs"),
-    (0x9123_683E, "btrfs"),
-    (0x0102_1994, "tmpfs"),
-    (0x8584_58F6, "ramfs"),
-    (0x794C_7630, "overlayfs"),
-    (0x2FC1_2FC1, "zfs"),
-    (0xF2F5_2010, "f2fs"),
-    (0xCA45_1A4E, "bcachefs"),
+/// task.
+pub(super) const LOCAL: &[u32] = &[
+    0x0000_EF53, // ext2/3/4
+    0x5846_5342, // xfs
+    0x9123_683E, // btrfs
+    0x0102_1994, // tmpfs
+    0x8584_58F6, // ramfs
+    0x794C_7630, // overlayfs (containers' root)
+    0x2FC1_2FC1, // zfs
+    0xF2F5_2010, // f2fs
+    0xCA45_1A4E, // bcachefs
 ];
 
 /// Whether `root` is on one of the [`LOCAL`] file systems; `false` when `statfs` fails.
@@ -55,12 +56,12 @@ pub(super) fn is_local(root: &Path) -> bool {
 fn is_local_type(f_type: u64) -> bool {
     // `f_type` is a C long: a number past `i32::MAX` (btrfs) may come sign-extended.
     let magic = (f_type & 0xFFFF_FFFF) as u32;
-    LOCAL.iter().any(|(m, _)| *m == magic)
+    LOCAL.contains(&magic)
 }
 
-/// The largest write that runs on the calling task (64 KiB): a checkpoint of a long thread, a
-/// thread record, a note. Larger ones go to the blocking pool.
-pub(super) const INLINE_WRITE_MAX: usize = 64 * 1024;
+/// The largest write, or file read, that runs on the calling task (64 KiB): a checkpoint of a
+/// long thread, a thread record, a note. Larger ones go to the blocking pool.
+pub(super) const INLINE_MAX: usize = 64 * 1024;
 
 /// Run `op` on the calling task when `inline`, else on the blocking pool. `Err` only when the
 /// pool's task panicked or was cancelled.
