@@ -61,7 +61,7 @@ pub use request::{MAX_CACHE_BREAKPOINTS, REDACTED_THINKING_PREFIX, STRUCTURED_OU
 pub use response::{parse_error, parse_response};
 
 use super::http::{
-    ApiKey, ErrorParser, HttpClient, HttpConfig, normalize_base_url, plain_header, secret_header,
+    ApiKey, ErrorParser, HttpClient, HttpConfig, JsonBody, normalize_base_url, plain_header, secret_header,
 };
 use super::streamed::{Framing, stream_reply};
 use super::{ProviderError, merge_extra};
@@ -318,7 +318,10 @@ impl AnthropicModel {
     ) -> Result<(Vec<u8>, ModelResponse), ModelError> {
         let parse_error = self.platform.parse_error;
         let (Some(on_delta), Some(stream_endpoint)) = (on_delta, &self.platform.stream_endpoint) else {
-            let reply = self.client.exchange(&self.endpoint, body, parse_error).await?;
+            let reply = self
+                .client
+                .exchange(&self.endpoint, JsonBody::encode(body)?, parse_error)
+                .await?;
             let response = parse_response(&reply)?;
             return Ok((reply.to_vec(), response));
         };
@@ -337,7 +340,7 @@ impl AnthropicModel {
         let streamed = stream_reply::<stream::Assembler>(
             &self.client,
             stream_endpoint,
-            &body,
+            JsonBody::encode(&body)?,
             parse_error,
             framing,
             provider,

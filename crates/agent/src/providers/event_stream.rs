@@ -22,7 +22,7 @@ use reqwest::header::HeaderValue;
 use serde_json::Value;
 use trellis_middleware::runtime::model::ModelError;
 
-use super::http::{ErrorParser, HttpClient, answered, request_id};
+use super::http::{ErrorParser, HttpClient, JsonBody, answered, request_id};
 use super::streamed::{ReplyEvent, ReplyEvents, ReplyStream};
 
 /// The status an exception type stands for (the Bedrock runtime API reference's error list).
@@ -56,7 +56,7 @@ impl HttpClient {
     pub(crate) async fn open_event_stream(
         &self,
         url: &str,
-        body: &Value,
+        body: JsonBody,
         parse_error: ErrorParser,
         provider: &str,
     ) -> Result<AwsEventStream, ModelError> {

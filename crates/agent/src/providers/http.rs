@@ -82,6 +82,40 @@ impl<S: Into<String>> From<S> for ApiKey {
 /// A provider's parser for error bodies: status, retry hint, body → typed error.
 pub(crate) type ErrorParser = fn(u16, Option<Duration>, &[u8]) -> ModelError;
 
+/// A request body as the bytes sent: JSON with sorted keys, so the same bytes whatever serde_json's
+/// map order is in this build.
+///
+/// Made before the request goes out, so the `Value` it came from can be dropped while the reply is
+/// awaited. The bytes themselves live until the reply arrives (reqwest keeps them to follow a
+/// redirect), so they are held at their exact length, without the serializer's spare capacity.
+///
+/// Measured on the serve bench (a model answering in 2–3 s, 2026-12-06): with 200 runs in flight,
+/// heaptrack found the request's `Value` held across the wait, 33 KB of each run's 225 KB of heap.
+/// With 1,000 runs in flight, the server's peak RSS went from 233 to 182 MB.
+#[derive(Debug, Clone)]
+pub(crate) struct JsonBody(Bytes);
+
+impl JsonBody {
+    /// `body` serialized.
+    pub(crate) fn encode(body: &Value) -> Result<Self, ModelError> {
+        let bytes = serde_json::to_vec(&Sorted(body)).map_err(|e| ModelError::Other {
+            message: format!("cannot serialize the request: {e}"),
+            http: None,
+        })?;
+        Ok(Self(Bytes::from(bytes.into_boxed_slice())))
+    }
+
+    /// The bytes sent.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The bytes, for the request.
+    pub(crate) fn into_bytes(self) -> Bytes {
+        self.0
+    }
+}
+
 /// What came back from one POST: status, the retry hint and the whole body.
 #[derive(Debug)]
 pub(crate) struct HttpReply {
@@ -168,16 +202,11 @@ impl HttpClient {
     pub(crate) async fn exchange(
         &self,
         url: &str,
-        body: &Value,
+        body: JsonBody,
         parse_error: ErrorParser,
     ) -> Result<Bytes, ModelError> {
-        // Sorted keys: the same bytes whatever serde_json's map order is in this build.
-        let bytes = serde_json::to_vec(&Sorted(body)).map_err(|e| ModelError::Other {
-            message: format!("cannot serialize the request: {e}"),
-            http: None,
-        })?;
-        tracing::debug!(bytes = bytes.len(), "POST {url}");
-        let reply = self.post_json(url, bytes).await?;
+        tracing::debug!(bytes = body.as_bytes().len(), "POST {url}");
+        let reply = self.post_json(url, body).await?;
         if !reply.is_success() {
             let error = parse_error(reply.status, reply.retry_after, &reply.body);
             return Err(obey_should_retry(error, reply.should_retry)
@@ -189,13 +218,13 @@ impl HttpClient {
     /// POST `body` (JSON bytes) to `url`. Any answer with a status is `Ok`; only failures to get one
     /// (connection, TLS, timeout, a body cut short) are `Err(ModelError::Transport)`; a body over the
     /// configured limit is `Err(ModelError::Other)`.
-    pub(crate) async fn post_json(&self, url: &str, body: Vec<u8>) -> Result<HttpReply, ModelError> {
-        let headers = self.request_headers(url, None, &body).await?;
+    pub(crate) async fn post_json(&self, url: &str, body: JsonBody) -> Result<HttpReply, ModelError> {
+        let headers = self.request_headers(url, None, body.as_bytes()).await?;
         let mut response = self
             .client
             .post(url)
             .headers(headers)
-            .body(body)
+            .body(body.into_bytes())
             .send()
             .await
             .map_err(transport)?;
@@ -468,6 +497,14 @@ pub(crate) fn install_crypto_provider() {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_is_sent_with_sorted_keys_at_every_depth() {
+        let body = serde_json::json!({"b": 1, "a": {"d": [{"f": 1, "e": 2}], "c": 3}});
+        let sent = JsonBody::encode(&body).unwrap();
+        assert_eq!(sent.as_bytes(), br#"{"a":{"c":3,"d":[{"e":2,"f":1}]},"b":1}"#);
+        assert_eq!(sent.into_bytes().len(), 39);
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_milliseconds() {

@@ -10,7 +10,7 @@
 use serde_json::Value;
 use trellis_middleware::runtime::model::ModelError;
 
-use super::http::{HttpClient, HttpConfig};
+use super::http::{HttpClient, HttpConfig, JsonBody};
 use super::snippet;
 
 /// The context window `/api/show` reports for `model` on the server at `host` (no `/v1`);
@@ -21,7 +21,7 @@ pub async fn context_window(host: &str, model: &str, http: &HttpConfig) -> Resul
         message: e.to_string(),
         http: None,
     })?;
-    let body = serde_json::to_vec(&serde_json::json!({ "model": model })).unwrap_or_default();
+    let body = JsonBody::encode(&serde_json::json!({ "model": model }))?;
     let reply = client.post_json(&format!("{host}/api/show"), body).await?;
     if !reply.is_success() {
         return Err(ModelError::Other {

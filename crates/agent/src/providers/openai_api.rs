@@ -18,7 +18,7 @@ use trellis_middleware::runtime::model::{ModelCapabilities, ModelError};
 use trellis_middleware::runtime::stream::{DeltaSink, stream_by_invoking};
 use trellis_middleware::{ChatModel, ModelRequest, ModelResponse};
 
-use super::http::HttpClient;
+use super::http::{HttpClient, JsonBody};
 use super::openai::{OpenAiConfig, bearer_client, parse_error, response::take_structured_output};
 use super::streamed::{Assemble, Framing, stream_reply};
 use super::tool_json::ToolJsonCache;
@@ -141,8 +141,9 @@ impl<W: WireApi> ChatModel for OpenAiApiModel<W> {
     }
 
     async fn invoke(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
-        let body = self.request_body(&request)?;
-        let reply = self.client.exchange(&self.endpoint, &body, parse_error).await?;
+        // Serialized before sending, so the request's JSON tree is not held across the wait.
+        let body = JsonBody::encode(&self.request_body(&request)?)?;
+        let reply = self.client.exchange(&self.endpoint, body, parse_error).await?;
         self.response(&request, &reply)
     }
 
@@ -154,15 +155,19 @@ impl<W: WireApi> ChatModel for OpenAiApiModel<W> {
         if !self.config.stream {
             return stream_by_invoking(self, request, on_delta).await;
         }
-        let mut body = self.request_body(&request)?;
-        if let Value::Object(map) = &mut body {
-            map.insert("stream".into(), Value::Bool(true));
-            W::add_stream_options(map);
-        }
+        // Serialized before sending, so the request's JSON tree is not held across the wait.
+        let body = {
+            let mut body = self.request_body(&request)?;
+            if let Value::Object(map) = &mut body {
+                map.insert("stream".into(), Value::Bool(true));
+                W::add_stream_options(map);
+            }
+            JsonBody::encode(&body)?
+        };
         let streamed = stream_reply::<W::Assembler>(
             &self.client,
             &self.endpoint,
-            &body,
+            body,
             parse_error,
             Framing::ServerSentEvents,
             W::NAME,

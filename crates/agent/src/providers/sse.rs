@@ -16,18 +16,16 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use trellis_middleware::tools::canonical::Sorted;
 
 use futures::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, HeaderValue};
-use serde_json::Value;
 use sse_stream::{Sse, SseStream};
 use trellis_middleware::runtime::model::ModelError;
 #[cfg(test)]
 use trellis_middleware::runtime::stream::ModelDelta;
 
 use super::http::{
-    ErrorParser, HttpClient, answered, note_request_id, obey_should_retry, request_id, retry_after,
+    ErrorParser, HttpClient, JsonBody, answered, note_request_id, obey_should_retry, request_id, retry_after,
     should_retry, transport,
 };
 #[cfg(test)]
@@ -61,7 +59,7 @@ impl HttpClient {
     pub(crate) async fn open_stream(
         &self,
         url: &str,
-        body: &Value,
+        body: JsonBody,
         parse_error: ErrorParser,
     ) -> Result<Opened, ModelError> {
         let mut response = self
@@ -101,22 +99,19 @@ impl HttpClient {
     pub(crate) async fn open_reply(
         &self,
         url: &str,
-        body: &Value,
+        body: JsonBody,
         accept: HeaderValue,
         parse_error: ErrorParser,
     ) -> Result<reqwest::Response, ModelError> {
-        // Sorted keys: the same bytes whatever serde_json's map order is in this build.
-        let bytes = serde_json::to_vec(&Sorted(body)).map_err(|e| ModelError::Other {
-            message: format!("cannot serialize the request: {e}"),
-            http: None,
-        })?;
-        tracing::debug!(bytes = bytes.len(), "POST {url} (stream)");
-        let headers = self.request_headers(url, Some((ACCEPT, accept)), &bytes).await?;
+        tracing::debug!(bytes = body.as_bytes().len(), "POST {url} (stream)");
+        let headers = self
+            .request_headers(url, Some((ACCEPT, accept)), body.as_bytes())
+            .await?;
         let mut response = self
             .client()
             .post(url)
             .headers(headers)
-            .body(bytes)
+            .body(body.into_bytes())
             .send()
             .await
             .map_err(transport)?;

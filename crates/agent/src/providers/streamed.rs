@@ -10,12 +10,11 @@
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use serde_json::Value;
 use trellis_middleware::ModelResponse;
 use trellis_middleware::runtime::model::{HttpDetails, ModelError};
 use trellis_middleware::runtime::stream::{DeltaSink, ModelDelta, deltas_of};
 
-use super::http::{ErrorParser, HttpClient};
+use super::http::{ErrorParser, HttpClient, JsonBody};
 use super::sse::Opened;
 
 /// The framing of a streamed reply.
@@ -189,7 +188,7 @@ pub(crate) fn bad_event(provider: &str, event: &str, error: &serde_json::Error) 
 pub(crate) async fn stream_reply<A: Assemble>(
     client: &HttpClient,
     url: &str,
-    body: &Value,
+    body: JsonBody,
     parse_error: ErrorParser,
     framing: Framing,
     provider: &str,
