@@ -21,7 +21,9 @@
 //!   (`server_cpu_ms_per_added_step`: a model call, its tools, two checkpoints, their stream
 //!   parts);
 //! - failed runs, and each server's peak RSS (`VmHWM` of its process after its last wave; target
-//!   ≤ 300 MB for Trellis at 1,000 runs).
+//!   ≤ 300 MB for Trellis at 1,000 runs);
+//! - `state_fs`: the file system each Trellis server keeps its state on, and for ext4 whether it
+//!   has a journal.
 //!
 //! `ratios` give Trellis over the reference: throughput (target ≥ 10×) and step p50.
 //!
@@ -450,6 +452,37 @@ async fn paced(name: &str, server: &Server, model: &PacedModel, concurrency: usi
     row
 }
 
+/// The file system a server keeps its state on: its type, and for ext4 whether it has a journal
+/// (`null` when the kernel does not say). Without a journal, ext4 checks each inode deleted in the
+/// last minutes on every file creation, so disk rows depend on what was deleted before the wave
+/// (docs/server.md, "Speed").
+fn state_fs(dir: &Path) -> Value {
+    let kind = match rustix::fs::statfs(dir).map(|fs| fs.f_type as u64 & 0xFFFF_FFFF) {
+        Ok(0xEF53) => "ext4",
+        Ok(0x0102_1994) => "tmpfs",
+        Ok(0x5846_5342) => "xfs",
+        Ok(0x9123_683E) => "btrfs",
+        Ok(0x794C_7630) => "overlayfs",
+        Ok(_) => "other",
+        Err(_) => "unknown",
+    };
+    let journal = (kind == "ext4")
+        .then(|| {
+            let dev = rustix::fs::stat(dir).ok()?.st_dev;
+            let block = format!(
+                "/sys/dev/block/{}:{}",
+                rustix::fs::major(dev),
+                rustix::fs::minor(dev)
+            );
+            let device = std::fs::read_link(block).ok()?;
+            let name = device.file_name()?.to_str()?.to_owned();
+            let task = std::fs::read_to_string(format!("/sys/fs/ext4/{name}/journal_task")).ok()?;
+            Some(task.trim() != "<none>")
+        })
+        .flatten();
+    json!({"type": kind, "ext4_journal": journal})
+}
+
 fn main() {
     let waves: Vec<usize> = std::env::var("TRELLIS_BENCH_SERVE_CONCURRENCY")
         .ok()
@@ -471,7 +504,8 @@ fn main() {
         let ours = waves_on("tr", &trellis, &scripted, &waves, steps, true).await;
         rows.insert(
             "trellis".into(),
-            json!({"waves": ours, "peak_rss_mb": trellis.peak_rss_mb()}),
+            json!({"waves": ours, "peak_rss_mb": trellis.peak_rss_mb(),
+                   "state_fs": state_fs(&dir.path().join("trellis"))}),
         );
         drop(trellis);
 
@@ -487,7 +521,8 @@ fn main() {
         let row = paced("tp", &trellis, &paced_model, largest, steps).await;
         rows.insert(
             "trellis_paced".into(),
-            json!({"waves": [row], "peak_rss_mb": trellis.peak_rss_mb()}),
+            json!({"waves": [row], "peak_rss_mb": trellis.peak_rss_mb(),
+                   "state_fs": state_fs(&dir.path().join("paced"))}),
         );
         drop(trellis);
 
@@ -498,7 +533,8 @@ fn main() {
                 let waves_in_memory = waves_on("tm", &trellis, &scripted, &waves, steps, true).await;
                 rows.insert(
                     "trellis_tmpfs".into(),
-                    json!({"waves": waves_in_memory, "peak_rss_mb": trellis.peak_rss_mb()}),
+                    json!({"waves": waves_in_memory, "peak_rss_mb": trellis.peak_rss_mb(),
+                           "state_fs": state_fs(memory.path())}),
                 );
             }
             None => {

@@ -207,6 +207,17 @@ reference's runs per second, ≤ 300 MB peak RSS.\n\n",
                 );
             }
         }
+        let on: Vec<String> = [
+            ("trellis", "trellis serve"),
+            ("trellis_paced", "trellis serve (paced)"),
+            ("trellis_tmpfs", "trellis serve (tmpfs)"),
+        ]
+        .iter()
+        .filter_map(|(side, label)| Some(format!("{label} on {}", state_fs(r[side].get("state_fs")?))))
+        .collect();
+        if !on.is_empty() {
+            let _ = writeln!(md, "\nState: {}.", on.join("; "));
+        }
         for ratio in r["ratios"].as_array().into_iter().flatten() {
             let _ = writeln!(
                 md,
@@ -216,6 +227,16 @@ reference's runs per second, ≤ 300 MB peak RSS.\n\n",
                 num(ratio, "step_p50_trellis_over_reference"),
             );
         }
+    }
+}
+
+/// `{"type": "ext4", "ext4_journal": false}` → "ext4 without a journal".
+fn state_fs(fs: &Value) -> String {
+    let kind = fs["type"].as_str().unwrap_or("unknown");
+    match fs["ext4_journal"].as_bool() {
+        Some(true) => format!("{kind} with a journal"),
+        Some(false) => format!("{kind} without a journal"),
+        None => kind.to_owned(),
     }
 }
 
@@ -313,10 +334,12 @@ mod tests {
     #[test]
     fn serve_rows_become_a_table_with_ratios() {
         let row = serde_json::json!({"bench": "serve",
-            "trellis": {"peak_rss_mb": 120.5, "waves": [{"concurrency": 1000, "runs_per_s": 900.0,
+            "trellis": {"peak_rss_mb": 120.5, "state_fs": {"type": "ext4", "ext4_journal": false},
+                "waves": [{"concurrency": 1000, "runs_per_s": 900.0,
                 "step_p50_ms": 0.8, "step_p99_ms": 4.2, "server_cpu_ms_per_step": 1.9,
                 "server_cpu_ms_per_added_step": 0.85, "failed": 0}]},
-            "trellis_paced": {"peak_rss_mb": 130.0, "waves": [{"concurrency": 1000, "runs_per_s": 70.0,
+            "trellis_paced": {"peak_rss_mb": 130.0, "state_fs": {"type": "xfs", "ext4_journal": null},
+                "waves": [{"concurrency": 1000, "runs_per_s": 70.0,
                 "step_p50_ms": 0.9, "step_p99_ms": 2.5, "server_cpu_ms_per_step": 1.2, "failed": 0}]},
             "trellis_tmpfs": {"peak_rss_mb": 118.0, "waves": [{"concurrency": 1000, "runs_per_s": 950.0,
                 "step_p50_ms": 0.7, "step_p99_ms": 4.0, "server_cpu_ms_per_step": 1.5, "failed": 0}]},
@@ -344,6 +367,11 @@ mod tests {
         );
         assert!(
             md.contains("Trellis serves 30.0× the reference's runs per second"),
+            "{md}"
+        );
+        // The tmpfs side names no file system (an older result): it is left out.
+        assert!(
+            md.contains("State: trellis serve on ext4 without a journal; trellis serve (paced) on xfs.\n"),
             "{md}"
         );
         let skipped = serde_json::json!({"trellis": {"waves": []}, "reference": {"skipped": "no venv"}});
