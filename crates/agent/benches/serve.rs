@@ -452,20 +452,16 @@ async fn paced(name: &str, server: &Server, model: &PacedModel, concurrency: usi
     row
 }
 
-/// The file system a server keeps its state on: its type, and for ext4 whether it has a journal
-/// (`null` when the kernel does not say). Without a journal, ext4 checks each inode deleted in the
+/// The file system a server keeps its state on: its name as the local backend knows it (`other`
+/// for one it does not treat as local), and for ext4 whether it has a journal (`null` when the
+/// kernel does not say). Without a journal, ext4 checks each inode deleted in the
 /// last minutes on every file creation, so disk rows depend on what was deleted before the wave
 /// (docs/server.md, "Speed").
 fn state_fs(dir: &Path) -> Value {
-    let kind = match rustix::fs::statfs(dir).map(|fs| fs.f_type as u64 & 0xFFFF_FFFF) {
-        Ok(0xEF53) => "ext4",
-        Ok(0x0102_1994) => "tmpfs",
-        Ok(0x5846_5342) => "xfs",
-        Ok(0x9123_683E) => "btrfs",
-        Ok(0x794C_7630) => "overlayfs",
-        Ok(_) => "other",
-        Err(_) => "unknown",
-    };
+    let kind = trellis_agent::backend::FilesystemBackend::new(dir)
+        .ok()
+        .and_then(|b| b.local_file_system())
+        .unwrap_or("other");
     let journal = (kind == "ext4")
         .then(|| {
             let dev = rustix::fs::stat(dir).ok()?.st_dev;

@@ -159,6 +159,13 @@ process's (it includes the loopback server); target ≤ 200 MB.\n\n",
 }
 
 /// `## Served`: the `serve` bench, one row per server and wave.
+/// The serve bench's Trellis sides (keys of its result) and their rows' labels.
+const TRELLIS_SIDES: [(&str, &str); 3] = [
+    ("trellis", "trellis serve"),
+    ("trellis_paced", "trellis serve (paced)"),
+    ("trellis_tmpfs", "trellis serve (tmpfs)"),
+];
+
 pub(super) fn serve_section<'a>(md: &mut String, rows: impl Iterator<Item = &'a Value>) {
     md.push_str(
         "\n## Served\n\n`trellis serve` and the reference Agent Server (`langgraph dev` serving a Deep Agents \
@@ -179,12 +186,7 @@ reference's runs per second, ≤ 300 MB peak RSS.\n\n",
             "| server | runs at once | runs/s | p50 step ms | p99 step ms | CPU ms per step | CPU ms per added step | failed | peak RSS MB |\n\
 |---|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
-        for (side, label) in [
-            ("trellis", "trellis serve"),
-            ("trellis_paced", "trellis serve (paced)"),
-            ("trellis_tmpfs", "trellis serve (tmpfs)"),
-            ("reference", "langgraph dev"),
-        ] {
+        for &(side, label) in TRELLIS_SIDES.iter().chain([&("reference", "langgraph dev")]) {
             if let Some(why) = r[side].get("skipped").and_then(Value::as_str) {
                 let _ = writeln!(md, "| {label} | skipped: {why} | | | | | | | |");
                 continue;
@@ -207,14 +209,10 @@ reference's runs per second, ≤ 300 MB peak RSS.\n\n",
                 );
             }
         }
-        let on: Vec<String> = [
-            ("trellis", "trellis serve"),
-            ("trellis_paced", "trellis serve (paced)"),
-            ("trellis_tmpfs", "trellis serve (tmpfs)"),
-        ]
-        .iter()
-        .filter_map(|(side, label)| Some(format!("{label} on {}", state_fs(r[side].get("state_fs")?))))
-        .collect();
+        let on: Vec<String> = TRELLIS_SIDES
+            .iter()
+            .filter_map(|(side, label)| Some(format!("{label} on {}", state_fs(r[side].get("state_fs")?))))
+            .collect();
         if !on.is_empty() {
             let _ = writeln!(md, "\nState: {}.", on.join("; "));
         }

@@ -92,7 +92,7 @@ pub(crate) type ErrorParser = fn(u16, Option<Duration>, &[u8]) -> ModelError;
 /// Measured on the serve bench (a model answering in 2–3 s, 2026-12-06): with 200 runs in flight,
 /// heaptrack found the request's `Value` held across the wait, 33 KB of each run's 225 KB of heap.
 /// With 1,000 runs in flight, the server's peak RSS went from 233 to 182 MB.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct JsonBody(Bytes);
 
 impl JsonBody {

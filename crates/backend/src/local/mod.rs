@@ -49,6 +49,9 @@ pub struct FilesystemBackend {
     root: PathBuf,
     beneath: Option<Arc<Beneath>>,
     locks: Mutex<HashMap<VirtualPath, Arc<tokio::sync::Mutex<()>>>>,
+    /// The local file system the root is on, by name (see
+    /// [`FilesystemBackend::local_file_system`]).
+    file_system: Option<&'static str>,
     /// Small operations run on the calling task (on a local file system, unless
     /// [`FilesystemBackend::offload_all`]).
     inline_small: bool,
@@ -65,9 +68,11 @@ impl FilesystemBackend {
         if !root.is_dir() {
             return Err(BackendError::NotADirectory { path: shown });
         }
+        let file_system = offload::local_file_system(&root);
         Ok(Self {
             beneath: Beneath::new(&root).map(Arc::new),
-            inline_small: offload::is_local(&root),
+            file_system,
+            inline_small: file_system.is_some(),
             root,
             locks: Mutex::new(HashMap::new()),
         })
@@ -80,6 +85,13 @@ impl FilesystemBackend {
     pub fn offload_all(mut self) -> Self {
         self.inline_small = false;
         self
+    }
+
+    /// The name of the local file system the root is on (`ext4`, `xfs`, `tmpfs`, …), as
+    /// `statfs` reported it when the backend was made; `None` for any file system not known to be
+    /// local (NFS, SMB, FUSE, …), where every operation goes to the blocking pool.
+    pub fn local_file_system(&self) -> Option<&'static str> {
+        self.file_system
     }
 
     /// Whether small operations run on the calling task (see the type's docs).

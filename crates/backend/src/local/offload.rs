@@ -34,29 +34,32 @@
 use std::path::Path;
 
 /// `statfs` type numbers of the local file systems whose small operations run on the calling
-/// task.
-pub(super) const LOCAL: &[u32] = &[
-    0x0000_EF53, // ext2/3/4
-    0x5846_5342, // xfs
-    0x9123_683E, // btrfs
-    0x0102_1994, // tmpfs
-    0x8584_58F6, // ramfs
-    0x794C_7630, // overlayfs (containers' root)
-    0x2FC1_2FC1, // zfs
-    0xF2F5_2010, // f2fs
-    0xCA45_1A4E, // bcachefs
+/// task, and their names.
+pub(super) const LOCAL: &[(u32, &str)] = &[
+    (0x0000_EF53, "ext4"), // ext2/3/4
+    (0x5846_5342, "xfs"),
+    (0x9123_683E, "btrfs"),
+    (0x0102_1994, "tmpfs"),
+    (0x8584_58F6, "ramfs"),
+    (0x794C_7630, "overlayfs"), // containers' root
+    (0x2FC1_2FC1, "zfs"),
+    (0xF2F5_2010, "f2fs"),
+    (0xCA45_1A4E, "bcachefs"),
 ];
 
-/// Whether `root` is on one of the [`LOCAL`] file systems; `false` when `statfs` fails.
-pub(super) fn is_local(root: &Path) -> bool {
-    rustix::fs::statfs(root).is_ok_and(|fs| is_local_type(fs.f_type as u64))
+/// The name of the [`LOCAL`] file system `root` is on; `None` on any other, or when `statfs`
+/// fails.
+pub(super) fn local_file_system(root: &Path) -> Option<&'static str> {
+    rustix::fs::statfs(root)
+        .ok()
+        .and_then(|fs| local_type_name(fs.f_type as u64))
 }
 
-/// Whether a `statfs` type number is one of [`LOCAL`]'s.
-fn is_local_type(f_type: u64) -> bool {
+/// The name of a `statfs` type number that is one of [`LOCAL`]'s.
+fn local_type_name(f_type: u64) -> Option<&'static str> {
     // `f_type` is a C long: a number past `i32::MAX` (btrfs) may come sign-extended.
     let magic = (f_type & 0xFFFF_FFFF) as u32;
-    LOCAL.contains(&magic)
+    LOCAL.iter().find(|(m, _)| *m == magic).map(|(_, name)| *name)
 }
 
 /// The largest write, or file read, that runs on the calling task (64 KiB): a checkpoint of a
@@ -82,21 +85,21 @@ mod tests {
 
     #[test]
     fn local_file_systems_are_told_from_network_ones() {
-        assert!(is_local_type(0xEF53));
-        assert!(is_local_type(0x0102_1994));
+        assert_eq!(local_type_name(0xEF53), Some("ext4"));
+        assert_eq!(local_type_name(0x0102_1994), Some("tmpfs"));
         // btrfs, sign-extended as a C long holds it.
-        assert!(is_local_type(0xFFFF_FFFF_9123_683E));
+        assert_eq!(local_type_name(0xFFFF_FFFF_9123_683E), Some("btrfs"));
         // NFS, SMB2, CIFS, FUSE, 9p.
         for network in [0x6969, 0xFE53_4D42, 0xFF53_4D42, 0x6573_5546, 0x0102_1997] {
-            assert!(!is_local_type(network), "{network:#x}");
+            assert_eq!(local_type_name(network), None, "{network:#x}");
         }
     }
 
     #[test]
     fn the_temporary_directories_here_are_local() {
-        assert!(is_local(&std::env::temp_dir()));
+        assert!(local_file_system(&std::env::temp_dir()).is_some());
         let shm = Path::new("/dev/shm");
-        assert!(!shm.is_dir() || is_local(shm));
-        assert!(!is_local(Path::new("/no/such/dir")));
+        assert!(!shm.is_dir() || local_file_system(shm).is_some());
+        assert_eq!(local_file_system(Path::new("/no/such/dir")), None);
     }
 }

@@ -43,6 +43,7 @@ fn small_operations_need_no_blocking_thread_and_large_ones_do() {
     rt.block_on(async {
         let backend = FilesystemBackend::new(dir.path()).unwrap();
         assert!(backend.runs_small_operations_inline());
+        assert!(matches!(backend.local_file_system(), Some("ext4" | "tmpfs")));
         let small = bytes::Bytes::from(vec![b'a'; 64 * 1024]);
         assert!(finishes(backend.write(&p("/a/small.txt"), small.clone(), WriteMode::Overwrite)).await);
         assert!(finishes(backend.link(&p("/a/small.txt"), &p("/a/head.txt"), WriteMode::Overwrite)).await);
@@ -77,6 +78,8 @@ fn with_offload_all_even_a_small_write_waits_for_the_pool() {
     rt.block_on(async {
         let backend = FilesystemBackend::new(dir.path()).unwrap().offload_all();
         assert!(!backend.runs_small_operations_inline());
+        // Still named: offloading is a choice, not a different file system.
+        assert!(backend.local_file_system().is_some());
         let path = p("/note.txt");
         let write = backend.write(&path, "hi".into(), WriteMode::Overwrite);
         tokio::pin!(write);
