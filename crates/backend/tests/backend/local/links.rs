@@ -86,6 +86,17 @@ async fn a_link_is_a_second_name_version_checked_like_a_write() {
         .await
         .unwrap();
     assert_eq!(backend.read_bytes(&p("/log/2.json")).await.unwrap(), "two");
+    // Linking over a file that has no other name frees it: nothing keeps its bytes.
+    backend
+        .link(&p("/log/1.json"), &p("/head.json"), WriteMode::Overwrite)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(backend.read_bytes(&p("/head.json")).await.unwrap(), "one");
+    assert_eq!(
+        std::fs::metadata(dir.path().join("log/1.json")).unwrap().nlink(),
+        2
+    );
 
     // No temporary names are left behind.
     let mut names: Vec<String> = std::fs::read_dir(dir.path())

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use super::ThreadFilesGuard;
 use super::blobs::{KnownBlobs, ensure_blob};
 use super::delta::{Previous, message_delta, slot_delta, slots_unchanged};
+use super::log_read::Loaded;
 use super::record::{
     BodyOut, CHUNK_MESSAGES, LOG_FORMAT, SNAPSHOT_STEPS, SinceBase, StepHeader, StepName, chunk_messages,
     encode_step, summarize,
@@ -128,6 +129,25 @@ impl BackendCheckpointer {
             thread_id: thread_id.clone(),
             step,
             reason: reason.into(),
+        }
+    }
+
+    /// The error for `what` (a step, its header, a blob, …) that did not decode: `Unfinished`
+    /// when its JSON stops short (an empty file included), `Corrupt` otherwise.
+    pub(super) fn undecodable(
+        thread_id: &ThreadId,
+        step: Option<u64>,
+        what: impl std::fmt::Display,
+        error: &serde_json::Error,
+    ) -> CheckpointError {
+        if error.is_eof() {
+            CheckpointError::Unfinished {
+                thread_id: thread_id.clone(),
+                step,
+                what: what.to_string(),
+            }
+        } else {
+            Self::corrupt(thread_id, step, format!("{what}: {error}"))
         }
     }
 
@@ -289,8 +309,21 @@ impl BackendCheckpointer {
             return self.load_legacy(thread_id).await;
         };
         let chain = self.recent_chain(thread_id, &head, &step).await?;
-        let (replayed, _) = self.replay(thread_id, &chain).await?;
-        let (state, weight) = self.materialize(thread_id, &replayed, head.seq).await?;
+        let loaded = match self.replay_chain(thread_id, chain).await {
+            Ok(loaded) => loaded,
+            // Only local disk (a linked head) has writes a power loss can cut short.
+            Err(cut @ CheckpointError::Unfinished { .. }) if head.linked => {
+                self.load_before(thread_id, &step, cut).await?
+            }
+            Err(e) => return Err(e),
+        };
+        let Loaded {
+            chain,
+            replayed,
+            header,
+            state,
+            weight,
+        } = loaded;
         if remember {
             let previous = Previous {
                 state: state.clone(),
@@ -311,8 +344,8 @@ impl BackendCheckpointer {
             checkpoint: Checkpoint {
                 format: CHECKPOINT_FORMAT,
                 thread_id: thread_id.clone(),
-                seq: head.seq,
-                saved_at_ms: head.saved_at_ms,
+                seq: header.seq,
+                saved_at_ms: header.saved_at_ms,
                 state,
             },
             version,

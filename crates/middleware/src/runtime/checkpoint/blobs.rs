@@ -60,7 +60,8 @@ fn unescape(segment: &str) -> String {
 }
 
 /// Write `bytes` to `path` unless it is known to exist or already there (content-addressed: same
-/// path, same bytes).
+/// path, same bytes). A blob there with another length is one a power loss cut short (see
+/// `recover.rs`) and is written again, whole.
 pub(super) async fn ensure_blob(
     backend: &dyn Backend,
     known: &KnownBlobs,
@@ -71,7 +72,10 @@ pub(super) async fn ensure_blob(
         return Ok(());
     }
     match backend.stat(path).await {
-        Ok(_) => {}
+        Ok(entry) if entry.size == bytes.len() as u64 => {}
+        Ok(_) => {
+            backend.write(path, bytes, WriteMode::Overwrite).await?;
+        }
         Err(BackendError::NotFound { .. }) => match backend.write(path, bytes, WriteMode::CreateNew).await {
             Ok(_)
             | Err(BackendError::Conflict {

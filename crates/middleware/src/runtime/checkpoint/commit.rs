@@ -56,6 +56,7 @@ impl BackendCheckpointer {
                     step: step.file_name(),
                     saved_at_ms,
                     since_base: Some(since.clone()),
+                    linked: false,
                 };
                 let head = serde_json::to_vec(&head).map_err(|source| CheckpointError::Encode {
                     thread_id: thread_id.clone(),

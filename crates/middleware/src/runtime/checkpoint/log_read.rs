@@ -1,6 +1,8 @@
 //! Reading a [`BackendCheckpointer`] thread's log: its head, the committed chain of steps (one
 //! listing), the steps themselves (one batch), and the state they replay into (blobs put back).
-//! Every damage found is a [`CheckpointError::Corrupt`] naming the thread and step.
+//! Every damage found is a typed error naming the thread and step: [`CheckpointError::Unfinished`]
+//! for a file that ends early (what a power loss leaves; `recover.rs` goes back past it),
+//! [`CheckpointError::Corrupt`] for anything else.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +19,20 @@ use crate::runtime::context::ThreadId;
 use crate::runtime::message::Message;
 use crate::runtime::message_list::Messages;
 use crate::runtime::state::State;
+
+/// A chain of steps replayed into a state ([`BackendCheckpointer::replay_chain`]).
+pub(super) struct Loaded {
+    /// The steps, oldest first; the last is the one loaded.
+    pub chain: Vec<StepName>,
+    /// What they replay into, slots still encoded.
+    pub replayed: Replayed,
+    /// The last step's header.
+    pub header: StepHeader,
+    /// The state, blobs put back.
+    pub state: State,
+    /// The bytes of blobs the state decoded on its own (its weight in the thread cache).
+    pub weight: usize,
+}
 
 impl BackendCheckpointer {
     /// The bytes at `path` and their version tag, or `None` when there is no such file.
@@ -46,22 +62,21 @@ impl BackendCheckpointer {
         let Some((bytes, version)) = self.read_versioned(thread_id, &self.path(thread_id)?).await? else {
             return Ok(None);
         };
-        let head = match split_header(&bytes) {
-            // Linked to its step object (local disk): the step's header says what the head would.
-            Some((line, _)) => {
-                let header: StepHeader = serde_json::from_slice(line)
-                    .map_err(|e| Self::corrupt(thread_id, None, format!("unreadable head: {e}")))?;
-                Head {
-                    format: header.format,
-                    thread_id: header.thread_id,
-                    seq: header.seq,
-                    step: header.step.unwrap_or_default(),
-                    saved_at_ms: header.saved_at_ms,
-                    since_base: header.since_base,
-                }
+        let head = match parse_head(thread_id, &bytes) {
+            Ok(head) => head,
+            Err(unfinished @ CheckpointError::Unfinished { .. }) => {
+                // Cut short by a power loss: on local disk the head is still a name of the step
+                // it was linked to, which has the same version tag.
+                return match self.step_with_version(thread_id, &version).await? {
+                    Some(step) => Ok(Some((
+                        Head::of_step(thread_id, &step),
+                        step,
+                        CheckpointVersion::new(version.as_str()),
+                    ))),
+                    None => Err(unfinished),
+                };
             }
-            None => serde_json::from_slice(&bytes)
-                .map_err(|e| Self::corrupt(thread_id, None, format!("unreadable head: {e}")))?,
+            Err(e) => return Err(e),
         };
         if &head.thread_id != thread_id {
             return Err(Self::corrupt(
@@ -178,6 +193,23 @@ impl BackendCheckpointer {
         Ok((replayed, last))
     }
 
+    /// Replay the chain `chain` (oldest first) and put its blobs back: the state at its last step.
+    pub(super) async fn replay_chain(
+        &self,
+        thread_id: &ThreadId,
+        chain: Vec<StepName>,
+    ) -> Result<Loaded, CheckpointError> {
+        let (replayed, header) = self.replay(thread_id, &chain).await?;
+        let (state, weight) = self.materialize(thread_id, &replayed, header.seq).await?;
+        Ok(Loaded {
+            chain,
+            replayed,
+            header,
+            state,
+            weight,
+        })
+    }
+
     /// The messages of a base step's chunks, in order (one batch of reads).
     async fn read_chunks(
         &self,
@@ -211,8 +243,9 @@ impl BackendCheckpointer {
         off_executor(heavy, move || {
             let mut messages = Vec::new();
             for (hash, bytes) in hashes.iter().zip(&raw) {
-                let part: Vec<Arc<Message>> = serde_json::from_slice(bytes)
-                    .map_err(|e| Self::corrupt(&thread, Some(seq), format!("message chunk {hash}: {e}")))?;
+                let part: Vec<Arc<Message>> = serde_json::from_slice(bytes).map_err(|e| {
+                    Self::undecodable(&thread, Some(seq), format_args!("message chunk {hash}"), &e)
+                })?;
                 messages.extend(part);
             }
             Ok(messages)
@@ -255,7 +288,7 @@ impl BackendCheckpointer {
                 };
                 blob_bytes += bytes.len();
                 let value = serde_json::from_slice(&bytes)
-                    .map_err(|e| Self::corrupt(thread_id, Some(seq), format!("blob {hash}: {e}")))?;
+                    .map_err(|e| Self::undecodable(thread_id, Some(seq), format_args!("blob {hash}"), &e))?;
                 blobs.insert(hash, value);
             }
         }
@@ -283,6 +316,28 @@ impl BackendCheckpointer {
     }
 }
 
+/// The head as read: a step's first line where the head is linked to its step object (local
+/// disk), or a head object naming the step.
+fn parse_head(thread_id: &ThreadId, bytes: &[u8]) -> Result<Head, CheckpointError> {
+    let unreadable = |e: serde_json::Error| BackendCheckpointer::undecodable(thread_id, None, "the head", &e);
+    Ok(match split_header(bytes) {
+        // Linked to its step object (local disk): the step's header says what the head would.
+        Some((line, _)) => {
+            let header: StepHeader = serde_json::from_slice(line).map_err(unreadable)?;
+            Head {
+                format: header.format,
+                thread_id: header.thread_id,
+                seq: header.seq,
+                step: header.step.unwrap_or_default(),
+                saved_at_ms: header.saved_at_ms,
+                since_base: header.since_base,
+                linked: true,
+            }
+        }
+        None => serde_json::from_slice(bytes).map_err(unreadable)?,
+    })
+}
+
 /// Decode step objects read from the store, checking each against its name.
 fn decode_steps(
     thread_id: &ThreadId,
@@ -293,11 +348,11 @@ fn decode_steps(
         .iter()
         .zip(raw)
         .map(|(step, bytes)| {
-            let (header, body) = split_header(bytes)
-                .ok_or_else(|| BackendCheckpointer::corrupt(thread_id, Some(step.seq), "no header line"))?;
+            // No line break: cut short within (or right after) the header line.
+            let (header, body) = split_header(bytes).unwrap_or((bytes, &[]));
             let header = parse_header(thread_id, step, header)?;
             let body = serde_json::from_slice(body).map_err(|e| {
-                BackendCheckpointer::corrupt(thread_id, Some(step.seq), format!("unreadable body: {e}"))
+                BackendCheckpointer::undecodable(thread_id, Some(step.seq), "the step's body", &e)
             })?;
             Ok((header, body))
         })
@@ -328,8 +383,8 @@ pub(super) fn parse_header(
     line: &[u8],
 ) -> Result<StepHeader, CheckpointError> {
     let corrupt = |reason: String| BackendCheckpointer::corrupt(thread_id, Some(step.seq), reason);
-    let header: StepHeader =
-        serde_json::from_slice(line).map_err(|e| corrupt(format!("unreadable header: {e}")))?;
+    let header: StepHeader = serde_json::from_slice(line)
+        .map_err(|e| BackendCheckpointer::undecodable(thread_id, Some(step.seq), "the step's header", &e))?;
     if header.format != LOG_FORMAT || header.seq != step.seq || &header.thread_id != thread_id {
         return Err(corrupt(format!(
             "header says format {}, thread {}, step {}",

@@ -19,6 +19,7 @@ mod legacy;
 mod log_read;
 mod memory;
 mod record;
+mod recover;
 mod shared;
 mod thread_cache;
 
@@ -186,6 +187,19 @@ pub enum CheckpointError {
         step: Option<u64>,
         /// What is wrong.
         reason: String,
+    },
+    /// A stored step, the head or a blob ends early (empty, or its JSON stops short): a write the
+    /// storage never finished, as a power loss leaves on a file system that allocates late.
+    /// [`BackendCheckpointer`] loads go back to the newest step whose whole chain is there, so
+    /// this reaches a caller only when none is.
+    #[error("thread {thread_id} is cut short at {}: {what} ends early (a write that never finished)", step_name(*.step))]
+    Unfinished {
+        /// The thread.
+        thread_id: ThreadId,
+        /// The checkpoint number, when the damage is in one step.
+        step: Option<u64>,
+        /// Which object: "the head", "the step's body", "blob" and its hash, ….
+        what: String,
     },
     /// The thread, or the checkpoint asked for, does not exist.
     #[error("thread {thread_id} has no checkpoint {seq}")]

@@ -108,6 +108,25 @@ pub(super) struct Head {
     /// of the log. `None` in heads of older builds, whose loads list the log.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_base: Option<SinceBase>,
+    /// Read as a second name of its step object (local disk), not as a head object.
+    #[serde(skip)]
+    pub linked: bool,
+}
+
+impl Head {
+    /// A head naming `step` and nothing more (no time, no chain), for a head whose own bytes
+    /// were lost: a load lists the log for the chain and takes the time from the step.
+    pub fn of_step(thread_id: &ThreadId, step: &StepName) -> Self {
+        Self {
+            format: LOG_FORMAT,
+            thread_id: thread_id.clone(),
+            seq: step.seq,
+            step: step.file_name(),
+            saved_at_ms: 0,
+            since_base: None,
+            linked: true,
+        }
+    }
 }
 
 /// The committed steps from the latest base step up to (not including) a step, compactly: the

@@ -341,7 +341,7 @@ async fn damage_is_a_typed_error_naming_the_thread_and_step() {
     backend
         .write(
             &step1,
-            b"{\"format\":3,\"thread_id\":\"damaged\"".to_vec().into(),
+            b"{\"format\":3,\"thread_id\":\"damaged\"}}".to_vec().into(),
             WriteMode::Overwrite,
         )
         .await
@@ -360,6 +360,23 @@ async fn damage_is_a_typed_error_naming_the_thread_and_step() {
         matches!(err, CheckpointError::Corrupt { step: Some(1), .. }),
         "{err:?}"
     );
+
+    // A step cut short: its own error, and no going back to an earlier step (writes to a store
+    // without links are whole or absent; only local disk's are passed over, see `power_loss.rs`).
+    backend
+        .write(
+            &step1,
+            b"{\"format\":3,\"thread_id\":\"damaged\"".to_vec().into(),
+            WriteMode::Overwrite,
+        )
+        .await
+        .unwrap();
+    let err = fresh().load(&thread).await.unwrap_err();
+    assert!(
+        matches!(&err, CheckpointError::Unfinished { step: Some(1), thread_id, .. } if thread_id.as_str() == "damaged"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("step 1"), "{err}");
 
     // A step that claims another number.
     let wrong: Vec<u8> = String::from_utf8(good.to_vec())
