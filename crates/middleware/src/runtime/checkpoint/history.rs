@@ -47,15 +47,25 @@ impl BackendCheckpointer {
         &self,
         thread_id: &ThreadId,
     ) -> Result<Vec<CheckpointInfo>, CheckpointError> {
-        let Some((_, head, _)) = self.read_head(thread_id).await? else {
+        let Some((record, head, _)) = self.read_head(thread_id).await? else {
             let legacy = self.load_legacy(thread_id).await?;
             return Ok(legacy
                 .map(|s| CheckpointInfo::latest(&s.checkpoint))
                 .into_iter()
                 .collect());
         };
-        let chain = self.chain(thread_id, &head).await?;
-        let headers = self.read_headers(thread_id, &chain).await?;
+        let mut chain = self.chain(thread_id, &head).await?;
+        let headers = match self.read_headers(thread_id, &chain).await {
+            Err(CheckpointError::Unfinished { .. }) if record.linked => {
+                // Cut short by a power loss: the history ends where a load goes back to.
+                let Some(loaded) = self.peek(thread_id).await? else {
+                    return Ok(Vec::new());
+                };
+                chain.retain(|s| s.seq <= loaded.checkpoint.seq);
+                self.read_headers(thread_id, &chain).await?
+            }
+            headers => headers?,
+        };
         Ok(headers.into_iter().map(CheckpointInfo::from).collect())
     }
 
@@ -86,8 +96,8 @@ impl BackendCheckpointer {
                     .map_err(|e| Self::storage(thread_id, e))?
                     .bytes;
             }
-            let (line, _) = split_header(&bytes)
-                .ok_or_else(|| Self::corrupt(thread_id, Some(step.seq), "no header line"))?;
+            // No line break: cut short within (or right after) the header line.
+            let (line, _) = split_header(&bytes).unwrap_or((&bytes, &[]));
             let header = parse_header(thread_id, step, line)?;
             headers.push(header);
         }

@@ -12,6 +12,11 @@
 //! that step at the head's version, so the next save carries the thread on from there. Only
 //! that kind of damage is passed over: anything else (a file that is there but wrong, a missing
 //! one) stays [`CheckpointError::Corrupt`], and the steps passed over stay in the log for a look.
+//!
+//! History, which reads only each step's first line, ends at the same step when the cut reached a
+//! header. A step that kept its header but lost some of its body is still listed until the next
+//! save moves the head past it, and [`Checkpointer::load_at`](super::Checkpointer::load_at) of it
+//! is `Unfinished`.
 
 use super::CheckpointError;
 use super::backend::BackendCheckpointer;

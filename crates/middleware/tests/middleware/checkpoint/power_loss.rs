@@ -142,6 +142,17 @@ async fn an_emptied_head_and_newest_steps_load_as_the_newest_whole_step() {
         Some(&catalog(&["one"]))
     );
 
+    // Its history ends there too, until the next save.
+    let history: Vec<u64> = disk
+        .cold()
+        .history(&thread)
+        .await
+        .unwrap()
+        .iter()
+        .map(|h| h.seq)
+        .collect();
+    assert_eq!(history, [0, 1, 2, 3]);
+
     // The thread carries on from step 3 at the head's version; the lost steps are passed over.
     let cp = disk.cold();
     let loaded = cp.load(&thread).await.unwrap().unwrap();
@@ -243,6 +254,16 @@ async fn a_step_cut_mid_way_is_passed_over_and_other_damage_is_not() {
         assert_eq!(loaded.checkpoint.seq, 4, "cut to {len} bytes");
         assert_eq!(loaded.checkpoint.state.messages, states[4].messages);
     }
+    // Cut within its header: the history ends at step 4 as well.
+    let history: Vec<u64> = disk
+        .cold()
+        .history(&thread)
+        .await
+        .unwrap()
+        .iter()
+        .map(|h| h.seq)
+        .collect();
+    assert_eq!(history, [0, 1, 2, 3, 4]);
 
     // Whole but wrong: not what a power loss leaves, so not passed over. (Written in place, so
     // the head, a second name of the same file, reads the same bytes.)
