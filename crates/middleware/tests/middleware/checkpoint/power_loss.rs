@@ -75,6 +75,12 @@ fn catalog(skills: &[&str]) -> Catalog {
     }
 }
 
+/// The numbers of the thread's checkpoints, as a fresh process lists them.
+async fn history(disk: &Disk, thread: &ThreadId) -> Vec<u64> {
+    let listed = disk.cold().history(thread).await.unwrap();
+    listed.iter().map(|h| h.seq).collect()
+}
+
 /// Keep only the first `len` bytes of `path`, as a power loss leaves a file whose name and
 /// times the journal kept but whose data was not written out yet (so the time is put back).
 fn cut(path: &Path, len: u64) {
@@ -143,15 +149,7 @@ async fn an_emptied_head_and_newest_steps_load_as_the_newest_whole_step() {
     );
 
     // Its history ends there too, until the next save.
-    let history: Vec<u64> = disk
-        .cold()
-        .history(&thread)
-        .await
-        .unwrap()
-        .iter()
-        .map(|h| h.seq)
-        .collect();
-    assert_eq!(history, [0, 1, 2, 3]);
+    assert_eq!(history(&disk, &thread).await, [0, 1, 2, 3]);
 
     // The thread carries on from step 3 at the head's version; the lost steps are passed over.
     let cp = disk.cold();
@@ -169,15 +167,7 @@ async fn an_emptied_head_and_newest_steps_load_as_the_newest_whole_step() {
     assert_eq!(again.version, version);
     assert_eq!(again.checkpoint.seq, 4);
     assert_eq!(again.checkpoint.state.messages, next.messages);
-    let history: Vec<u64> = disk
-        .cold()
-        .history(&thread)
-        .await
-        .unwrap()
-        .iter()
-        .map(|h| h.seq)
-        .collect();
-    assert_eq!(history, [0, 1, 2, 3, 4]);
+    assert_eq!(history(&disk, &thread).await, [0, 1, 2, 3, 4]);
 
     // A stale writer of the lost step 5 still conflicts.
     let mut stale = states[5].clone();
@@ -255,15 +245,7 @@ async fn a_step_cut_mid_way_is_passed_over_and_other_damage_is_not() {
         assert_eq!(loaded.checkpoint.state.messages, states[4].messages);
     }
     // Cut within its header: the history ends at step 4 as well.
-    let history: Vec<u64> = disk
-        .cold()
-        .history(&thread)
-        .await
-        .unwrap()
-        .iter()
-        .map(|h| h.seq)
-        .collect();
-    assert_eq!(history, [0, 1, 2, 3, 4]);
+    assert_eq!(history(&disk, &thread).await, [0, 1, 2, 3, 4]);
 
     // Whole but wrong: not what a power loss leaves, so not passed over. (Written in place, so
     // the head, a second name of the same file, reads the same bytes.)
