@@ -537,8 +537,9 @@ fn replace(dir: &OwnedFd, temp: &str, name: &str, exists: bool) -> rustix::io::R
                 let _ = rustix::fs::unlinkat(dir, temp, AtFlags::empty());
                 return Ok(());
             }
-            // Not supported here (or `name` went since the check, which the lock rules out).
-            Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP | Errno::NOENT) => {}
+            // Not supported here (overlayfs may answer EXDEV), or `name` went since the check
+            // (which the lock rules out): a plain rename does the same.
+            Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP | Errno::XDEV | Errno::NOENT) => {}
             Err(e) => return Err(e),
         }
     }
