@@ -4,7 +4,8 @@
 //! thread may keep their names but lose some or all of their bytes. The tests cut files short the
 //! way that happens (the head and the newest steps emptied or truncated, a new blob emptied) and
 //! check that a load goes back to the newest whole step, that the thread carries on from there,
-//! and that damage of any other kind is still an error.
+//! and that damage of any other kind is still an error. Also what a `kill -9` in the middle of
+//! moving the head leaves.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -261,4 +262,31 @@ async fn a_step_cut_mid_way_is_passed_over_and_other_damage_is_not() {
         matches!(err, CheckpointError::Corrupt { step: Some(5), .. }),
         "{err:?}"
     );
+}
+
+/// A process killed between exchanging the head's names and removing the old one leaves a
+/// temporary name for the previous step in the thread's directory; nothing reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_left_by_a_killed_head_move_changes_nothing() {
+    let disk = Disk::new();
+    let thread = ThreadId::new("killed-mid-move").unwrap();
+    let (states, version) = six_steps(&disk.cold(), &thread).await;
+    let steps = disk.steps("killed-mid-move");
+    let dir = disk.thread_dir("killed-mid-move");
+    std::fs::hard_link(&steps[4], dir.join(".head.json.trellis-tmp-1-1")).unwrap();
+
+    let cp = disk.cold();
+    let loaded = cp.load(&thread).await.unwrap().unwrap();
+    assert_eq!((loaded.checkpoint.seq, &loaded.version), (5, &version));
+    assert_eq!(loaded.checkpoint.state.messages, states[5].messages);
+    let mut next = states[5].clone();
+    next.messages.push(Message::ai("step 6"));
+    let saved = cp
+        .save(Checkpoint::new(thread.clone(), 6, next.clone()), Some(&version))
+        .await
+        .unwrap();
+    let again = disk.cold().load(&thread).await.unwrap().unwrap();
+    assert_eq!((again.checkpoint.seq, again.version), (6, saved));
+    assert_eq!(again.checkpoint.state.messages, next.messages);
+    assert_eq!(history(&disk, &thread).await, [0, 1, 2, 3, 4, 5, 6]);
 }
