@@ -13,10 +13,17 @@
 //! that kind of damage is passed over: anything else (a file that is there but wrong, a missing
 //! one) stays [`CheckpointError::Corrupt`], and the steps passed over stay in the log for a look.
 //!
-//! History, which reads only each step's first line, ends at the same step when the cut reached a
-//! header. A step that kept its header but lost some of its body is still listed until the next
-//! save moves the head past it, and [`Checkpointer::load_at`](super::Checkpointer::load_at) of it
-//! is `Unfinished`.
+//! Known limits, all after a power loss only:
+//! - History, which reads only each step's first line, ends at the same step when the cut reached
+//!   a header. A step that kept its header but lost some of its body is still listed until the
+//!   next save moves the head past it, and
+//!   [`Checkpointer::load_at`](super::Checkpointer::load_at) of it is `Unfinished`.
+//! - History reads every step from the first. A cut step older than the base step the load went
+//!   back to (a thread that saved more than 32 steps in the lost seconds) makes it `Unfinished`.
+//! - A save with nothing cached for the thread (the thread cache dropped it after the load)
+//!   attaches to the head's step even when that step was cut. What it saves is whole (such a save
+//!   writes a base step), but the cut step is then on the thread's chain, so history is
+//!   `Unfinished` as above.
 
 use super::CheckpointError;
 use super::backend::BackendCheckpointer;
