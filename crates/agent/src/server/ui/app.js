@@ -58,8 +58,26 @@ async function reloadRuns() {
 const runner = new Runner(conversation, draw, () => reloadRuns().catch(() => {}), async (error) => {
   $("run-error").textContent = error ? `The run failed: ${error.detail ?? error.message}` : "";
   busy(false);
-  await refresh();
+  await upkeep("Refresh", refresh);
 });
+
+/**
+ * Run `work`, which the page does on its own or for a click, and say why it failed. A 401 means
+ * the key was refused: ask for another, unless the key changed while `work` ran (then `boot`,
+ * which the change started, has asked already). Nothing is left to reject unseen.
+ */
+async function upkeep(what, work) {
+  const key = currentKey();
+  try {
+    await work();
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) {
+      if (currentKey() === key) askForKey();
+    } else {
+      say(`${what} failed: ${e.detail ?? e.message}`);
+    }
+  }
+}
 
 /** Show whether a run is being followed. */
 function busy(on) {
@@ -106,8 +124,7 @@ async function openThread(id) {
 }
 
 function removed(id) {
-  if (id === thread) openThread(null);
-  else listThreads();
+  upkeep("Refresh", () => (id === thread ? openThread(null) : listThreads()));
 }
 
 /** Send the message box's text as a new run (on a new thread when none is open). */
@@ -137,18 +154,20 @@ async function resume(answer) {
   await runner.start(thread, { assistant_id: $("graph").value, command: { resume: answer } });
 }
 
+/** Show the key form instead of the page (the key in use, if any, was refused). */
+function askForKey() {
+  $("key-error").textContent = currentKey() ? "That key was refused." : "";
+  $("key-form").hidden = false;
+  $("app").hidden = true;
+  $("key-input").focus();
+}
+
 /** Check the key (401: ask for one), then load the graphs and the threads. */
 async function boot() {
   try {
     await call("GET", "/info");
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) {
-      $("key-error").textContent = currentKey() ? "That key was refused." : "";
-      $("key-form").hidden = false;
-      $("app").hidden = true;
-      $("key-input").focus();
-      return;
-    }
+    if (e instanceof ApiError && e.status === 401) return askForKey();
     throw e;
   }
   $("key-form").hidden = true;
@@ -170,31 +189,33 @@ $("key-form").addEventListener("submit", (event) => {
   event.preventDefault();
   setKey($("key-input").value.trim());
   $("key-input").value = "";
-  boot();
+  start();
 });
 $("change-key").addEventListener("click", () => {
   setKey(null);
   runner.detach();
   thread = null;
   history.replaceState(null, "", "#");
-  boot();
+  start();
 });
 $("composer").addEventListener("submit", (event) => {
   event.preventDefault();
-  send();
+  upkeep("Sending", send);
 });
 $("composer-text").addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
     event.preventDefault();
-    send();
+    upkeep("Sending", send);
   }
 });
 $("stop").addEventListener("click", () => runner.cancel().catch((e) => say(`Stop failed: ${e.message}`)));
-$("new-thread").addEventListener("click", async () => {
-  if (runner.busy()) runner.detach();
-  await openThread(await newThread("New thread", $("graph").value));
-  $("composer-text").focus();
-});
+$("new-thread").addEventListener("click", () =>
+  upkeep("New thread", async () => {
+    if (runner.busy()) runner.detach();
+    await openThread(await newThread("New thread", $("graph").value));
+    $("composer-text").focus();
+  }),
+);
 $("thread-search").addEventListener("submit", (event) => {
   event.preventDefault();
   listThreads().catch((e) => say(`Search failed: ${e.message}`));
@@ -202,4 +223,9 @@ $("thread-search").addEventListener("submit", (event) => {
 wireFiles(() => thread, refresh);
 wireSkills(() => thread, () => $("graph").value);
 
-boot().catch((e) => say(`Cannot reach the server: ${e.message}`));
+/** Boot, saying why when the server cannot be reached. */
+function start() {
+  boot().catch((e) => say(`Cannot reach the server: ${e.message}`));
+}
+
+start();

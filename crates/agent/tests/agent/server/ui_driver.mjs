@@ -403,12 +403,28 @@ const scenarios = {
     await shot(page, "#key-form", "key");
     await page.getByLabel("API key").fill(first);
     await page.getByRole("button", { name: "Use key" }).click();
+    // The page refreshes the thread when the run ends; hold that refresh's first answer so the
+    // key changes in the middle of it, and the rest of it is refused (401) without a page error.
+    // (The first read of the state is the new thread's, the second the refresh's.)
+    let reads = 0;
+    let holding;
+    const held = new Promise((resolve) => (holding = resolve));
+    await page.route("**/threads/*/state", async (route) => {
+      if (++reads === 2) {
+        holding();
+        await new Promise((resolve) => setTimeout(resolve, 1500));
+      }
+      await route.continue();
+    });
     await send(page, "S-STREAM from the first user");
     await page.locator(".msg-ai .text", { hasText: "Streamed answer." }).waitFor();
     await idle(page);
+    await held;
     const firstThreads = await page.locator("#thread-list .thread").count();
     const firstUrl = page.url();
     await page.getByRole("button", { name: "Change API key" }).click();
+    await page.waitForTimeout(2000);
+    await page.unroute("**/threads/*/state");
     await page.getByLabel("API key").fill(second);
     await page.getByRole("button", { name: "Use key" }).click();
     await page.locator("#thread-list li.muted", { hasText: "No threads." }).waitFor();
