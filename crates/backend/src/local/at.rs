@@ -7,7 +7,8 @@
 //! `mkdirat` inside the directory opened for the level above, and each new level is opened beneath
 //! the root again. The final name is then only ever used relative to its parent's descriptor:
 //! `statat(.., AT_SYMLINK_NOFOLLOW)`, `openat(.., O_CREAT | O_EXCL | O_NOFOLLOW)` for the temporary
-//! file, `renameat` (or `renameat2` exchanging two names) / `linkat` / `unlinkat` within that one directory. Nothing here takes a host path.
+//! file, `renameat` (or `renameat2` exchanging two names) / `linkat` / `unlinkat` within that one
+//! directory. Nothing here takes a host path.
 //!
 //! Each function returns `None` when the kernel has no `openat2`; the caller then uses its older
 //! check-then-use path.
@@ -444,8 +445,8 @@ fn check_target(
 /// Make `to` a second name of the regular file `from` under `mode`; the caller holds the
 /// per-path lock of `to`. No data is copied and no file is created or freed: `CreateNew` links
 /// the name directly, the other modes link a temporary name and put it in place of `to`
-/// ([`replace`]; the file that stood there keeps its other names). The linked file's modification time moves strictly
-/// forward past the replaced file's, so the version of `to` always changes.
+/// ([`replace`]; the file that stood there keeps its other names). The linked file's modification
+/// time moves strictly forward past the replaced file's, so the version of `to` always changes.
 pub(super) fn link(
     beneath: &Beneath,
     from: &VirtualPath,

@@ -137,15 +137,27 @@ impl BackendCheckpointer {
 
     /// Every step object in the thread's log, committed or not.
     pub(super) async fn list_steps(&self, thread_id: &ThreadId) -> Result<Vec<StepName>, CheckpointError> {
+        Ok(self
+            .list_versioned_steps(thread_id)
+            .await?
+            .into_iter()
+            .map(|(step, _)| step)
+            .collect())
+    }
+
+    /// Every step object in the thread's log with its version tag, as one listing gives them.
+    pub(super) async fn list_versioned_steps(
+        &self,
+        thread_id: &ThreadId,
+    ) -> Result<Vec<(StepName, Option<Version>)>, CheckpointError> {
         let entries = match self.backend.ls(&self.log_dir(thread_id)?).await {
             Ok(entries) => entries,
             Err(BackendError::NotFound { .. }) => return Ok(Vec::new()),
             Err(e) => return Err(Self::storage(thread_id, e)),
         };
         Ok(entries
-            .iter()
-            .filter_map(|e| e.path.file_name())
-            .filter_map(StepName::parse)
+            .into_iter()
+            .filter_map(|e| Some((StepName::parse(e.path.file_name()?)?, e.version)))
             .collect())
     }
 

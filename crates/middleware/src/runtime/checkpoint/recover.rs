@@ -29,7 +29,7 @@ use super::CheckpointError;
 use super::backend::BackendCheckpointer;
 use super::log_read::Loaded;
 use super::record::{StepName, chain};
-use crate::backend::{BackendError, Version};
+use crate::backend::Version;
 use crate::runtime::context::ThreadId;
 
 /// Most committed steps a load goes back past. A power loss takes the seconds of writes the
@@ -46,15 +46,11 @@ impl BackendCheckpointer {
         thread_id: &ThreadId,
         version: &Version,
     ) -> Result<Option<StepName>, CheckpointError> {
-        let entries = match self.backend.ls(&self.log_dir(thread_id)?).await {
-            Ok(entries) => entries,
-            Err(BackendError::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(Self::storage(thread_id, e)),
-        };
-        let mut found = entries
-            .iter()
-            .filter(|e| e.version.as_ref() == Some(version))
-            .filter_map(|e| e.path.file_name().and_then(StepName::parse));
+        let steps = self.list_versioned_steps(thread_id).await?;
+        let mut found = steps
+            .into_iter()
+            .filter(|(_, v)| v.as_ref() == Some(version))
+            .map(|(step, _)| step);
         Ok(match (found.next(), found.next()) {
             (Some(step), None) => Some(step),
             _ => None,
@@ -71,21 +67,15 @@ impl BackendCheckpointer {
         cut: CheckpointError,
     ) -> Result<Loaded, CheckpointError> {
         let names = self.list_steps(thread_id).await?;
+        // The committed chain up to `step`, found once; each candidate is a prefix of it.
+        let Ok(committed) = chain(&names, step) else {
+            return Err(cut);
+        };
         let mut cut = cut;
-        let mut current = step.clone();
-        for _ in 0..MOST_STEPS_BACK {
-            let parent = current.parent.as_ref().and_then(|nonce| {
-                names
-                    .iter()
-                    .find(|n| n.seq + 1 == current.seq && &n.nonce == nonce)
-            });
-            let Some(parent) = parent.cloned() else {
-                return Err(cut);
-            };
-            let Ok(steps) = chain(&names, &parent) else {
-                return Err(cut);
-            };
-            match self.replay_chain(thread_id, steps).await {
+        let oldest = committed.len().saturating_sub(MOST_STEPS_BACK + 1);
+        for end in (oldest..committed.len().saturating_sub(1)).rev() {
+            let parent = &committed[end];
+            match self.replay_chain(thread_id, committed[..=end].to_vec()).await {
                 Ok(loaded) => {
                     tracing::warn!(
                         thread = %thread_id,
@@ -98,7 +88,6 @@ impl BackendCheckpointer {
                 Err(e @ CheckpointError::Unfinished { .. }) => cut = e,
                 Err(e) => return Err(e),
             }
-            current = parent;
         }
         Err(cut)
     }

@@ -82,13 +82,18 @@ async fn history(disk: &Disk, thread: &ThreadId) -> Vec<u64> {
     listed.iter().map(|h| h.seq).collect()
 }
 
-/// Keep only the first `len` bytes of `path`, as a power loss leaves a file whose name and
-/// times the journal kept but whose data was not written out yet (so the time is put back).
-fn cut(path: &Path, len: u64) {
-    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+/// Change the file at `path` in place with `change`, then put its modification time back: a
+/// power loss keeps a file's name and times (journaled) while losing data not yet written out.
+fn in_place(path: &Path, change: impl FnOnce(&mut std::fs::File)) {
+    let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     let modified = file.metadata().unwrap().modified().unwrap();
-    file.set_len(len).unwrap();
+    change(&mut file);
     file.set_modified(modified).unwrap();
+}
+
+/// Keep only the first `len` bytes of `path`, as a power loss can leave it.
+fn cut(path: &Path, len: u64) {
+    in_place(path, |file| file.set_len(len).unwrap());
 }
 
 /// Saves steps 0 to 5 of `thread`: a message each, the catalog changed at step 5 (a new blob).
@@ -253,10 +258,9 @@ async fn a_step_cut_mid_way_is_passed_over_and_other_damage_is_not() {
     let mut garbled = good.clone();
     let end = garbled.len() - 1;
     garbled[end - 1] = b'!';
-    let mut file = std::fs::OpenOptions::new().write(true).open(&steps[5]).unwrap();
-    let modified = file.metadata().unwrap().modified().unwrap();
-    std::io::Write::write_all(&mut file, &garbled).unwrap();
-    file.set_modified(modified).unwrap();
+    in_place(&steps[5], |file| {
+        std::io::Write::write_all(file, &garbled).unwrap()
+    });
     let err = disk.cold().load(&thread).await.unwrap_err();
     assert!(
         matches!(err, CheckpointError::Corrupt { step: Some(5), .. }),
