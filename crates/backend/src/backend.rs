@@ -159,6 +159,28 @@ pub enum WriteMode {
     IfVersion(Version),
 }
 
+/// How [`Backend::append`] treats the file it adds to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendMode {
+    /// Create the file holding just the bytes, as [`WriteMode::CreateNew`] does (atomically:
+    /// readers see no file or the whole of it); `Conflict` with
+    /// [`ConflictKind::AlreadyExists`](crate::ConflictKind) if it exists.
+    CreateNew,
+    /// The file must still be at `version` (else, or when it is gone, `Conflict` with
+    /// [`ConflictKind::VersionMismatch`](crate::ConflictKind)). Its first `keep` bytes stay,
+    /// anything after them is cut, and the bytes are written after them. `keep` is normally the
+    /// file's size; a smaller one cuts what a killed append left half-written, which the caller
+    /// found by reading the file at `version`. A `keep` past the file's end is refused
+    /// (`Conflict` with [`ConflictKind::VersionMismatch`](crate::ConflictKind)): the caller read
+    /// another file than this one.
+    IfVersion {
+        /// The version the caller read.
+        version: Version,
+        /// How many of the file's bytes stay.
+        keep: u64,
+    },
+}
+
 /// What a successful write returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteOutcome {
@@ -416,6 +438,31 @@ pub trait Backend: Send + Sync + Debug {
         mode: WriteMode,
     ) -> Option<Result<WriteOutcome>> {
         let _ = (from, to, mode);
+        None
+    }
+
+    /// Add `data` at the end of the file `path` under `mode`, without rewriting what is there:
+    /// a log that grows by appends changes one file in place, and creates and frees no file (a
+    /// write replaces the file, so each one makes a new file and frees the old). Version-checked
+    /// appends are serialized between processes as version-checked writes are, and the file's
+    /// version always changes.
+    ///
+    /// Unlike a write, an append is not atomic for readers: a read while it runs, or after a
+    /// process was killed in the middle of one, may find part of `data` at the end (never
+    /// anything else). A reader that needs whole records frames them itself, and the next
+    /// append passes the size of what it found whole as `keep`.
+    ///
+    /// `None` (the default) means the store cannot append; the caller then writes whole files.
+    /// Local disk appends (a write at the end under an advisory lock on the file); object stores
+    /// do not. Errors: those of [`Backend::write`], and `NotFound` never (a missing file is a
+    /// version mismatch).
+    async fn append(
+        &self,
+        path: &VirtualPath,
+        data: Bytes,
+        mode: AppendMode,
+    ) -> Option<Result<WriteOutcome>> {
+        let _ = (path, data, mode);
         None
     }
 

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::backend::{
-    Backend, ByteRange, Capabilities, Entry, FileListing, ReadOutput, WriteMode, WriteOutcome,
+    AppendMode, Backend, ByteRange, Capabilities, Entry, FileListing, ReadOutput, WriteMode, WriteOutcome,
 };
 use crate::error::{BackendError, Result};
 use crate::path::VirtualPath;
@@ -323,6 +323,22 @@ impl Backend for CompositeBackend {
             .write(&inner, data, mode)
             .await
             .map_err(|e| Self::with_mount_path(e, &inner, path))
+    }
+
+    async fn append(
+        &self,
+        path: &VirtualPath,
+        data: Bytes,
+        mode: AppendMode,
+    ) -> Option<Result<WriteOutcome>> {
+        let (backend, inner, mount) = self.route(path);
+        if mount.is_none() && self.mounts_below(path).next().is_some() {
+            return Some(Err(BackendError::IsADirectory {
+                path: path.to_string(),
+            }));
+        }
+        let appended = backend.append(&inner, data, mode).await?;
+        Some(appended.map_err(|e| Self::with_mount_path(e, &inner, path)))
     }
 
     async fn write_stream(

@@ -55,9 +55,9 @@ mod stream;
 pub mod testing;
 
 pub use backend::{
-    Backend, ByteRange, Capabilities, DEFAULT_GLOB_LIMIT, DEFAULT_LIST_LIMIT, DEFAULT_READ_CONCURRENCY,
-    Entry, EntryKind, FileListing, GlobOutput, GrepMatch, GrepOutput, GrepQuery, LocalDir, PathFilter,
-    ReadOutput, Version, WriteMode, WriteOutcome,
+    AppendMode, Backend, ByteRange, Capabilities, DEFAULT_GLOB_LIMIT, DEFAULT_LIST_LIMIT,
+    DEFAULT_READ_CONCURRENCY, Entry, EntryKind, FileListing, GlobOutput, GrepMatch, GrepOutput, GrepQuery,
+    LocalDir, PathFilter, ReadOutput, Version, WriteMode, WriteOutcome,
 };
 pub use composite::CompositeBackend;
 pub use error::{BackendError, ConflictKind, Result};

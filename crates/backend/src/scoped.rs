@@ -7,8 +7,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use crate::backend::{
-    Backend, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery, PathFilter,
-    ReadOutput, WriteMode, WriteOutcome,
+    AppendMode, Backend, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery,
+    PathFilter, ReadOutput, WriteMode, WriteOutcome,
 };
 use crate::error::{BackendError, Result};
 use crate::path::{MAX_PATH_BYTES, VirtualPath};
@@ -370,6 +370,23 @@ impl Backend for ScopedBackend {
         }
         let linked = self.inner.link(&inner_from, &inner_to, mode).await?;
         Some(linked.map_err(|e| self.outward_error(e, to)))
+    }
+
+    async fn append(
+        &self,
+        path: &VirtualPath,
+        data: Bytes,
+        mode: AppendMode,
+    ) -> Option<Result<WriteOutcome>> {
+        let inner = match self.inward(path) {
+            Ok(inner) => inner,
+            Err(e) => return Some(Err(e)),
+        };
+        if path.is_root() {
+            return Some(Err(is_a_directory(path)));
+        }
+        let appended = self.inner.append(&inner, data, mode).await?;
+        Some(appended.map_err(|e| self.outward_error(e, path)))
     }
 
     async fn delete(&self, path: &VirtualPath) -> Result<()> {

@@ -25,8 +25,9 @@ use agent_client_protocol::v1::schema::{ReadTextFileRequest, WriteTextFileReques
 use async_trait::async_trait;
 use bytes::Bytes;
 use trellis_middleware::backend::{
-    Backend, BackendError, ByteRange, Capabilities, ConflictKind, Entry, FileListing, GlobOutput, GrepOutput,
-    GrepQuery, ReadOutput, Result, Sandbox, VirtualPath, WriteMode, WriteOutcome, WriteSource, read_source,
+    AppendMode, Backend, BackendError, ByteRange, Capabilities, ConflictKind, Entry, FileListing, GlobOutput,
+    GrepOutput, GrepQuery, ReadOutput, Result, Sandbox, VirtualPath, WriteMode, WriteOutcome, WriteSource,
+    read_source,
 };
 
 /// The largest file read or written through the editor.
@@ -197,6 +198,20 @@ impl Backend for EditorFiles {
 
     async fn delete(&self, path: &VirtualPath) -> Result<()> {
         self.inner.delete(path).await
+    }
+
+    /// Where the editor takes writes, an append would change a file behind its back (its buffer
+    /// would not see it): `None` then, and the caller writes the whole file, through the editor.
+    async fn append(
+        &self,
+        path: &VirtualPath,
+        data: Bytes,
+        mode: AppendMode,
+    ) -> Option<Result<WriteOutcome>> {
+        if self.fs.write {
+            return None;
+        }
+        self.inner.append(path, data, mode).await
     }
 
     async fn link(

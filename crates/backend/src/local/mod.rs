@@ -23,7 +23,8 @@ use self::beneath::{Beneath, read_range};
 use self::fast_path::{fast_metadata, fast_read, in_batches, output};
 use self::list::list_dir;
 use crate::backend::{
-    Backend, ByteRange, Capabilities, Entry, EntryKind, ReadOutput, Version, WriteMode, WriteOutcome,
+    AppendMode, Backend, ByteRange, Capabilities, Entry, EntryKind, ReadOutput, Version, WriteMode,
+    WriteOutcome,
 };
 use crate::error::{BackendError, ConflictKind, Result};
 use crate::path::VirtualPath;
@@ -366,6 +367,35 @@ impl Backend for FilesystemBackend {
         .map_err(|e| BackendError::other(to, e));
         match linked {
             Ok(linked) => linked.map(|r| {
+                r.map(|version| WriteOutcome {
+                    version: Some(version),
+                })
+            }),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    async fn append(
+        &self,
+        path: &VirtualPath,
+        data: Bytes,
+        mode: AppendMode,
+    ) -> Option<Result<WriteOutcome>> {
+        if path.is_root() {
+            return Some(Err(BackendError::IsADirectory {
+                path: path.to_string(),
+            }));
+        }
+        let beneath = self.beneath.clone().filter(|b| b.supported())?;
+        let lock = self.lock_for(path);
+        let _guard = lock.lock().await;
+        let inline = self.inline_small && data.len() <= offload::INLINE_MAX;
+        let shown = path.clone();
+        let appended = offload::run(inline, move || at::append(&beneath, &shown, &data, &mode))
+            .await
+            .map_err(|e| BackendError::other(path, e));
+        match appended {
+            Ok(appended) => appended.map(|r| {
                 r.map(|version| WriteOutcome {
                     version: Some(version),
                 })

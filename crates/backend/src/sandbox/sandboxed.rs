@@ -7,8 +7,8 @@ use bytes::Bytes;
 
 use super::Sandbox;
 use crate::backend::{
-    Backend, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery, ReadOutput,
-    WriteMode, WriteOutcome,
+    AppendMode, Backend, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery,
+    ReadOutput, WriteMode, WriteOutcome,
 };
 use crate::error::Result;
 use crate::path::VirtualPath;
@@ -79,6 +79,15 @@ impl Backend for SandboxedBackend {
 
     async fn delete(&self, path: &VirtualPath) -> Result<()> {
         self.files.delete(path).await
+    }
+
+    async fn append(
+        &self,
+        path: &VirtualPath,
+        data: Bytes,
+        mode: AppendMode,
+    ) -> Option<Result<WriteOutcome>> {
+        self.files.append(path, data, mode).await
     }
 
     async fn link(

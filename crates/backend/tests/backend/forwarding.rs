@@ -17,13 +17,13 @@ use trellis_backend::sandbox::{
     ExecFiles, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxReport, SandboxedBackend,
 };
 use trellis_backend::{
-    Backend, ByteRange, Capabilities, CompositeBackend, Entry, FileListing, GlobOutput, GrepOutput,
-    GrepQuery, LocalDir, ReadOutput, Result, ScopedBackend, StateBackend, VirtualPath, WriteMode,
+    AppendMode, Backend, ByteRange, Capabilities, CompositeBackend, Entry, FileListing, GlobOutput,
+    GrepOutput, GrepQuery, LocalDir, ReadOutput, Result, ScopedBackend, StateBackend, VirtualPath, WriteMode,
     WriteOutcome, WriteSource,
 };
 
 /// Every method of the `Backend` trait.
-const METHODS: [&str; 16] = [
+const METHODS: [&str; 17] = [
     "capabilities",
     "sandbox",
     "local_dirs",
@@ -35,6 +35,7 @@ const METHODS: [&str; 16] = [
     "write",
     "write_stream",
     "delete",
+    "append",
     "link",
     "list_files_between",
     "list_files",
@@ -115,6 +116,15 @@ impl Backend for Counting {
         self.count("delete");
         self.inner.delete(path).await
     }
+    async fn append(
+        &self,
+        path: &VirtualPath,
+        data: Bytes,
+        mode: AppendMode,
+    ) -> Option<Result<WriteOutcome>> {
+        self.count("append");
+        self.inner.append(path, data, mode).await
+    }
     async fn link(
         &self,
         from: &VirtualPath,
@@ -168,6 +178,7 @@ async fn call(backend: &dyn Backend, method: &str) {
                 .await,
         ),
         "delete" => drop(backend.delete(&b).await),
+        "append" => drop(backend.append(&b, "b".into(), AppendMode::CreateNew).await),
         "link" => drop(backend.link(&a, &b, WriteMode::Overwrite).await),
         "list_files_between" => drop(backend.list_files_between(&p("/d"), None, None, 10).await),
         "list_files" => drop(backend.list_files(&p("/d"), 10).await),

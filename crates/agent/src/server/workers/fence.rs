@@ -28,8 +28,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use trellis_middleware::ThreadId;
 use trellis_middleware::backend::{
-    Backend, BackendError, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput, GrepQuery,
-    LocalDir, ReadOutput, VirtualPath, WriteMode, WriteOutcome, WriteSource,
+    AppendMode, Backend, BackendError, ByteRange, Capabilities, Entry, FileListing, GlobOutput, GrepOutput,
+    GrepQuery, LocalDir, ReadOutput, VirtualPath, WriteMode, WriteOutcome, WriteSource,
 };
 use trellis_middleware::runtime::checkpoint::ThreadFilesGuard;
 
@@ -193,6 +193,18 @@ impl Backend for FencedFiles {
     async fn delete(&self, path: &VirtualPath) -> Result<(), BackendError> {
         self.fences.check(&self.thread, path)?;
         self.files.delete(path).await
+    }
+
+    async fn append(
+        &self,
+        path: &VirtualPath,
+        data: Bytes,
+        mode: AppendMode,
+    ) -> Option<Result<WriteOutcome, BackendError>> {
+        if let Err(e) = self.fences.check(&self.thread, path) {
+            return Some(Err(e));
+        }
+        self.files.append(path, data, mode).await
     }
 
     async fn link(
