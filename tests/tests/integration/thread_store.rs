@@ -1,8 +1,9 @@
 //! The thread store (`BackendCheckpointer`'s step log) on every kind of storage: `StateBackend`,
-//! local disk, `memory://`, and the S3, GCS and Azure emulators. One suite, run per store:
+//! local disk (new threads in one file, and threads of the one-object-per-step layout),
+//! `memory://`, and the S3, GCS and Azure emulators. One suite, run per store:
 //! two workers racing on one thread (exactly one wins each step, the other reloads and re-applies,
-//! nothing lost); a process killed between writing its step and moving the head (the thread
-//! reloads at the previous step, intact); history and the state at any checkpoint; forks (own
+//! nothing lost); a process killed between writing its step and moving the head, or in the middle
+//! of appending it (the thread reloads at the previous step, intact); history and the state at any checkpoint; forks (own
 //! state, blobs and files; deleting the source leaves the fork whole); deleting a thread removes
 //! everything under it; garbage collection of unreferenced steps and blobs.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -19,7 +20,16 @@ use trellis_middleware::skills::{SKILLS, SkillsState};
 use trellis_middleware::*;
 use trellis_tests::emulator::{Cloud, cloud_target, unique};
 
-type Make = Arc<dyn Fn() -> Arc<dyn Backend> + Send + Sync>;
+/// A new client of the store, each call, and the layout new threads get.
+type Make = Arc<dyn Fn() -> (Arc<dyn Backend>, Layout) + Send + Sync>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// The default: one file where the store appends, one object per step elsewhere.
+    Default,
+    /// One object per step everywhere.
+    OneObjectPerStep,
+}
 
 fn root() -> VirtualPath {
     VirtualPath::parse("/threads").unwrap()
@@ -27,7 +37,12 @@ fn root() -> VirtualPath {
 
 /// A checkpointer on a new client of the store: what another process would have.
 fn open(make: &Make) -> BackendCheckpointer {
-    BackendCheckpointer::new(make(), root()).unwrap()
+    let (backend, layout) = make();
+    let cp = BackendCheckpointer::new(backend, root()).unwrap();
+    match layout {
+        Layout::Default => cp,
+        Layout::OneObjectPerStep => cp.one_object_per_step(),
+    }
 }
 
 fn texts(state: &State) -> Vec<String> {
@@ -135,9 +150,13 @@ async fn killed_between_step_and_head(make: &Make) {
     state.messages.push(Message::ai("two"));
     save(&cp, &state, 1, Some(&v)).await;
 
+    let (backend, _) = make();
+    let one_file = VirtualPath::parse(&format!("/threads/{thread}/steps.log")).unwrap();
+    if backend.stat(&one_file).await.is_ok() {
+        return killed_mid_append(make, &thread, &one_file).await;
+    }
     // A step 2 written by a process that died before moving the head. The head names its step
     // in its first line (on local disk the head is the step object itself, whose header does).
-    let backend = make();
     let head_bytes = backend.read_bytes(&cp.path(&thread).unwrap()).await.unwrap();
     let head: serde_json::Value =
         serde_json::from_slice(head_bytes.split(|b| *b == b'\n').next().unwrap()).unwrap();
@@ -162,19 +181,7 @@ async fn killed_between_step_and_head(make: &Make) {
         .await
         .unwrap();
 
-    let restarted = open(make);
-    let loaded = restarted.load(&thread).await.unwrap().unwrap();
-    assert_eq!(loaded.checkpoint.seq, 1);
-    assert_eq!(texts(&loaded.checkpoint.state), ["one", "two"]);
-    assert_eq!(restarted.history(&thread).await.unwrap().len(), 2);
-    let mut next = loaded.checkpoint.state;
-    next.messages.push(Message::human("three"));
-    restarted
-        .save(Checkpoint::new(thread.clone(), 2, next), Some(&loaded.version))
-        .await
-        .unwrap();
-    let loaded = open(make).load(&thread).await.unwrap().unwrap();
-    assert_eq!(texts(&loaded.checkpoint.state), ["one", "two", "three"]);
+    let restarted = reloads_at_step_one_and_carries_on(make, &thread).await;
 
     // The dead step can never be committed now: collected whatever its age.
     let report = restarted
@@ -186,6 +193,63 @@ async fn killed_between_step_and_head(make: &Make) {
     assert_eq!(log.len(), 3, "{log:?}");
     assert!(!log.iter().any(|p| p.contains("ffffffffffffffff")), "{log:?}");
     cp.delete(&thread).await.unwrap();
+}
+
+/// What a process started after the kill finds: the thread at step 1, its history two steps
+/// long, and a save of step 2 that a third process loads back. Returns that process's
+/// checkpointer.
+async fn reloads_at_step_one_and_carries_on(make: &Make, thread: &ThreadId) -> BackendCheckpointer {
+    let restarted = open(make);
+    let loaded = restarted.load(thread).await.unwrap().unwrap();
+    assert_eq!(loaded.checkpoint.seq, 1);
+    assert_eq!(texts(&loaded.checkpoint.state), ["one", "two"]);
+    assert_eq!(restarted.history(thread).await.unwrap().len(), 2);
+    let mut next = loaded.checkpoint.state;
+    next.messages.push(Message::human("three"));
+    restarted
+        .save(Checkpoint::new(thread.clone(), 2, next), Some(&loaded.version))
+        .await
+        .unwrap();
+    let loaded = open(make).load(thread).await.unwrap().unwrap();
+    assert_eq!(texts(&loaded.checkpoint.state), ["one", "two", "three"]);
+    restarted
+}
+
+/// The same for a thread kept in one file: a process killed in the middle of appending step 2
+/// left the first part of its record (here, a copy of the file's first bytes, which is where a
+/// record's header line starts).
+async fn killed_mid_append(make: &Make, thread: &ThreadId, file: &VirtualPath) {
+    let (backend, _) = make();
+    let whole = backend.read_bytes(file).await.unwrap();
+    let read = backend.read(file, None).await.unwrap();
+    let half = whole.slice(..whole.len() / 2);
+    let appended = backend
+        .append(
+            file,
+            half,
+            trellis_backend::AppendMode::IfVersion {
+                version: read.version.unwrap(),
+                keep: whole.len() as u64,
+            },
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(appended.version.is_some());
+
+    let restarted = reloads_at_step_one_and_carries_on(make, thread).await;
+    let after = backend.read_bytes(file).await.unwrap();
+    assert_eq!(
+        &after[..whole.len()],
+        &whole[..],
+        "the whole records are as they were"
+    );
+
+    // Appends are version-checked, so nothing is ever off the chain.
+    let report = restarted.collect_garbage(thread, Duration::ZERO).await.unwrap();
+    assert_eq!(report.steps, 0, "{report:?}");
+    restarted.delete(thread).await.unwrap();
+    assert!(backend.stat(file).await.is_err());
 }
 
 async fn history_fork_delete_and_garbage(make: &Make) {
@@ -275,7 +339,7 @@ async fn history_fork_delete_and_garbage(make: &Make) {
         .unwrap();
 
     // Garbage: a blob nothing refers to goes (not while younger than the grace), the rest stays.
-    let backend = make();
+    let (backend, _) = make();
     let junk = format!("/threads/{source}/blobs/{}.json", "0".repeat(64));
     backend
         .write(
@@ -327,23 +391,34 @@ async fn suite(make: Make) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_backend() {
     let store = StateBackend::new();
-    suite(Arc::new(move || Arc::new(store.clone()) as Arc<dyn Backend>)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn local_disk() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_owned();
     suite(Arc::new(move || {
-        Arc::new(FilesystemBackend::new(&path).unwrap()) as Arc<dyn Backend>
+        (Arc::new(store.clone()) as Arc<dyn Backend>, Layout::Default)
     }))
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_disk() {
+    for layout in [Layout::Default, Layout::OneObjectPerStep] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_owned();
+        suite(Arc::new(move || {
+            (
+                Arc::new(FilesystemBackend::new(&path).unwrap()) as Arc<dyn Backend>,
+                layout,
+            )
+        }))
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn object_store_memory() {
     let store = ObjectStoreBackend::from_url("memory://", &StoreOptions::default()).unwrap();
-    suite(Arc::new(move || Arc::new(store.clone()) as Arc<dyn Backend>)).await;
+    suite(Arc::new(move || {
+        (Arc::new(store.clone()) as Arc<dyn Backend>, Layout::Default)
+    }))
+    .await;
 }
 
 async fn on_cloud(cloud: Cloud) {
@@ -353,11 +428,10 @@ async fn on_cloud(cloud: Cloud) {
     };
     let prefix = unique(&suite_name);
     suite(Arc::new(move || {
-        Arc::new(
-            target
-                .backend(&target.endpoint, &prefix, StoreOptions::default())
-                .unwrap(),
-        ) as Arc<dyn Backend>
+        let backend = target
+            .backend(&target.endpoint, &prefix, StoreOptions::default())
+            .unwrap();
+        (Arc::new(backend) as Arc<dyn Backend>, Layout::Default)
     }))
     .await;
 }

@@ -120,12 +120,10 @@ fn scan(state_dir: &StateDir, cwd: Option<&Path>) -> Vec<Candidate> {
         if cwd.is_some_and(|cwd| cwd != workdir) {
             continue;
         }
-        let head = state_dir
-            .root()
-            .join("threads")
-            .join(thread.as_str())
-            .join("head.json");
-        let updated = std::fs::metadata(&head)
+        // The thread's last save: its file of steps, or the head of an older thread.
+        let dir = state_dir.root().join("threads").join(thread.as_str());
+        let updated = std::fs::metadata(dir.join("steps.log"))
+            .or_else(|_| std::fs::metadata(dir.join("head.json")))
             .and_then(|m| m.modified())
             .or_else(|_| meta.modified())
             .ok()

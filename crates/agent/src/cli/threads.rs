@@ -68,8 +68,9 @@ pub async fn delete(state_dir: &StateDir, id: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Collect the garbage of one thread (or of every thread): step objects no head reaches and blobs
-/// no committed step names, when last modified at least `grace_s` seconds ago. Prints one line per
+/// Collect the garbage of one thread (or of every thread): step objects no head reaches (threads
+/// kept as one file of steps have none) and blobs no committed step names, when last modified at
+/// least `grace_s` seconds ago. Prints one line per
 /// thread and a total.
 pub async fn gc(state_dir: &StateDir, id: Option<&str>, grace_s: u64) -> Result<ExitCode> {
     let checkpointer = state_dir.checkpointer()?;

@@ -191,7 +191,7 @@ async fn threads_list_show_and_delete_what_runs_kept() {
     // A directory an escaping id would name, with a checkpoint and a file in it.
     let outside = s.join("x");
     std::fs::create_dir_all(outside.join("files")).unwrap();
-    std::fs::copy(s.join("threads/beta/head.json"), outside.join("head.json")).unwrap();
+    std::fs::copy(s.join("threads/beta/steps.log"), outside.join("steps.log")).unwrap();
     std::fs::write(outside.join("files/keep.txt"), "keep").unwrap();
     for command in ["show", "delete"] {
         let refused = failed(&threads(s, &[command, "../x"]));
@@ -370,33 +370,33 @@ async fn history_lists_checkpoints_and_fork_starts_a_new_thread_from_one() {
     );
 }
 
-/// `trellis threads gc` removes a step no head reaches (a process killed before moving the head)
-/// and a blob no step names, leaves young objects alone under its grace period, and leaves the
-/// thread whole: its history and messages are what they were.
+/// `trellis threads gc` removes a blob no step names, leaves young ones alone under its grace
+/// period, and leaves the thread whole: its history and messages are what they were. A thread of
+/// `trellis run` on local disk is one file of steps, appended version-checked, so no step is ever
+/// off its chain (steps off the chain of older threads: `tests/tests/integration/thread_store.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gc_removes_unreferenced_steps_and_blobs_and_keeps_the_thread() {
+async fn gc_removes_unreferenced_blobs_and_keeps_the_thread() {
     let state = tempfile::tempdir().unwrap();
     let s = state.path();
     ok_text(&run_calling(s, None, "alpha", vec![write("/notes/a.txt", NOTE)]).await[0]);
     let history = succeeded(&threads(s, &["history", "alpha"]));
     let shown = succeeded(&threads(s, &["show", "alpha"]));
-    let log = s.join("threads/alpha/log");
-    let orphan = log.join("000000000999-0123456789abcdef-fedcba9876543210.json");
-    std::fs::write(&orphan, "{}\n{}").unwrap();
+    assert!(s.join("threads/alpha/steps.log").is_file());
+    assert!(!s.join("threads/alpha/log").exists());
     let blobs = s.join("threads/alpha/blobs");
     std::fs::create_dir_all(&blobs).unwrap();
     let stray = blobs.join(format!("{}.json", "ab".repeat(32)));
     std::fs::write(&stray, "[]").unwrap();
 
-    // Both are younger than the default grace period: a save in flight elsewhere keeps them.
+    // Younger than the default grace period: a save in flight elsewhere keeps it.
     let young = succeeded(&threads(s, &["gc", "alpha"]));
     assert!(young.contains("alpha: removed 0 steps, 0 blobs"), "{young}");
-    assert!(orphan.exists() && stray.exists());
+    assert!(stray.exists());
 
     let all = succeeded(&threads(s, &["gc", "--grace", "0"]));
-    assert!(all.contains("alpha: removed 1 steps, 1 blobs"), "{all}");
-    assert!(all.contains("1 threads: removed 1 steps, 1 blobs"), "{all}");
-    assert!(!orphan.exists() && !stray.exists());
+    assert!(all.contains("alpha: removed 0 steps, 1 blobs"), "{all}");
+    assert!(all.contains("1 threads: removed 0 steps, 1 blobs"), "{all}");
+    assert!(!stray.exists());
     assert_eq!(succeeded(&threads(s, &["history", "alpha"])), history);
     assert_eq!(succeeded(&threads(s, &["show", "alpha"])), shown);
     let missing = failed(&threads(s, &["gc", "nobody"]));

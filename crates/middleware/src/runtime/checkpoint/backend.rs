@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::ThreadFilesGuard;
+use super::appended::LogAt;
 use super::blobs::{KnownBlobs, ensure_blob};
 use super::delta::{Previous, message_delta, slot_delta, slots_unchanged};
 use super::log_read::Loaded;
@@ -62,6 +63,10 @@ pub struct BackendCheckpointer {
     pub(super) cache: Arc<ThreadCache>,
     /// The store may link (see [`Backend::link`]); cleared the first time it says it cannot.
     pub(super) links: Arc<AtomicBool>,
+    /// New threads keep their steps in one file the store appends to (`appended.rs`); cleared
+    /// the first time the store says it cannot append, or by
+    /// [`one_object_per_step`](Self::one_object_per_step).
+    pub(super) appends: Arc<AtomicBool>,
     /// Wraps each thread's file space ([`Checkpointer::thread_files`]); see
     /// [`with_files_guard`](Self::with_files_guard).
     files_guard: Option<Arc<dyn ThreadFilesGuard>>,
@@ -80,8 +85,8 @@ const INLINE_MESSAGES: usize = 16;
 enum Parent {
     /// A new thread.
     None,
-    /// After this step of the log.
-    Step(StepName),
+    /// After this step of the log; `Some` where the thread's steps are one file, ending there.
+    Step(StepName, Option<LogAt>),
     /// After an old-format checkpoint file.
     Legacy,
 }
@@ -101,8 +106,18 @@ impl BackendCheckpointer {
             memo: Arc::default(),
             cache: Arc::default(),
             links: Arc::new(AtomicBool::new(true)),
+            appends: Arc::new(AtomicBool::new(true)),
             files_guard: None,
         })
+    }
+
+    /// The same checkpointer, keeping each new thread's steps as one object per step even on a
+    /// store that appends, as builds before the one-file layout did (see "Thread store" in
+    /// docs/architecture.md). Threads are read whichever layout they have; this only decides
+    /// what a new thread gets.
+    pub fn one_object_per_step(self) -> Self {
+        self.appends.store(false, Ordering::Relaxed);
+        self
     }
 
     /// The same checkpointer, each thread's file space ([`Checkpointer::thread_files`]) handed
@@ -227,9 +242,16 @@ impl BackendCheckpointer {
         thread_id: &ThreadId,
         expected: &CheckpointVersion,
     ) -> Result<Parent, CheckpointError> {
+        if let Some(tail) = self.read_tail(thread_id).await? {
+            if &tail.checkpoint_version() != expected {
+                return Err(Self::conflict(thread_id));
+            }
+            let (step, _) = tail.head(thread_id)?;
+            return Ok(Parent::Step(step, Some(tail.at)));
+        }
         if let Some((_, step, version)) = self.read_head(thread_id).await? {
             return if &version == expected {
-                Ok(Parent::Step(step))
+                Ok(Parent::Step(step, None))
             } else {
                 Err(Self::conflict(thread_id))
             };
@@ -250,7 +272,7 @@ impl BackendCheckpointer {
     fn remember(
         &self,
         thread_id: &ThreadId,
-        version: CheckpointVersion,
+        (version, log): (CheckpointVersion, Option<LogAt>),
         since_base: Vec<StepName>,
         chunks: Vec<String>,
         previous: Previous,
@@ -269,6 +291,7 @@ impl BackendCheckpointer {
                 previous,
                 saved,
                 weight,
+                log,
             },
         );
     }
@@ -305,17 +328,36 @@ impl BackendCheckpointer {
         thread_id: &ThreadId,
         remember: bool,
     ) -> Result<Option<StoredCheckpoint>, CheckpointError> {
-        let Some((head, step, version)) = self.read_head(thread_id).await? else {
-            return self.load_legacy(thread_id).await;
-        };
-        let chain = self.recent_chain(thread_id, &head, &step).await?;
-        let loaded = match self.replay_chain(thread_id, chain).await {
-            Ok(loaded) => loaded,
-            // Only local disk (a linked head) has writes a power loss can cut short.
-            Err(cut @ CheckpointError::Unfinished { .. }) if head.linked => {
-                self.load_before(thread_id, &step, cut).await?
+        let (loaded, version, log) = match self.read_tail(thread_id).await? {
+            Some(tail) => {
+                let (loaded, at) = match self
+                    .replay_records(thread_id, &tail, tail.at.base, tail.at.end)
+                    .await
+                {
+                    Ok(loaded) => (loaded, tail.at),
+                    // A power loss cut a blob short: go back to the newest whole step.
+                    Err(cut @ CheckpointError::Unfinished { .. }) => {
+                        self.load_log_before(thread_id, &tail, cut).await?
+                    }
+                    Err(e) => return Err(e),
+                };
+                (loaded, tail.checkpoint_version(), Some(at))
             }
-            Err(e) => return Err(e),
+            None => {
+                let Some((head, step, version)) = self.read_head(thread_id).await? else {
+                    return self.load_legacy(thread_id).await;
+                };
+                let chain = self.recent_chain(thread_id, &head, &step).await?;
+                let loaded = match self.replay_chain(thread_id, chain).await {
+                    Ok(loaded) => loaded,
+                    // Only local disk (a linked head) has writes a power loss can cut short.
+                    Err(cut @ CheckpointError::Unfinished { .. }) if head.linked => {
+                        self.load_before(thread_id, &step, cut).await?
+                    }
+                    Err(e) => return Err(e),
+                };
+                (loaded, version, None)
+            }
         };
         let Loaded {
             chain,
@@ -333,7 +375,7 @@ impl BackendCheckpointer {
             let since_base = chain[from..].to_vec();
             self.remember(
                 thread_id,
-                version.clone(),
+                (version.clone(), log),
                 since_base,
                 replayed.chunks,
                 previous,
@@ -372,11 +414,11 @@ impl Checkpointer for BackendCheckpointer {
         let known = expected.and_then(|v| self.cache.get(&thread_id, v));
         let parent = match (expected, &known) {
             (None, _) => Parent::None,
-            (Some(_), Some(k)) => Parent::Step(k.step.clone()),
+            (Some(_), Some(k)) => Parent::Step(k.step.clone(), k.log),
             (Some(v), None) => self.parent_from_store(&thread_id, v).await?,
         };
         let (seq, parent_nonce) = match &parent {
-            Parent::Step(step) => (step.seq + 1, Some(step.nonce.clone())),
+            Parent::Step(step, _) => (step.seq + 1, Some(step.nonce.clone())),
             Parent::None | Parent::Legacy => (checkpoint.seq, None),
         };
         let snapshot = known
@@ -413,8 +455,17 @@ impl Checkpointer for BackendCheckpointer {
         let since = SinceBase::of(&since_base);
         let memo = self.memo.clone();
         let (state, saved_at_ms) = (checkpoint.state, checkpoint.saved_at_ms);
-        // Only a step that may become the head itself (a store that links) carries its chain.
-        let linking = self.links.load(Ordering::Relaxed);
+        // Where the step goes: after the end of the thread's file, a new file, or (`None`) an
+        // object of its own.
+        let into_log: Option<Option<LogAt>> = match &parent {
+            Parent::Step(_, Some(at)) => Some(Some(*at)),
+            Parent::None if self.appends.load(Ordering::Relaxed) => Some(None),
+            Parent::Step(_, None) | Parent::None | Parent::Legacy => None,
+        };
+        // A record names its step; a step that may become the head itself (a store that links)
+        // also carries its chain.
+        let linking = into_log.is_none() && self.links.load(Ordering::Relaxed);
+        let named = linking || into_log.is_some();
         let (thread, name, header_since) = (thread_id.clone(), step.file_name(), since.clone());
         let encoded = off_executor(heavy, move || {
             let slots = slot_delta(&state, previous.as_ref(), &memo)?;
@@ -436,7 +487,7 @@ impl Checkpointer for BackendCheckpointer {
                 summary: summarize(&messages.append, &set, &slots.unset),
                 messages: state.messages.len(),
                 forked_from: None,
-                step: linking.then_some(name),
+                step: named.then_some(name),
                 since_base: linking.then_some(header_since),
             };
             let empty: &[String] = &[];
@@ -460,12 +511,26 @@ impl Checkpointer for BackendCheckpointer {
         self.write_blobs(&thread_id, blobs.into_iter().map(|b| (b.hash, b.bytes)))
             .await?;
         let head_expected = match parent {
-            Parent::Step(_) => expected,
+            Parent::Step(..) => expected,
             Parent::None | Parent::Legacy => None,
         };
-        let version = self
-            .commit(&thread_id, &step, &since, bytes, saved_at_ms, head_expected)
-            .await?;
+        let appended = match into_log {
+            Some(at) => {
+                self.append_step(&thread_id, &step, &bytes, at, head_expected)
+                    .await?
+            }
+            None => None,
+        };
+        let (version, log) = match appended {
+            Some((version, at)) => (version, Some(at)),
+            // Not one file (or the store turned out not to append): one object for the step.
+            None => {
+                let version = self
+                    .commit(&thread_id, &step, &since, bytes, saved_at_ms, head_expected)
+                    .await?;
+                (version, None)
+            }
+        };
         since_base.push(step.clone());
         if matches!(parent, Parent::Legacy) {
             // Superseded by the log; a failure leaves a file nothing reads while the head exists.
@@ -476,7 +541,7 @@ impl Checkpointer for BackendCheckpointer {
         let weight = known.as_ref().map_or(0, |k| k.weight);
         self.remember(
             &thread_id,
-            version.clone(),
+            (version.clone(), log),
             since_base,
             chunks,
             previous,
@@ -488,7 +553,11 @@ impl Checkpointer for BackendCheckpointer {
     async fn delete(&self, thread_id: &ThreadId) -> Result<(), CheckpointError> {
         self.forget(thread_id);
         // The head first, so no reader finds a thread whose steps are going.
-        for path in [self.path(thread_id)?, self.legacy_path(thread_id)?] {
+        for path in [
+            self.log_path(thread_id)?,
+            self.path(thread_id)?,
+            self.legacy_path(thread_id)?,
+        ] {
             match self.backend.delete(&path).await {
                 Ok(()) | Err(BackendError::NotFound { .. }) => {}
                 Err(e) => return Err(Self::storage(thread_id, e)),

@@ -5,10 +5,11 @@
 
 use std::sync::atomic::Ordering;
 
+use super::appended::{LOG_VERSION, LogAt, frame};
 use super::backend::BackendCheckpointer;
 use super::record::{Head, LOG_FORMAT, SinceBase, StepName};
 use super::{CheckpointError, CheckpointVersion};
-use crate::backend::{BackendError, ConflictKind, Version, WriteMode};
+use crate::backend::{AppendMode, BackendError, ConflictKind, Version, WriteMode};
 use crate::runtime::context::ThreadId;
 
 impl BackendCheckpointer {
@@ -81,6 +82,74 @@ impl BackendCheckpointer {
                         kind: ConflictKind::AlreadyExists | ConflictKind::VersionMismatch,
                         ..
                     } => Err(Self::conflict(thread_id)),
+                    e => Err(Self::storage(thread_id, e)),
+                }
+            }
+        }
+    }
+}
+
+impl BackendCheckpointer {
+    /// Append the step object `bytes` to the thread's file (`appended.rs`): after `at`, checked
+    /// against `expected`, or, for a new thread (`at` and `expected` both `None`), as a new file.
+    /// `Ok(None)` when the store cannot append: the caller writes an object for the step, and new
+    /// threads get one object per step from then on. Of two writers on one version exactly one
+    /// appends; the other gets `Conflict` and nothing of its step is written.
+    pub(super) async fn append_step(
+        &self,
+        thread_id: &ThreadId,
+        step: &StepName,
+        bytes: &[u8],
+        at: Option<LogAt>,
+        expected: Option<&CheckpointVersion>,
+    ) -> Result<Option<(CheckpointVersion, LogAt)>, CheckpointError> {
+        let path = self.log_path(thread_id)?;
+        let (mode, start) = match (at, expected) {
+            (Some(at), Some(version)) => {
+                let Some(tag) = version.as_str().strip_prefix(LOG_VERSION) else {
+                    return Err(Self::conflict(thread_id));
+                };
+                let mode = AppendMode::IfVersion {
+                    version: Version::new(tag),
+                    keep: at.end,
+                };
+                (mode, at.end)
+            }
+            (None, None) => {
+                // Not new if it has a head object (a thread of the one-object-per-step layout).
+                match self.backend.stat(&self.path(thread_id)?).await {
+                    Ok(_) => return Err(Self::conflict(thread_id)),
+                    Err(BackendError::NotFound { .. }) => {}
+                    Err(e) => return Err(Self::storage(thread_id, e)),
+                }
+                (AppendMode::CreateNew, 0)
+            }
+            _ => return Err(Self::conflict(thread_id)),
+        };
+        let base = match at {
+            Some(at) if !step.base => at.base,
+            _ => start,
+        };
+        let record = frame(bytes, start, base);
+        let end = start + record.len() as u64;
+        let Some(appended) = self.backend.append(&path, record.into(), mode).await else {
+            self.appends.store(false, Ordering::Relaxed);
+            return Ok(None);
+        };
+        match appended {
+            Ok(out) => match out.version {
+                Some(v) => Ok(Some((
+                    CheckpointVersion::new(format!("{LOG_VERSION}{}", v.as_str())),
+                    LogAt { end, base },
+                ))),
+                None => Err(CheckpointError::Unsupported(format!(
+                    "{path} was appended to without a version tag"
+                ))),
+            },
+            Err(e) => {
+                self.cache.forget(thread_id);
+                match e {
+                    BackendError::Conflict { .. } => Err(Self::conflict(thread_id)),
                     e => Err(Self::storage(thread_id, e)),
                 }
             }

@@ -47,6 +47,13 @@ impl BackendCheckpointer {
         &self,
         thread_id: &ThreadId,
     ) -> Result<Vec<CheckpointInfo>, CheckpointError> {
+        if let Some(tail) = self.read_tail(thread_id).await? {
+            let records = self.log_records(thread_id, &tail).await?;
+            return Ok(records
+                .into_iter()
+                .map(|r| CheckpointInfo::from(r.header))
+                .collect());
+        }
         let Some((record, head, _)) = self.read_head(thread_id).await? else {
             let legacy = self.load_legacy(thread_id).await?;
             return Ok(legacy
@@ -122,16 +129,43 @@ impl BackendCheckpointer {
         Ok(Some(chain))
     }
 
+    /// The thread's steps replayed up to its checkpoint `seq`, in either layout (one file, or one
+    /// object per step), blobs not put back.
+    async fn replayed_at(&self, thread_id: &ThreadId, seq: u64) -> Result<Found, CheckpointError> {
+        if let Some(tail) = self.read_tail(thread_id).await? {
+            let records = self.log_records(thread_id, &tail).await?;
+            let Some(record) = records.iter().find(|r| r.step.seq == seq) else {
+                return Ok(Found::Missing);
+            };
+            let read = self
+                .read_records(thread_id, &tail, record.base, record.end)
+                .await?
+                .into_iter()
+                .map(|(_, header, body)| (header, body))
+                .collect();
+            let (replayed, header) = self.replay_read(thread_id, read).await?;
+            return Ok(Found::Replayed(Box::new((replayed, header))));
+        }
+        let Some(chain) = self.chain_to(thread_id, seq).await? else {
+            return Ok(Found::NoLog);
+        };
+        let (replayed, header) = self.replay(thread_id, &chain).await?;
+        Ok(Found::Replayed(Box::new((replayed, header))))
+    }
+
     pub(super) async fn load_step(
         &self,
         thread_id: &ThreadId,
         seq: u64,
     ) -> Result<Option<Checkpoint>, CheckpointError> {
-        let Some(chain) = self.chain_to(thread_id, seq).await? else {
-            let legacy = self.load_legacy(thread_id).await?;
-            return Ok(legacy.map(|s| s.checkpoint).filter(|c| c.seq == seq));
+        let (replayed, header) = match self.replayed_at(thread_id, seq).await? {
+            Found::Replayed(found) => *found,
+            Found::Missing => return Ok(None),
+            Found::NoLog => {
+                let legacy = self.load_legacy(thread_id).await?;
+                return Ok(legacy.map(|s| s.checkpoint).filter(|c| c.seq == seq));
+            }
         };
-        let (replayed, header) = self.replay(thread_id, &chain).await?;
         let (state, _) = self.materialize(thread_id, &replayed, seq).await?;
         Ok(Some(Checkpoint {
             format: CHECKPOINT_FORMAT,
@@ -150,16 +184,19 @@ impl BackendCheckpointer {
         seq: u64,
         to: &ThreadId,
     ) -> Result<CheckpointVersion, CheckpointError> {
-        let Some(chain) = self.chain_to(from, seq).await? else {
-            // An old-format thread (or none): the generic fork.
-            return super::fork_by_copy(self, from, seq, to).await;
+        let replayed = match self.replayed_at(from, seq).await? {
+            Found::Replayed(found) => found.0,
+            // An old-format thread (or none, or no such checkpoint): the generic fork.
+            Found::Missing | Found::NoLog => return super::fork_by_copy(self, from, seq, to).await,
         };
-        if self.read_head(to).await?.is_some() || self.load_legacy(to).await?.is_some() {
+        if self.read_tail(to).await?.is_some()
+            || self.read_head(to).await?.is_some()
+            || self.load_legacy(to).await?.is_some()
+        {
             return Err(CheckpointError::Conflict {
                 thread_id: to.clone(),
             });
         }
-        let (replayed, _) = self.replay(from, &chain).await?;
         let mut hashes: Vec<&String> = replayed.slots.values().flat_map(|s| &s.blobs).collect();
         hashes.sort_unstable();
         hashes.dedup();
@@ -195,6 +232,11 @@ impl BackendCheckpointer {
                 source,
             }
         })?;
+        if self.appends.load(std::sync::atomic::Ordering::Relaxed)
+            && let Some((version, _)) = self.append_step(to, &step, &bytes, None, None).await?
+        {
+            return Ok(version);
+        }
         self.commit(to, &step, &SinceBase::default(), bytes, saved_at_ms, None)
             .await
     }
@@ -212,12 +254,22 @@ impl BackendCheckpointer {
         grace: Duration,
     ) -> Result<GarbageReport, CheckpointError> {
         let mut report = GarbageReport::default();
-        let Some((_, head, _)) = self.read_head(thread_id).await? else {
-            return Ok(report);
-        };
         let old_enough = |modified: Option<SystemTime>| {
             grace.is_zero()
                 || modified.is_some_and(|m| SystemTime::now().duration_since(m).is_ok_and(|age| age >= grace))
+        };
+        if let Some(tail) = self.read_tail(thread_id).await? {
+            // One file: appends are version-checked, so no step is ever off the chain.
+            let mut referenced = HashSet::new();
+            for (_, _, body) in self.read_records(thread_id, &tail, 0, tail.at.end).await? {
+                referenced.extend(body.chunks);
+                referenced.extend(body.set.into_values().flat_map(|s| s.blobs));
+            }
+            report.blobs = self.collect_blobs(thread_id, &referenced, &old_enough).await?;
+            return Ok(report);
+        }
+        let Some((_, head, _)) = self.read_head(thread_id).await? else {
+            return Ok(report);
         };
         let chain = self.chain(thread_id, &head).await?;
         let on_chain: HashSet<String> = chain.iter().map(StepName::file_name).collect();
@@ -246,6 +298,18 @@ impl BackendCheckpointer {
             referenced.extend(body.chunks);
             referenced.extend(body.set.into_values().flat_map(|s| s.blobs));
         }
+        report.blobs = self.collect_blobs(thread_id, &referenced, &old_enough).await?;
+        Ok(report)
+    }
+
+    /// Remove the thread's blobs not in `referenced` that are `old_enough`; how many went.
+    async fn collect_blobs(
+        &self,
+        thread_id: &ThreadId,
+        referenced: &HashSet<String>,
+        old_enough: &impl Fn(Option<SystemTime>) -> bool,
+    ) -> Result<usize, CheckpointError> {
+        let mut removed = 0;
         let blob_dir = self.blob_dir(thread_id)?;
         let blobs = match self.backend.ls(&blob_dir).await {
             Ok(entries) => entries,
@@ -260,14 +324,24 @@ impl BackendCheckpointer {
                 continue;
             }
             match self.backend.delete(&entry.path).await {
-                Ok(()) => report.blobs += 1,
+                Ok(()) => removed += 1,
                 Err(BackendError::NotFound { .. }) => {}
                 Err(e) => return Err(Self::storage(thread_id, e)),
             }
         }
         self.known_blobs.forget_below(&blob_dir);
-        Ok(report)
+        Ok(removed)
     }
+}
+
+/// What [`BackendCheckpointer::replayed_at`] found.
+enum Found {
+    /// The state at the checkpoint asked for, and its step's header.
+    Replayed(Box<(Replayed, StepHeader)>),
+    /// The thread has steps, none of them that checkpoint.
+    Missing,
+    /// The thread has no steps (an old-format thread, or none).
+    NoLog,
 }
 
 /// The slots and fork origin of a base step written from a replayed log (a fork).
@@ -326,11 +400,19 @@ impl BackendCheckpointer {
             .iter()
             .map(|id| self.legacy_path(id))
             .collect::<Result<Vec<_>, _>>()?;
-        let (heads, legacy) = futures::join!(self.backend.stat_many(&heads), self.backend.stat_many(&legacy));
+        let logs = candidates
+            .iter()
+            .map(|id| self.log_path(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (heads, legacy, logs) = futures::join!(
+            self.backend.stat_many(&heads),
+            self.backend.stat_many(&legacy),
+            self.backend.stat_many(&logs)
+        );
         let mut ids: Vec<ThreadId> = candidates
             .into_iter()
-            .zip(heads.into_iter().zip(legacy))
-            .filter_map(|(id, (head, old))| (head.is_ok() || old.is_ok()).then_some(id))
+            .zip(heads.into_iter().zip(legacy).zip(logs))
+            .filter_map(|(id, ((head, old), log))| (head.is_ok() || old.is_ok() || log.is_ok()).then_some(id))
             .collect();
         ids.sort();
         Ok(ids)

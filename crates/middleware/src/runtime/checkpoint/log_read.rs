@@ -10,6 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::appended::Tail;
 use super::backend::{BackendCheckpointer, off_executor};
 use super::record::{Body, Head, LOG_FORMAT, Replayed, StepHeader, StepName, split_header};
 use super::shared::resolve_refs;
@@ -191,9 +192,19 @@ impl BackendCheckpointer {
             let first = steps.first().map(|s| s.seq);
             return Err(Self::corrupt(thread_id, first, "the log has no base step"));
         };
+        let read = self.read_steps(thread_id, &steps[from..]).await?;
+        self.replay_read(thread_id, read).await
+    }
+
+    /// Replay steps already read (a base step, then the steps after it).
+    pub(super) async fn replay_read(
+        &self,
+        thread_id: &ThreadId,
+        read: Vec<(StepHeader, Body)>,
+    ) -> Result<(Replayed, StepHeader), CheckpointError> {
         let mut replayed = Replayed::default();
         let mut last = None;
-        for (header, body) in self.read_steps(thread_id, &steps[from..]).await? {
+        for (header, body) in read {
             let seq = header.seq;
             let chunked = self.read_chunks(thread_id, seq, &body.chunks).await?;
             replayed
@@ -211,7 +222,17 @@ impl BackendCheckpointer {
         thread_id: &ThreadId,
         chain: Vec<StepName>,
     ) -> Result<Loaded, CheckpointError> {
-        let (replayed, header) = self.replay(thread_id, &chain).await?;
+        let replayed = self.replay(thread_id, &chain).await?;
+        self.loaded(thread_id, chain, replayed).await
+    }
+
+    /// The state `chain` replayed into, blobs put back.
+    async fn loaded(
+        &self,
+        thread_id: &ThreadId,
+        chain: Vec<StepName>,
+        (replayed, header): (Replayed, StepHeader),
+    ) -> Result<Loaded, CheckpointError> {
         let (state, weight) = self.materialize(thread_id, &replayed, header.seq).await?;
         Ok(Loaded {
             chain,
@@ -220,6 +241,26 @@ impl BackendCheckpointer {
             state,
             weight,
         })
+    }
+
+    /// Replay the records of an appended thread from the one starting at `from` (a base step)
+    /// to the one ending at `end`, and put their blobs back (see `appended.rs`).
+    pub(super) async fn replay_records(
+        &self,
+        thread_id: &ThreadId,
+        tail: &Tail,
+        from: u64,
+        end: u64,
+    ) -> Result<Loaded, CheckpointError> {
+        let records = self.read_records(thread_id, tail, from, end).await?;
+        let mut chain = Vec::with_capacity(records.len());
+        let mut read = Vec::with_capacity(records.len());
+        for (step, header, body) in records {
+            chain.push(step);
+            read.push((header, body));
+        }
+        let replayed = self.replay_read(thread_id, read).await?;
+        self.loaded(thread_id, chain, replayed).await
     }
 
     /// The messages of a base step's chunks, in order (one batch of reads).
@@ -394,9 +435,18 @@ pub(super) fn parse_header(
     step: &StepName,
     line: &[u8],
 ) -> Result<StepHeader, CheckpointError> {
-    let corrupt = |reason: String| BackendCheckpointer::corrupt(thread_id, Some(step.seq), reason);
     let header: StepHeader = serde_json::from_slice(line)
         .map_err(|e| BackendCheckpointer::undecodable(thread_id, Some(step.seq), "the step's header", &e))?;
+    checked_header(thread_id, step, header)
+}
+
+/// A step object's header, checked against the step's name and thread.
+pub(super) fn checked_header(
+    thread_id: &ThreadId,
+    step: &StepName,
+    header: StepHeader,
+) -> Result<StepHeader, CheckpointError> {
+    let corrupt = |reason: String| BackendCheckpointer::corrupt(thread_id, Some(step.seq), reason);
     if header.format != LOG_FORMAT || header.seq != step.seq || &header.thread_id != thread_id {
         return Err(corrupt(format!(
             "header says format {}, thread {}, step {}",

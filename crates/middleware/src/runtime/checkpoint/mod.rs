@@ -9,6 +9,7 @@
 //! Within a step, the tool-call journal ([`Checkpointer::record_call`], see `journal.rs`) keeps
 //! each call's result as it completes, so a run resumed after a crash re-runs only what has none.
 
+mod appended;
 mod backend;
 mod blobs;
 mod commit;

@@ -26,6 +26,7 @@
 //!   `Unfinished` as above.
 
 use super::CheckpointError;
+use super::appended::{LogAt, Tail};
 use super::backend::BackendCheckpointer;
 use super::log_read::Loaded;
 use super::record::{StepName, chain};
@@ -84,6 +85,47 @@ impl BackendCheckpointer {
                         "{cut}; loading the thread at its newest whole step instead"
                     );
                     return Ok(loaded);
+                }
+                Err(e @ CheckpointError::Unfinished { .. }) => cut = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(cut)
+    }
+}
+
+impl BackendCheckpointer {
+    /// [`load_before`](Self::load_before) for a thread kept in one file (`appended.rs`): the
+    /// newest record before the head whose chain loads whole, and where it ends, so the next save
+    /// cuts the records after it (their steps attach to another parent). `cut`, or the first
+    /// other error met, when there is none within [`MOST_STEPS_BACK`].
+    pub(super) async fn load_log_before(
+        &self,
+        thread_id: &ThreadId,
+        tail: &Tail,
+        cut: CheckpointError,
+    ) -> Result<(Loaded, LogAt), CheckpointError> {
+        let records = self.log_records(thread_id, tail).await?;
+        let mut cut = cut;
+        let oldest = records.len().saturating_sub(MOST_STEPS_BACK + 1);
+        let head_seq = records.last().map_or(0, |r| r.step.seq);
+        for record in records[oldest..records.len().saturating_sub(1)].iter().rev() {
+            match self
+                .replay_records(thread_id, tail, record.base, record.end)
+                .await
+            {
+                Ok(loaded) => {
+                    tracing::warn!(
+                        thread = %thread_id,
+                        lost = head_seq - record.step.seq,
+                        from = record.step.seq,
+                        "{cut}; loading the thread at its newest whole step instead"
+                    );
+                    let at = LogAt {
+                        end: record.end,
+                        base: record.base,
+                    };
+                    return Ok((loaded, at));
                 }
                 Err(e @ CheckpointError::Unfinished { .. }) => cut = e,
                 Err(e) => return Err(e),

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::CheckpointVersion;
+use super::appended::LogAt;
 use super::delta::Previous;
 use super::record::StepName;
 use crate::runtime::context::ThreadId;
@@ -37,6 +38,8 @@ pub(super) struct Known {
     pub(super) saved: bool,
     /// Bytes of the blobs `previous` decoded on its own (see the module docs).
     pub(super) weight: usize,
+    /// Where the thread's file of steps ends, for a thread kept in one (`appended.rs`).
+    pub(super) log: Option<LogAt>,
 }
 
 #[derive(Debug)]
@@ -148,6 +151,7 @@ mod tests {
             },
             saved: false,
             weight,
+            log: None,
         }
     }
 
