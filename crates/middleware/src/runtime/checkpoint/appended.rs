@@ -45,7 +45,9 @@ use super::backend::BackendCheckpointer;
 use super::log_read::checked_header;
 use super::record::{Body, StepHeader, StepName, split_header};
 use super::{CheckpointError, CheckpointVersion};
-use crate::backend::{BackendError, ByteRange, Version};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::backend::{AppendMode, Backend, BackendError, ByteRange, Version, VirtualPath};
 use crate::runtime::context::ThreadId;
 
 /// The file under a thread's directory.
@@ -127,6 +129,45 @@ impl Tail {
     }
 }
 
+/// Whether a checkpointer's store appends, asked once ([`StoreAppends::ask`]). Only such a store
+/// can hold threads kept in one file, so a load on any other never looks for one: on an object
+/// store that would be a request per load.
+#[derive(Debug, Default)]
+pub(super) struct StoreAppends(AtomicU8);
+
+// 0: not asked yet.
+const APPENDS: u8 = 1;
+const CANNOT: u8 = 2;
+
+impl StoreAppends {
+    /// Whether `backend` appends: asked the first time with an append that cannot change
+    /// anything (version-checked, to a file under `root` that is not there: a store that appends
+    /// answers `Conflict`, one that cannot answers `None`).
+    pub async fn ask(&self, backend: &dyn Backend, root: &VirtualPath) -> bool {
+        match self.0.load(Ordering::Relaxed) {
+            APPENDS => return true,
+            CANNOT => return false,
+            _ => {}
+        }
+        let probe = root
+            .join(".trellis-append-probe")
+            .unwrap_or_else(|_| root.clone());
+        let mode = AppendMode::IfVersion {
+            version: Version::new("never"),
+            keep: 0,
+        };
+        let appends = backend.append(&probe, Bytes::new(), mode).await.is_some();
+        self.0
+            .store(if appends { APPENDS } else { CANNOT }, Ordering::Relaxed);
+        appends
+    }
+
+    /// The store said it cannot append, to an append that could have.
+    pub fn cannot(&self) {
+        self.0.store(CANNOT, Ordering::Relaxed);
+    }
+}
+
 /// `step` as a record starting at `start` whose chain's base record starts at `base`.
 pub(super) fn frame(step: &[u8], start: u64, base: u64) -> Vec<u8> {
     let crc = crc32fast::hash(step);
@@ -196,9 +237,13 @@ impl BackendCheckpointer {
     /// The end of the thread's file, or `None` when the thread has none (a per-object thread, or
     /// no thread). `Unfinished` when the file holds no whole record (a power loss emptied it).
     pub(super) async fn read_tail(&self, thread_id: &ThreadId) -> Result<Option<Tail>, CheckpointError> {
+        if !self.appends.ask(self.backend.as_ref(), &self.root).await {
+            return Ok(None);
+        }
         let path = self.log_path(thread_id)?;
         let mut window = TAIL_WINDOW;
-        for _ in 0..TAIL_TRIES {
+        let mut tries = 0;
+        while tries < TAIL_TRIES {
             let entry = match self.backend.stat(&path).await {
                 Ok(entry) => entry,
                 Err(BackendError::NotFound { .. }) => return Ok(None),
@@ -221,6 +266,7 @@ impl BackendCheckpointer {
             // An append between the stat and the read: the bytes and the version would not
             // agree. Read again.
             if out.size != size || out.version.as_ref() != Some(&version) {
+                tries += 1;
                 continue;
             }
             let Some(end) = last_whole_end(&out.bytes, from) else {
@@ -231,7 +277,8 @@ impl BackendCheckpointer {
                         what: format!("{LOG_FILE}: no whole step"),
                     });
                 }
-                // The last whole record starts before the window, or is larger than it.
+                // The last whole record starts before the window (it is larger): read more, up to
+                // the whole file.
                 window = window.saturating_mul(4);
                 continue;
             };

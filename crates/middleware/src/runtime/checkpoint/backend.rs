@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::ThreadFilesGuard;
-use super::appended::LogAt;
+use super::appended::{LogAt, StoreAppends};
 use super::blobs::{KnownBlobs, ensure_blob};
 use super::delta::{Previous, message_delta, slot_delta, slots_unchanged};
 use super::log_read::Loaded;
@@ -63,10 +63,11 @@ pub struct BackendCheckpointer {
     pub(super) cache: Arc<ThreadCache>,
     /// The store may link (see [`Backend::link`]); cleared the first time it says it cannot.
     pub(super) links: Arc<AtomicBool>,
-    /// New threads keep their steps in one file the store appends to (`appended.rs`); cleared
-    /// the first time the store says it cannot append, or by
+    /// Whether the store appends (`appended.rs`), once asked: [`StoreAppends`].
+    pub(super) appends: Arc<StoreAppends>,
+    /// New threads keep their steps in one file where the store appends; cleared by
     /// [`one_object_per_step`](Self::one_object_per_step).
-    pub(super) appends: Arc<AtomicBool>,
+    one_file: bool,
     /// Wraps each thread's file space ([`Checkpointer::thread_files`]); see
     /// [`with_files_guard`](Self::with_files_guard).
     files_guard: Option<Arc<dyn ThreadFilesGuard>>,
@@ -106,7 +107,8 @@ impl BackendCheckpointer {
             memo: Arc::default(),
             cache: Arc::default(),
             links: Arc::new(AtomicBool::new(true)),
-            appends: Arc::new(AtomicBool::new(true)),
+            appends: Arc::default(),
+            one_file: true,
             files_guard: None,
         })
     }
@@ -115,9 +117,14 @@ impl BackendCheckpointer {
     /// store that appends, as builds before the one-file layout did (see "Thread store" in
     /// docs/architecture.md). Threads are read whichever layout they have; this only decides
     /// what a new thread gets.
-    pub fn one_object_per_step(self) -> Self {
-        self.appends.store(false, Ordering::Relaxed);
+    pub fn one_object_per_step(mut self) -> Self {
+        self.one_file = false;
         self
+    }
+
+    /// Whether a new thread keeps its steps in one file.
+    pub(super) async fn new_threads_in_one_file(&self) -> bool {
+        self.one_file && self.appends.ask(self.backend.as_ref(), &self.root).await
     }
 
     /// The same checkpointer, each thread's file space ([`Checkpointer::thread_files`]) handed
@@ -459,7 +466,7 @@ impl Checkpointer for BackendCheckpointer {
         // object of its own.
         let into_log: Option<Option<LogAt>> = match &parent {
             Parent::Step(_, Some(at)) => Some(Some(*at)),
-            Parent::None if self.appends.load(Ordering::Relaxed) => Some(None),
+            Parent::None if self.new_threads_in_one_file().await => Some(None),
             Parent::Step(_, None) | Parent::None | Parent::Legacy => None,
         };
         // A record names its step; a step that may become the head itself (a store that links)

@@ -133,7 +133,7 @@ impl BackendCheckpointer {
         let record = frame(bytes, start, base);
         let end = start + record.len() as u64;
         let Some(appended) = self.backend.append(&path, record.into(), mode).await else {
-            self.appends.store(false, Ordering::Relaxed);
+            self.appends.cannot();
             return Ok(None);
         };
         match appended {

@@ -232,7 +232,7 @@ impl BackendCheckpointer {
                 source,
             }
         })?;
-        if self.appends.load(std::sync::atomic::Ordering::Relaxed)
+        if self.new_threads_in_one_file().await
             && let Some((version, _)) = self.append_step(to, &step, &bytes, None, None).await?
         {
             return Ok(version);
@@ -400,10 +400,14 @@ impl BackendCheckpointer {
             .iter()
             .map(|id| self.legacy_path(id))
             .collect::<Result<Vec<_>, _>>()?;
-        let logs = candidates
-            .iter()
-            .map(|id| self.log_path(id))
-            .collect::<Result<Vec<_>, _>>()?;
+        // Only a store that appends can hold threads kept in one file.
+        let logs = match self.appends.ask(self.backend.as_ref(), &self.root).await {
+            true => candidates
+                .iter()
+                .map(|id| self.log_path(id))
+                .collect::<Result<Vec<_>, _>>()?,
+            false => Vec::new(),
+        };
         let (heads, legacy, logs) = futures::join!(
             self.backend.stat_many(&heads),
             self.backend.stat_many(&legacy),
@@ -411,8 +415,11 @@ impl BackendCheckpointer {
         );
         let mut ids: Vec<ThreadId> = candidates
             .into_iter()
-            .zip(heads.into_iter().zip(legacy).zip(logs))
-            .filter_map(|(id, ((head, old), log))| (head.is_ok() || old.is_ok() || log.is_ok()).then_some(id))
+            .zip(heads.into_iter().zip(legacy))
+            .zip(logs.into_iter().map(Some).chain(std::iter::repeat_with(|| None)))
+            .filter_map(|((id, (head, old)), log)| {
+                (head.is_ok() || old.is_ok() || log.is_some_and(|l| l.is_ok())).then_some(id)
+            })
             .collect();
         ids.sort();
         Ok(ids)

@@ -7,6 +7,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use trellis_middleware::runtime::checkpoint::{Checkpoint, CheckpointError};
@@ -277,4 +278,61 @@ async fn a_thread_of_the_one_object_per_step_layout_keeps_it() {
         .unwrap_err();
     assert!(matches!(err, CheckpointError::Conflict { .. }), "{err:?}");
     assert!(!dir.join("steps.log").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_larger_than_the_tail_a_load_reads_first_load_whole() {
+    let disk = Disk::one_file();
+    let thread = ThreadId::new("large").unwrap();
+    let cp = disk.cold();
+    let mut state = State::with_messages(vec![Message::human("hi")]);
+    let mut version = cp
+        .save(Checkpoint::new(thread.clone(), 0, state.clone()), None)
+        .await
+        .unwrap();
+    // A reply of 1 MiB: its record is larger than the 256 KiB a load reads first.
+    state.messages.push(Message::ai("x".repeat(1 << 20)));
+    version = cp
+        .save(Checkpoint::new(thread.clone(), 1, state.clone()), Some(&version))
+        .await
+        .unwrap();
+    let loaded = disk.cold().load(&thread).await.unwrap().unwrap();
+    assert_eq!((loaded.checkpoint.seq, &loaded.version), (1, &version));
+    assert_eq!(loaded.checkpoint.state.messages, state.messages);
+
+    // A small step after it: the tail holds the head, the chain reaches back past it.
+    state.messages.push(Message::human("and a short one"));
+    version = cp
+        .save(Checkpoint::new(thread.clone(), 2, state.clone()), Some(&version))
+        .await
+        .unwrap();
+    let loaded = disk.cold().load(&thread).await.unwrap().unwrap();
+    assert_eq!((loaded.checkpoint.seq, &loaded.version), (2, &version));
+    assert_eq!(loaded.checkpoint.state.messages, state.messages);
+    assert_eq!(history(&disk, &thread).await, [0, 1, 2]);
+}
+
+/// Only a store that appends can hold a thread kept in one file, so on any other (an object
+/// store, here one that keeps files in memory) nothing ever looks for one: on S3 that would be a
+/// request per load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_append_is_never_asked_for_a_file_of_steps() {
+    let spy = crate::common::Spy::new(Arc::new(trellis_middleware::backend::StateBackend::new()));
+    let root = trellis_middleware::backend::VirtualPath::parse("/threads").unwrap();
+    let cp = BackendCheckpointer::new(spy.clone(), root.clone()).unwrap();
+    let thread = ThreadId::new("objects").unwrap();
+    six_steps(&cp, &thread).await;
+    let cold = BackendCheckpointer::new(spy.clone(), root).unwrap();
+    assert_eq!(cold.load(&thread).await.unwrap().unwrap().checkpoint.seq, 5);
+    assert_eq!(cold.history(&thread).await.unwrap().len(), 6);
+    assert_eq!(cold.threads().await.unwrap(), std::slice::from_ref(&thread));
+    let ops = spy.take();
+    assert!(ops.iter().any(|o| o.op == "stat"), "stats are recorded");
+    assert!(
+        ops.iter().all(|o| !o.path.ends_with("steps.log")),
+        "{:?}",
+        ops.iter()
+            .filter(|o| o.path.ends_with("steps.log"))
+            .collect::<Vec<_>>()
+    );
 }

@@ -239,6 +239,7 @@ impl trellis_middleware::backend::Backend for Spy {
         &self,
         path: &trellis_middleware::backend::VirtualPath,
     ) -> trellis_middleware::backend::Result<trellis_middleware::backend::Entry> {
+        self.record("stat", path, 0);
         self.inner.stat(path).await
     }
     async fn read(
