@@ -172,7 +172,7 @@ fn backend_checkpointer_scenario(
             let written: u64 = spy
                 .take()
                 .iter()
-                .filter(|o| o.op == "write")
+                .filter(|o| o.op == "write" || o.op == "append")
                 .map(|o| o.bytes)
                 .sum();
             (elapsed, written)
@@ -212,7 +212,7 @@ fn thread_bytes(rt: &tokio::runtime::Runtime) -> serde_json::Value {
         let written: u64 = spy
             .take()
             .iter()
-            .filter(|o| o.op == "write")
+            .filter(|o| o.op == "write" || o.op == "append")
             .map(|o| o.bytes)
             .sum();
         let checkpoints = checkpointer.history(&thread).await.unwrap().len();

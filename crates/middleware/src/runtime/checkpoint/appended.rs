@@ -129,9 +129,10 @@ impl Tail {
     }
 }
 
-/// Whether a checkpointer's store appends, asked once ([`StoreAppends::ask`]). Only such a store
-/// can hold threads kept in one file, so a load on any other never looks for one: on an object
-/// store that would be a request per load.
+/// Whether a checkpointer's store appends, asked once ([`StoreAppends::ask`]): what decides
+/// whether a new thread is kept in one file. Reads never ask: a wrapper that does not forward
+/// [`Backend::append`] still reads a one-file thread another checkpointer wrote (it cannot save
+/// it: `Unsupported`).
 #[derive(Debug, Default)]
 pub(super) struct StoreAppends(AtomicU8);
 
@@ -237,9 +238,6 @@ impl BackendCheckpointer {
     /// The end of the thread's file, or `None` when the thread has none (a per-object thread, or
     /// no thread). `Unfinished` when the file holds no whole record (a power loss emptied it).
     pub(super) async fn read_tail(&self, thread_id: &ThreadId) -> Result<Option<Tail>, CheckpointError> {
-        if !self.appends.ask(self.backend.as_ref(), &self.root).await {
-            return Ok(None);
-        }
         let path = self.log_path(thread_id)?;
         let mut window = TAIL_WINDOW;
         let mut tries = 0;

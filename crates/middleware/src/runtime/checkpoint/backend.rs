@@ -335,8 +335,17 @@ impl BackendCheckpointer {
         thread_id: &ThreadId,
         remember: bool,
     ) -> Result<Option<StoredCheckpoint>, CheckpointError> {
-        let (loaded, version, log) = match self.read_tail(thread_id).await? {
+        // Either layout, looked for at once: on an object store each is a request.
+        let (tail, head) = futures::join!(self.read_tail(thread_id), self.read_head(thread_id));
+        let (loaded, version, log) = match tail? {
             Some(tail) => {
+                if head.is_ok_and(|h| h.is_some()) {
+                    return Err(Self::corrupt(
+                        thread_id,
+                        None,
+                        "the thread has a head and a file of steps",
+                    ));
+                }
                 let (loaded, at) = match self
                     .replay_records(thread_id, &tail, tail.at.base, tail.at.end)
                     .await
@@ -351,7 +360,7 @@ impl BackendCheckpointer {
                 (loaded, tail.checkpoint_version(), Some(at))
             }
             None => {
-                let Some((head, step, version)) = self.read_head(thread_id).await? else {
+                let Some((head, step, version)) = head? else {
                     return self.load_legacy(thread_id).await;
                 };
                 let chain = self.recent_chain(thread_id, &head, &step).await?;

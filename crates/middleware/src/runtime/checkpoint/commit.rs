@@ -134,6 +134,13 @@ impl BackendCheckpointer {
         let end = start + record.len() as u64;
         let Some(appended) = self.backend.append(&path, record.into(), mode).await else {
             self.appends.cannot();
+            if at.is_some() {
+                // Read through a store that cannot append (a wrapper that does not forward it):
+                // writing the step elsewhere would fork the thread.
+                return Err(CheckpointError::Unsupported(format!(
+                    "thread {thread_id} keeps its steps in one file ({path}), and this store cannot append to it"
+                )));
+            }
             return Ok(None);
         };
         match appended {

@@ -400,14 +400,10 @@ impl BackendCheckpointer {
             .iter()
             .map(|id| self.legacy_path(id))
             .collect::<Result<Vec<_>, _>>()?;
-        // Only a store that appends can hold threads kept in one file.
-        let logs = match self.appends.ask(self.backend.as_ref(), &self.root).await {
-            true => candidates
-                .iter()
-                .map(|id| self.log_path(id))
-                .collect::<Result<Vec<_>, _>>()?,
-            false => Vec::new(),
-        };
+        let logs = candidates
+            .iter()
+            .map(|id| self.log_path(id))
+            .collect::<Result<Vec<_>, _>>()?;
         let (heads, legacy, logs) = futures::join!(
             self.backend.stat_many(&heads),
             self.backend.stat_many(&legacy),
@@ -415,11 +411,8 @@ impl BackendCheckpointer {
         );
         let mut ids: Vec<ThreadId> = candidates
             .into_iter()
-            .zip(heads.into_iter().zip(legacy))
-            .zip(logs.into_iter().map(Some).chain(std::iter::repeat_with(|| None)))
-            .filter_map(|((id, (head, old)), log)| {
-                (head.is_ok() || old.is_ok() || log.is_some_and(|l| l.is_ok())).then_some(id)
-            })
+            .zip(heads.into_iter().zip(legacy).zip(logs))
+            .filter_map(|(id, ((head, old), log))| (head.is_ok() || old.is_ok() || log.is_ok()).then_some(id))
             .collect();
         ids.sort();
         Ok(ids)

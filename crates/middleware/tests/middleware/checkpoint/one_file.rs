@@ -10,6 +10,9 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use trellis_middleware::backend::{
+    Backend, ByteRange, Entry, ReadOutput, VirtualPath, WriteMode, WriteOutcome,
+};
 use trellis_middleware::runtime::checkpoint::{Checkpoint, CheckpointError};
 use trellis_middleware::*;
 
@@ -312,27 +315,77 @@ async fn steps_larger_than_the_tail_a_load_reads_first_load_whole() {
     assert_eq!(history(&disk, &thread).await, [0, 1, 2]);
 }
 
-/// Only a store that appends can hold a thread kept in one file, so on any other (an object
-/// store, here one that keeps files in memory) nothing ever looks for one: on S3 that would be a
-/// request per load.
+/// A wrapper that does not forward `Backend::append`, as one written before it existed.
+#[derive(Debug)]
+struct NoAppend(Arc<dyn Backend>);
+
+#[async_trait::async_trait]
+impl Backend for NoAppend {
+    fn capabilities(&self) -> trellis_middleware::backend::Capabilities {
+        self.0.capabilities()
+    }
+    async fn ls(&self, dir: &VirtualPath) -> trellis_middleware::backend::Result<Vec<Entry>> {
+        self.0.ls(dir).await
+    }
+    async fn stat(&self, path: &VirtualPath) -> trellis_middleware::backend::Result<Entry> {
+        self.0.stat(path).await
+    }
+    async fn read(
+        &self,
+        path: &VirtualPath,
+        range: Option<ByteRange>,
+    ) -> trellis_middleware::backend::Result<ReadOutput> {
+        self.0.read(path, range).await
+    }
+    async fn write(
+        &self,
+        path: &VirtualPath,
+        data: bytes::Bytes,
+        mode: WriteMode,
+    ) -> trellis_middleware::backend::Result<WriteOutcome> {
+        self.0.write(path, data, mode).await
+    }
+    async fn delete(&self, path: &VirtualPath) -> trellis_middleware::backend::Result<()> {
+        self.0.delete(path).await
+    }
+}
+
+/// A store that cannot append keeps new threads as one object per step. Reading never depends
+/// on it: a thread another checkpointer kept in one file is read whole through a wrapper that
+/// does not forward appends, and saving it there is a clear error that leaves the file as it was
+/// (writing the step elsewhere would fork the thread).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_that_cannot_append_is_never_asked_for_a_file_of_steps() {
-    let spy = crate::common::Spy::new(Arc::new(trellis_middleware::backend::StateBackend::new()));
-    let root = trellis_middleware::backend::VirtualPath::parse("/threads").unwrap();
-    let cp = BackendCheckpointer::new(spy.clone(), root.clone()).unwrap();
-    let thread = ThreadId::new("objects").unwrap();
-    six_steps(&cp, &thread).await;
-    let cold = BackendCheckpointer::new(spy.clone(), root).unwrap();
-    assert_eq!(cold.load(&thread).await.unwrap().unwrap().checkpoint.seq, 5);
-    assert_eq!(cold.history(&thread).await.unwrap().len(), 6);
-    assert_eq!(cold.threads().await.unwrap(), std::slice::from_ref(&thread));
-    let ops = spy.take();
-    assert!(ops.iter().any(|o| o.op == "stat"), "stats are recorded");
+async fn a_store_that_cannot_append_reads_one_file_threads_and_keeps_new_ones_as_objects() {
+    let disk = Disk::one_file();
+    let thread = ThreadId::new("appended").unwrap();
+    let (states, _) = six_steps(&disk.cold(), &thread).await;
+    let log = disk.thread_dir("appended").join("steps.log");
+    let before = std::fs::read(&log).unwrap();
+
+    let root = VirtualPath::parse("/threads").unwrap();
+    let wrapped: Arc<dyn Backend> = Arc::new(NoAppend(disk.backend()));
+    let cp = BackendCheckpointer::new(wrapped, root).unwrap();
+    let loaded = cp.load(&thread).await.unwrap().unwrap();
+    assert_eq!(loaded.checkpoint.seq, 5);
+    assert_eq!(loaded.checkpoint.state.messages, states[5].messages);
+    assert_eq!(cp.history(&thread).await.unwrap().len(), 6);
+    let mut next = states[5].clone();
+    next.messages.push(Message::ai("step 6"));
+    let err = cp
+        .save(Checkpoint::new(thread.clone(), 6, next), Some(&loaded.version))
+        .await
+        .unwrap_err();
     assert!(
-        ops.iter().all(|o| !o.path.ends_with("steps.log")),
-        "{:?}",
-        ops.iter()
-            .filter(|o| o.path.ends_with("steps.log"))
-            .collect::<Vec<_>>()
+        matches!(&err, CheckpointError::Unsupported(m) if m.contains("appended") && m.contains("cannot append")),
+        "{err:?}"
     );
+    assert_eq!(std::fs::read(&log).unwrap(), before);
+    assert!(!disk.thread_dir("appended").join("head.json").exists());
+
+    // A new thread through it: one object per step, as on any store that cannot append.
+    let other = ThreadId::new("objects").unwrap();
+    six_steps(&cp, &other).await;
+    assert!(disk.thread_dir("objects").join("head.json").is_file());
+    assert!(!disk.thread_dir("objects").join("steps.log").exists());
+    assert_eq!(disk.cold().load(&other).await.unwrap().unwrap().checkpoint.seq, 5);
 }

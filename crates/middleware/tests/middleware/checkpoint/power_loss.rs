@@ -63,6 +63,11 @@ impl Disk {
         }
     }
 
+    /// The store.
+    pub(super) fn backend(&self) -> Arc<dyn Backend> {
+        self.backend.clone()
+    }
+
     /// A checkpointer that keeps new threads in one file, whichever layout this disk's have.
     pub(super) fn cold_one_file(&self) -> BackendCheckpointer {
         BackendCheckpointer::new(self.backend.clone(), VirtualPath::parse("/threads").unwrap()).unwrap()

@@ -239,8 +239,9 @@ async fn a_head_without_a_chain_loads_by_listing_and_a_damaged_chain_is_an_error
     }
 }
 
-/// On local disk the head is a second name of the latest step object (no file is created or
-/// freed to move it), and a cold process loads from it without listing the log.
+/// In the one-object-per-step layout on local disk, the head is a second name of the latest step
+/// object (no file is created or freed to move it), and a cold process loads from it without
+/// listing the log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_local_disk_the_head_is_a_link_to_the_latest_step() {
     use std::os::unix::fs::MetadataExt;
@@ -249,7 +250,9 @@ async fn on_local_disk_the_head_is_a_link_to_the_latest_step() {
         Arc::new(trellis_middleware::backend::FilesystemBackend::new(disk.path()).unwrap());
     let spy = Spy::new(local);
     let backend: Arc<dyn Backend> = spy.clone();
-    let cp = BackendCheckpointer::new(backend.clone(), root()).unwrap();
+    let cp = BackendCheckpointer::new(backend.clone(), root())
+        .unwrap()
+        .one_object_per_step();
     let thread = ThreadId::new("linked").unwrap();
     let state = long_thread(&cp, &thread, 40).await;
     let ops = spy.take();

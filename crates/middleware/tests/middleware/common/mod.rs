@@ -170,8 +170,8 @@ pub fn caps(mid_conversation: bool) -> ModelCapabilities {
     }
 }
 
-/// One operation a [`Spy`] saw: `"read"` (bytes returned), `"write"` (bytes given) or `"ls"` (a
-/// directory listing, 0 bytes).
+/// One operation a [`Spy`] saw: `"read"` (bytes returned), `"write"` or `"append"` (bytes given),
+/// `"link"`, `"stat"` or `"ls"` (a directory listing; these three 0 bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpyOp {
     pub op: &'static str,
@@ -274,6 +274,19 @@ impl trellis_middleware::backend::Backend for Spy {
     ) -> trellis_middleware::backend::Result<trellis_middleware::backend::WriteOutcome> {
         self.record("write", path, data.len());
         self.inner.write(path, data, mode).await
+    }
+    async fn append(
+        &self,
+        path: &trellis_middleware::backend::VirtualPath,
+        data: bytes::Bytes,
+        mode: trellis_middleware::backend::AppendMode,
+    ) -> Option<trellis_middleware::backend::Result<trellis_middleware::backend::WriteOutcome>> {
+        let len = data.len();
+        let appended = self.inner.append(path, data, mode).await;
+        if appended.is_some() {
+            self.record("append", path, len);
+        }
+        appended
     }
     async fn link(
         &self,
