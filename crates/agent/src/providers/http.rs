@@ -96,9 +96,15 @@ pub(crate) type ErrorParser = fn(u16, Option<Duration>, &[u8]) -> ModelError;
 pub(crate) struct JsonBody(Bytes);
 
 impl JsonBody {
-    /// `body` serialized.
+    /// `body` serialized, every object's keys sorted.
     pub(crate) fn encode(body: &Value) -> Result<Self, ModelError> {
-        let bytes = serde_json::to_vec(&Sorted(body)).map_err(|e| ModelError::Other {
+        Self::encode_as(&Sorted(body))
+    }
+
+    /// `body` serialized as it writes itself (for a body whose parts are kept serialized, with
+    /// keys sorted as [`encode`](Self::encode) sorts them).
+    pub(crate) fn encode_as(body: &impl serde::Serialize) -> Result<Self, ModelError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| ModelError::Other {
             message: format!("cannot serialize the request: {e}"),
             http: None,
         })?;

@@ -55,7 +55,7 @@ pub use response::{parse_error, parse_response};
 use super::ProviderError;
 use super::http::{ApiKey, HttpClient, HttpConfig, normalize_base_url, secret_header};
 use super::openai_api::{ChatCompletions, OpenAiApiModel, WireApi};
-use super::tool_json::ToolJsonCache;
+use super::tool_json::{ToolJsonCache, Tools};
 
 /// The public OpenAI API.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -201,7 +201,7 @@ impl WireApi for ChatCompletions {
         config: &OpenAiConfig,
         request: &ModelRequest,
         tools: &ToolJsonCache,
-    ) -> Result<Value, ModelError> {
+    ) -> Result<(Value, Tools), ModelError> {
         if let Some(budget) = request.thinking_budget {
             // Refused, not dropped: a caller asking for a budget must learn it had none.
             return Err(ModelError::BadRequest {
@@ -223,7 +223,7 @@ impl WireApi for ChatCompletions {
             message: format!("cannot serialize the Chat Completions request: {e}"),
             http: None,
         })?;
-        Ok(request::with_tools(body, tools))
+        Ok((request::with_tools_slot(body, &tools), tools))
     }
 
     fn parse_response(body: &[u8]) -> Result<ModelResponse, ModelError> {

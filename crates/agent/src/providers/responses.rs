@@ -26,7 +26,7 @@ pub use response::parse_response;
 
 use super::openai::OpenAiConfig;
 use super::openai_api::{OpenAiApiModel, Responses, WireApi};
-use super::tool_json::ToolJsonCache;
+use super::tool_json::{ToolJsonCache, Tools};
 
 /// A model behind the OpenAI Responses API: `ResponsesModel::new(config)`, then the [`ChatModel`]
 /// methods, `request_body` (the exact JSON body `invoke` sends), `config` and `endpoint`.
@@ -44,7 +44,7 @@ impl WireApi for Responses {
         config: &OpenAiConfig,
         request: &ModelRequest,
         tools: &ToolJsonCache,
-    ) -> Result<Value, ModelError> {
+    ) -> Result<(Value, Tools), ModelError> {
         request::build(request, &config.model, tools)
     }
 

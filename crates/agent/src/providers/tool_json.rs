@@ -6,24 +6,53 @@
 //! (`function_parameters`) and copied into the body. Profiled on the serve bench (1,000 concurrent
 //! four-step runs, 2026-12-06), that was about 8% of the server's CPU.
 //!
+//! A definition is kept twice, made once: as JSON, for [`request_body`] (what a caller inspects),
+//! and as the bytes sent, its keys sorted as [`JsonBody`] writes every object. The request sent
+//! splices those bytes in ([`Tools`]' `Serialize`), so a tool is neither copied nor serialized
+//! again. Copying the JSON on every request was still 4.7% of the server's CPU in a profile of
+//! the serve bench's paced wave (2026-12-07), and writing it out again about 2%.
+//!
 //! Entries are keyed by the spec's allocation and each holds a reference to its spec, so no other
 //! spec can reuse that address while the entry lives. A spec is immutable behind its `Arc`.
 //!
 //! Tools a middleware adds for one call arrive as new `Arc`s each time. They miss, and are made
 //! again as before. The cache is emptied when it reaches [`MAX_ENTRIES`], which bounds it. One cache
 //! belongs to one model and so to one wire format.
+//!
+//! [`request_body`]: super::OpenAiApiModel::request_body
+//! [`JsonBody`]: super::http::JsonBody
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use trellis_middleware::tools::ToolSpec;
+use trellis_middleware::tools::canonical::Sorted;
 
 /// Entries kept before the cache is emptied: far more than one agent's tools.
 const MAX_ENTRIES: usize = 512;
 
+/// One tool's definition: its JSON and the same JSON as sent (keys sorted).
+#[derive(Debug)]
+pub(crate) struct ToolJson {
+    json: Value,
+    sent: Box<RawValue>,
+}
+
+impl ToolJson {
+    /// `json` and its bytes as sent; `None` if it cannot be written (a map with non-string
+    /// keys cannot occur in a `Value`, so in practice never).
+    fn new(json: Value) -> Option<Arc<Self>> {
+        let text = serde_json::to_string(&Sorted(&json)).ok()?;
+        let sent = RawValue::from_string(text).ok()?;
+        Some(Arc::new(Self { json, sent }))
+    }
+}
+
 /// One spec, held so its address stays its own, and its definition (`None`: left out).
-type Entry = (Arc<ToolSpec>, Option<Value>);
+type Entry = (Arc<ToolSpec>, Option<Arc<ToolJson>>);
 
 /// Tool definitions in one provider's form, by spec; see the module docs.
 #[derive(Debug, Default)]
@@ -38,7 +67,7 @@ impl ToolJsonCache {
         &self,
         spec: &Arc<ToolSpec>,
         make: impl FnOnce(&ToolSpec) -> Option<Value>,
-    ) -> Option<Value> {
+    ) -> Option<Arc<ToolJson>> {
         let key = Arc::as_ptr(spec) as usize;
         {
             let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
@@ -48,7 +77,7 @@ impl ToolJsonCache {
                 return json.clone();
             }
         }
-        let json = make(spec);
+        let json = make(spec).and_then(ToolJson::new);
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if entries.len() >= MAX_ENTRIES {
             entries.clear();
@@ -66,7 +95,7 @@ impl ToolJsonCache {
         specs: &[Arc<ToolSpec>],
         disclosed: Vec<&ToolSpec>,
         make: fn(&ToolSpec) -> Option<Value>,
-    ) -> Vec<Value> {
+    ) -> Tools {
         let mut names: HashSet<&str> = HashSet::new();
         let mut tools = Vec::with_capacity(specs.len());
         for spec in specs {
@@ -76,28 +105,98 @@ impl ToolJsonCache {
         }
         for spec in disclosed {
             if names.insert(spec.name.as_str()) {
-                tools.extend(make(spec));
+                tools.extend(make(spec).and_then(ToolJson::new));
             }
         }
-        tools
+        Tools(tools)
+    }
+}
+
+/// A request's `tools`, shared with the cache. Serializes as the array sent, from the kept
+/// bytes.
+#[derive(Debug, Default)]
+pub(crate) struct Tools(Vec<Arc<ToolJson>>);
+
+impl Tools {
+    /// No tool: the request has no `tools` key (nor a `tool_choice`).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The definitions as JSON, copied: for a body a caller inspects.
+    pub(crate) fn to_json(&self) -> Value {
+        Value::Array(self.0.iter().map(|tool| tool.json.clone()).collect())
+    }
+
+    /// `body` as sent: every object's keys sorted, and these tools in the place the body keeps
+    /// for them (its top-level `tools`). The bytes are those of `body` with that place filled by
+    /// [`to_json`](Self::to_json), serialized with sorted keys.
+    pub(crate) fn sent_in<'a>(&'a self, body: &'a Value) -> SentBody<'a> {
+        SentBody { body, tools: self }
+    }
+}
+
+/// A request body with its tools spliced in; see [`Tools::sent_in`].
+#[derive(Debug)]
+pub(crate) struct SentBody<'a> {
+    body: &'a Value,
+    tools: &'a Tools,
+}
+
+impl Serialize for SentBody<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Value::Object(map) = self.body else {
+            return Sorted(self.body).serialize(serializer);
+        };
+        if self.tools.is_empty() {
+            return Sorted(self.body).serialize(serializer);
+        }
+        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut out = serializer.serialize_map(Some(entries.len()))?;
+        for (key, value) in entries {
+            if key == "tools" {
+                out.serialize_entry(key, self.tools)?;
+            } else {
+                out.serialize_entry(key, &Sorted(value))?;
+            }
+        }
+        out.end()
+    }
+}
+
+impl Serialize for Tools {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for tool in &self.0 {
+            seq.serialize_element(&*tool.sent)?;
+        }
+        seq.end()
     }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use serde_json::json;
 
     use super::*;
 
-    fn spec(name: &str) -> Arc<ToolSpec> {
+    /// A tool named `name`, its description quoting, its schema's keys unsorted.
+    pub(crate) fn spec(name: &str) -> Arc<ToolSpec> {
         Arc::new(ToolSpec {
             name: name.into(),
-            description: format!("{name} things"),
-            parameters: json!({"type": "object"}),
+            description: format!("{name} \"things\""),
+            parameters: json!({"type": "object", "required": ["z", "a"],
+                               "properties": {"z": {"type": "string"}, "a": {"type": "integer"}}}),
         })
+    }
+
+    /// The JSON of what the cache gave.
+    fn json(tool: Option<Arc<ToolJson>>) -> Option<Value> {
+        tool.map(|t| t.json.clone())
     }
 
     #[test]
@@ -109,17 +208,18 @@ mod tests {
             Some(json!({"name": s.name, "n": made.load(Ordering::Relaxed)}))
         };
         let ls = spec("ls");
-        let first = cache.get_or_make(&ls, make);
-        assert_eq!(cache.get_or_make(&ls, make), first);
+        let first = cache.get_or_make(&ls, make).unwrap();
+        let second = cache.get_or_make(&ls, make).unwrap();
+        assert!(Arc::ptr_eq(&first, &second), "the same definition, not a copy");
         assert_eq!(made.load(Ordering::Relaxed), 1);
 
         // Another spec, even with equal content, is its own entry: it may differ next time.
         let again = spec("ls");
-        assert_eq!(cache.get_or_make(&again, make).unwrap()["n"], 2);
+        assert_eq!(json(cache.get_or_make(&again, make)).unwrap()["n"], 2);
         // A spec left out (None) is remembered as left out.
         let bad = spec("bad");
-        assert_eq!(cache.get_or_make(&bad, |_| None), None);
-        assert_eq!(cache.get_or_make(&bad, make), None);
+        assert!(cache.get_or_make(&bad, |_| None).is_none());
+        assert!(cache.get_or_make(&bad, make).is_none());
         assert_eq!(made.load(Ordering::Relaxed), 2);
     }
 
@@ -133,8 +233,39 @@ mod tests {
         assert!(cache.entries.lock().unwrap().len() <= MAX_ENTRIES);
         // Still correct after emptying.
         assert_eq!(
-            cache.get_or_make(&specs[3], |s| Some(json!(s.name))),
+            json(cache.get_or_make(&specs[3], |s| Some(json!(s.name)))),
             Some(json!("t3"))
         );
+    }
+
+    #[test]
+    fn tools_are_sent_as_their_json_with_sorted_keys_and_disclosed_ones_follow_once() {
+        let cache = ToolJsonCache::default();
+        let make = |s: &ToolSpec| -> Option<Value> {
+            Some(json!({"type": "function", "function": {
+                "name": s.name, "parameters": {"type": "object", "required": ["b", "a"]},
+                "description": s.description,
+            }}))
+        };
+        let ls = spec("ls");
+        let grep = spec("grep");
+        let disclosed = ToolSpec {
+            name: "late".into(),
+            description: "disclosed \"late\" ü".into(),
+            parameters: json!({}),
+        };
+        let tools = cache.request_tools(&[ls.clone(), grep, ls.clone()], vec![&disclosed, &*ls], make);
+        let expected = json!([
+            make(&ls).unwrap(),
+            make(&spec("grep")).unwrap(),
+            make(&disclosed).unwrap()
+        ]);
+        assert_eq!(tools.to_json(), expected);
+        assert_eq!(
+            serde_json::to_string(&tools).unwrap(),
+            serde_json::to_string(&Sorted(&expected)).unwrap()
+        );
+        assert!(!tools.is_empty());
+        assert_eq!(serde_json::to_string(&Tools::default()).unwrap(), "[]");
     }
 }

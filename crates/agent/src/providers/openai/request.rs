@@ -33,21 +33,21 @@ use trellis_middleware::{Message, ModelRequest};
 
 use super::{InlineSystem, MaxTokensField};
 use super::{schema, wire};
-use crate::providers::tool_json::ToolJsonCache;
+use crate::providers::tool_json::{ToolJsonCache, Tools};
 use crate::providers::{f32_to_f64, system_reminder};
 
 /// Sent in place of an image in a tool result (Chat Completions tool messages are text only).
 pub const IMAGE_OMITTED: &str = "[image omitted: tool results cannot carry images on this API]";
 
-/// Build the request body, and its `tools` apart (add them with [`with_tools`]): they come from
-/// `tool_cache` when it has them.
+/// Build the request body, and its `tools` apart (their place in the body is made by
+/// [`with_tools_slot`]): they come from `tool_cache` when it has them.
 pub(crate) fn build<'a>(
     request: &'a ModelRequest,
     model: &'a str,
     max_tokens_field: MaxTokensField,
     inline_system: InlineSystem,
     tool_cache: &ToolJsonCache,
-) -> (wire::Request<'a>, Vec<Value>) {
+) -> (wire::Request<'a>, Tools) {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     let system: Vec<&str> = request
         .system
@@ -158,27 +158,27 @@ fn tool(spec: &ToolSpec) -> Option<Value> {
     }}))
 }
 
-/// `body` (from [`build`]'s request) with `tools` right after `messages`, where the wire struct
-/// kept them (the key order of a serialized [`Value`] in builds with `preserve_order`); no key
-/// without tools. Entries are moved, not copied.
-pub(crate) fn with_tools(body: Value, tools: Vec<Value>) -> Value {
+/// `body` (from [`build`]'s request) with a `null` under `tools` right after `messages`, where the
+/// wire struct kept them (the key order of a serialized [`Value`] in builds with
+/// `preserve_order`): the place [`Tools`] fill. No key without tools.
+pub(crate) fn with_tools_slot(body: Value, tools: &Tools) -> Value {
     let Value::Object(map) = body else {
         return body;
     };
     if tools.is_empty() {
         return Value::Object(map);
     }
-    let mut tools = Some(Value::Array(tools));
+    let mut slot = Some(Value::Null);
     let mut out = serde_json::Map::new();
     for (key, value) in map {
         let after = key == "messages";
         out.insert(key, value);
-        if after && let Some(tools) = tools.take() {
-            out.insert("tools".into(), tools);
+        if after && let Some(slot) = slot.take() {
+            out.insert("tools".into(), slot);
         }
     }
-    if let Some(tools) = tools {
-        out.insert("tools".into(), tools);
+    if let Some(slot) = slot {
+        out.insert("tools".into(), slot);
     }
     Value::Object(out)
 }

@@ -23,7 +23,7 @@ use trellis_middleware::{Message, ModelRequest};
 
 use crate::providers::openai::request::{replayed_arguments, tool_text};
 use crate::providers::openai::schema;
-use crate::providers::tool_json::ToolJsonCache;
+use crate::providers::tool_json::{ToolJsonCache, Tools};
 use crate::providers::{f32_to_f64, system_reminder};
 
 /// How a [`ContentBlock::Reasoning`] signature marks a Responses `reasoning` item: this prefix,
@@ -34,12 +34,13 @@ fn refuse(message: String) -> ModelError {
     ModelError::BadRequest { message, http: None }
 }
 
-/// The request body; its tools come from `tool_cache` when it has them.
+/// The request body, and its tools apart: they come from `tool_cache` when it has them, and the
+/// body holds a `null` under `tools` where they go (see `WireApi::request_body`).
 pub(crate) fn build(
     request: &ModelRequest,
     model: &str,
     tool_cache: &ToolJsonCache,
-) -> Result<Value, ModelError> {
+) -> Result<(Value, Tools), ModelError> {
     if !request.stop_sequences.is_empty() {
         return Err(refuse(
             "stop_sequences are not supported by the Responses API".into(),
@@ -95,7 +96,8 @@ pub(crate) fn build(
                 },
             );
         }
-        map.insert("tools".into(), Value::Array(tools));
+        // The place `tools` fill (see `WireApi::request_body`).
+        map.insert("tools".into(), Value::Null);
     }
     if let Some(format) = &request.response_format {
         let (schema, strict) = match format.strict.then(|| schema::strict(&format.schema)) {
@@ -119,7 +121,7 @@ pub(crate) fn build(
     if let Some(effort) = request.reasoning_effort {
         map.insert("reasoning".into(), json!({"effort": effort.as_str()}));
     }
-    Ok(body)
+    Ok((body, tools))
 }
 
 fn user_parts(content: &[ContentBlock]) -> Vec<Value> {
