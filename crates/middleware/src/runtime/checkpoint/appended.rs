@@ -56,6 +56,11 @@ pub(super) const LOG_FILE: &str = "steps.log";
 /// Versions of appended threads start with this, so they never equal a per-object head's.
 pub(super) const LOG_VERSION: &str = "log:";
 
+/// The checkpoint version of a thread whose file is at the store's `version`.
+pub(super) fn log_version(version: &Version) -> CheckpointVersion {
+    CheckpointVersion::new(format!("{LOG_VERSION}{}", version.as_str()))
+}
+
 /// `\n#step {start:016x} {base:016x} {crc:08x}\n`: the line break ending the body, then the
 /// trailer line.
 const TRAILER_LEN: usize = 1 + 6 + 16 + 1 + 16 + 1 + 8 + 1;
@@ -125,7 +130,7 @@ impl Tail {
 
     /// The thread's version as a checkpoint version.
     pub fn checkpoint_version(&self) -> CheckpointVersion {
-        CheckpointVersion::new(format!("{LOG_VERSION}{}", self.version.as_str()))
+        log_version(&self.version)
     }
 }
 

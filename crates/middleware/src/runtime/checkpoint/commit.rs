@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::appended::{LOG_VERSION, LogAt, frame};
+use super::appended::{LOG_VERSION, LogAt, frame, log_version};
 use super::backend::BackendCheckpointer;
 use super::record::{Head, LOG_FORMAT, SinceBase, StepName};
 use super::{CheckpointError, CheckpointVersion};
@@ -145,10 +145,7 @@ impl BackendCheckpointer {
         };
         match appended {
             Ok(out) => match out.version {
-                Some(v) => Ok(Some((
-                    CheckpointVersion::new(format!("{LOG_VERSION}{}", v.as_str())),
-                    LogAt { end, base },
-                ))),
+                Some(v) => Ok(Some((log_version(&v), LogAt { end, base }))),
                 None => Err(CheckpointError::Unsupported(format!(
                     "{path} was appended to without a version tag"
                 ))),
