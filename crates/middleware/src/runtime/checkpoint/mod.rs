@@ -16,6 +16,7 @@ mod commit;
 mod delta;
 mod history;
 mod journal;
+mod latest;
 mod legacy;
 mod log_read;
 mod memory;
