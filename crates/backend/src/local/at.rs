@@ -22,9 +22,12 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 use super::beneath::{AtError, Beneath, is};
-use crate::backend::{AppendMode, Entry, EntryKind, Version, WriteMode};
+use crate::backend::{Entry, EntryKind, Version, WriteMode};
 use crate::error::{BackendError, ConflictKind, Result};
 use crate::path::VirtualPath;
+
+mod append;
+pub(super) use append::append;
 
 /// Why an operation stopped.
 enum Stop {
@@ -545,82 +548,6 @@ fn replace(dir: &OwnedFd, temp: &str, name: &str, exists: bool) -> rustix::io::R
         }
     }
     rustix::fs::renameat(dir, temp, dir, name)
-}
-
-/// Add `data` at the end of `path` under `mode`; the caller holds the per-path lock.
-///
-/// `CreateNew` is a create-only write (atomic: a temporary file linked into place). `IfVersion`
-/// opens the file beneath the root, takes an exclusive advisory lock on it (`flock`: it
-/// serializes appends between processes, as the directory lock does writes), checks its version,
-/// cuts it to `keep` bytes when it is longer, and writes `data` there. When the file ends with
-/// the same size and modification time as before (the same clock tick after a cut), its time is
-/// moved a microsecond past the old one, so the version always changes. No file is created or
-/// freed, and no directory changes.
-pub(super) fn append(
-    beneath: &Beneath,
-    path: &VirtualPath,
-    data: &[u8],
-    mode: &AppendMode,
-) -> Option<Result<Version>> {
-    match mode {
-        AppendMode::CreateNew => write(beneath, path, data, &WriteMode::CreateNew),
-        AppendMode::IfVersion { version: want, keep } => {
-            finish(append_inner(beneath, path, data, want, *keep))
-        }
-    }
-}
-
-fn append_inner(
-    beneath: &Beneath,
-    path: &VirtualPath,
-    data: &[u8],
-    want: &Version,
-    keep: u64,
-) -> std::result::Result<Version, Stop> {
-    let mismatch = || {
-        Stop::Failed(BackendError::Conflict {
-            path: path.to_string(),
-            kind: ConflictKind::VersionMismatch,
-        })
-    };
-    let fd = match beneath.open_at(relative(path), OFlags::WRONLY | OFlags::CLOEXEC) {
-        Ok(fd) => fd,
-        Err(AtError::Io(e)) if is(&e, Errno::NOENT) => return Err(mismatch()),
-        Err(AtError::Io(e)) if is(&e, Errno::ISDIR) => {
-            return Err(Stop::Failed(BackendError::IsADirectory {
-                path: path.to_string(),
-            }));
-        }
-        Err(e) => return Err(stop(path, e)),
-    };
-    rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive).map_err(|e| io(path, e))?;
-    let before = rustix::fs::fstat(&fd).map_err(|e| io(path, e))?;
-    if kind(&before) != FileType::RegularFile {
-        return Err(Stop::Failed(BackendError::IsADirectory {
-            path: path.to_string(),
-        }));
-    }
-    if version(&before) != *want || keep > before.st_size as u64 {
-        return Err(mismatch());
-    }
-    let file = File::from(fd);
-    let written = (|| -> std::io::Result<Stat> {
-        if keep < before.st_size as u64 {
-            file.set_len(keep)?;
-        }
-        std::os::unix::fs::FileExt::write_all_at(&file, data, keep)?;
-        let mut after = rustix::fs::fstat(&file)?;
-        if version(&after) == version(&before)
-            && let Some(previous) = modified(&before)
-        {
-            file.set_modified(previous + Duration::from_micros(1))?;
-            after = rustix::fs::fstat(&file)?;
-        }
-        Ok(after)
-    })()
-    .map_err(|e| io(path, e))?;
-    // Closing the file releases the lock.
-    Ok(version(&written))
 }
 
 /// Remove the file (or link) `path`; never a directory, never a link's target.
