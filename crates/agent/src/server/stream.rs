@@ -28,6 +28,7 @@ use crate::server::error::{ApiError, ApiResult};
 use crate::server::messages::{message_id, to_dict};
 use crate::server::threads::thread_id;
 
+mod chunk;
 mod values;
 
 /// The stream modes built.
@@ -230,6 +231,8 @@ pub fn interrupt_id(thread: &Uuid, interrupt: &Interrupt) -> String {
 pub struct Translator {
     thread: Uuid,
     metadata: Value,
+    /// `metadata` serialized, for the `messages` parts.
+    tuple: chunk::TupleMetadata,
     seen: usize,
     todos: Option<Value>,
     last_values: Option<String>,
@@ -254,6 +257,7 @@ impl Translator {
     pub fn new(thread: Uuid, messages: usize, metadata: Value) -> Self {
         Self {
             thread,
+            tuple: chunk::TupleMetadata::new(&metadata),
             metadata,
             seen: messages,
             todos: None,
@@ -304,13 +308,12 @@ impl Translator {
     /// The metadata every `messages` part of this translator carries from now on gets `key`.
     pub fn metadata(&mut self, key: &str, value: Value) {
         self.metadata[key] = value;
+        self.tuple = chunk::TupleMetadata::new(&self.metadata);
     }
 
-    fn tuple_metadata(&self, node: &str) -> Value {
-        let mut metadata = self.metadata.clone();
-        metadata["langgraph_node"] = json!(node);
-        metadata["langgraph_step"] = json!(self.step + 1);
-        metadata
+    /// A `messages` part of `item` (a message dict or chunk, as JSON) from `node`.
+    fn message_part(&self, item: &str, node: &str) -> Part {
+        Part::raw(Mode::Messages, self.tuple.pair(item, node, self.step + 1))
     }
 
     /// A model call (of step `step`) starts with `messages` messages in the state: its reply will
@@ -322,36 +325,9 @@ impl Translator {
 
     /// A piece of the reply, as a `messages` part.
     pub fn delta(&mut self, delta: &ModelDelta) -> Option<Part> {
-        let mut chunk = json!({
-            "type": "AIMessageChunk", "content": "", "id": self.reply_id, "name": null,
-            "tool_calls": [], "invalid_tool_calls": [], "tool_call_chunks": [],
-            "additional_kwargs": {}, "response_metadata": {}, "usage_metadata": null,
-        });
-        match delta {
-            ModelDelta::Text { text, .. } => chunk["content"] = json!(text),
-            ModelDelta::ToolCall { index, id, name } => {
-                chunk["tool_call_chunks"] =
-                    json!([{"name": name, "args": "", "id": id, "index": index, "type": "tool_call_chunk"}]);
-            }
-            ModelDelta::ToolArguments { index, json } => {
-                chunk["tool_call_chunks"] = json!([{"name": null, "args": json, "id": null, "index": index, "type": "tool_call_chunk"}]);
-            }
-            ModelDelta::Finished { usage, .. } => {
-                let input = usage.total_input();
-                chunk["usage_metadata"] = json!({
-                    "input_tokens": input, "output_tokens": usage.output_tokens,
-                    "total_tokens": input + usage.output_tokens,
-                    "input_token_details": {"cache_read": usage.cache_read_tokens, "cache_creation": usage.cache_write_tokens},
-                });
-                chunk["chunk_position"] = json!("last");
-            }
-            _ => return None,
-        }
+        let chunk = chunk::chunk_json(&self.reply_id, delta)?;
         self.after_values = true;
-        Some(Part::new(
-            Mode::Messages,
-            &json!([chunk, self.tuple_metadata("model")]),
-        ))
+        Some(self.message_part(&chunk, "model"))
     }
 
     /// A checkpoint was saved with `state`: the tool results it added (`messages`), what it added
@@ -366,10 +342,7 @@ impl Translator {
                 Message::Ai(_) => "model",
                 Message::Tool(_) => {
                     let dict = to_dict(&self.thread, i, message);
-                    parts.push(Part::new(
-                        Mode::Messages,
-                        &json!([dict, self.tuple_metadata("tools")]),
-                    ));
+                    parts.push(self.message_part(&dict.to_string(), "tools"));
                     "tools"
                 }
                 _ => continue,
