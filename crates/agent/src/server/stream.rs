@@ -336,34 +336,38 @@ impl Translator {
     pub fn checkpoint(&mut self, state: &PublicState) -> Vec<Part> {
         let mut parts = Vec::new();
         let start = self.seen.min(state.messages.len());
-        let mut groups: Vec<(&str, Vec<Value>)> = Vec::new();
+        // Each message's dict is serialized once, for these parts and the `values` ones alike.
+        self.dicts.refresh(&self.thread, &state.messages);
+        let todos = state.slots.get("todos").cloned();
+        let todos_changed = todos.is_some() && todos != self.todos;
+        let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
         for (i, message) in state.messages.iter().enumerate().skip(start) {
+            let dict = self.dicts.json(i);
             let node = match message {
                 Message::Ai(_) => "model",
                 Message::Tool(_) => {
-                    let dict = to_dict(&self.thread, i, message);
-                    parts.push(self.message_part(&dict.to_string(), "tools"));
+                    parts.push(self.message_part(dict, "tools"));
                     "tools"
                 }
                 _ => continue,
             };
-            let dict = to_dict(&self.thread, i, message);
             match groups.last_mut() {
                 Some((last, list)) if *last == node => list.push(dict),
                 _ => groups.push((node, vec![dict])),
             }
         }
-        self.seen = state.messages.len();
-        let todos = state.slots.get("todos").cloned();
-        let todos_changed = todos.is_some() && todos != self.todos;
         let last = groups.len().saturating_sub(1);
         for (i, (node, added)) in groups.into_iter().enumerate() {
-            let mut update = json!({ "messages": added });
-            if todos_changed && i == last {
-                update["todos"] = todos.clone().unwrap_or(Value::Null);
-            }
-            parts.push(Part::new(Mode::Updates, &json!({ node: update })));
+            let todos = match (&todos, todos_changed && i == last) {
+                (Some(todos), true) => Some(todos.to_string()),
+                _ => None,
+            };
+            parts.push(Part::raw(
+                Mode::Updates,
+                update_json(node, &added, todos.as_deref()),
+            ));
         }
+        self.seen = state.messages.len();
         self.todos = todos;
         let files = self.files.as_ref().map(|(_, json)| json.as_str());
         let values = self.dicts.values_data(&self.thread, state, files);
@@ -397,5 +401,87 @@ impl Translator {
             parts.extend(self.values(values.to_string()));
         }
         (parts, values)
+    }
+}
+
+/// An `updates` part's data: `{node: {"messages": [the dicts, already JSON], "todos"?}}`, as
+/// serializing that object gives it.
+fn update_json(node: &str, dicts: &[&str], todos: Option<&str>) -> String {
+    let node = serde_json::to_string(node).unwrap_or_else(|_| "null".to_owned());
+    let len = dicts.iter().map(|d| d.len() + 1).sum::<usize>() + todos.map_or(0, str::len);
+    let mut out = String::with_capacity(len + node.len() + 32);
+    out.push('{');
+    out.push_str(&node);
+    out.push_str(":{\"messages\":[");
+    out.push_str(&dicts.join(","));
+    out.push(']');
+    if let Some(todos) = todos {
+        out.push_str(",\"todos\":");
+        out.push_str(todos);
+    }
+    out.push_str("}}");
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use trellis_middleware::runtime::message::{AiMessage, HumanMessage, ToolMessage};
+    use trellis_middleware::runtime::message_list::Messages;
+
+    use super::*;
+
+    /// A checkpoint's `messages` and `updates` parts carry what the dicts built as `Value`s gave.
+    #[test]
+    fn a_checkpoints_parts_are_the_dicts_as_values_gave_them() {
+        let thread = Uuid::new_v4();
+        let metadata = json!({"run_id": "r", "thread_id": thread.to_string()});
+        let mut translator = Translator::new(thread, 1, metadata.clone());
+        translator.reply_started(0, 1);
+        let mut state = PublicState {
+            messages: Messages::new(),
+            slots: BTreeMap::new(),
+        };
+        state.messages.push(HumanMessage::text("hello"));
+        state.messages.push(AiMessage::text("calling \"two\" tools"));
+        state.messages.push(ToolMessage::text("c1", "ls", "a.txt\nb.txt"));
+        state.messages.push(ToolMessage::text("c2", "read_file", "✓"));
+        let todos = json!([{"content": "x", "status": "pending"}]);
+        state.slots.insert("todos".into(), todos.clone());
+
+        let parts = translator.checkpoint(&state);
+        let dict = |i: usize| to_dict(&thread, i, &state.messages.shared()[i]);
+        let mut tuple = metadata.clone();
+        tuple["langgraph_node"] = json!("tools");
+        tuple["langgraph_step"] = json!(1);
+        let expected = [
+            (Mode::Messages, json!([dict(2), tuple])),
+            (Mode::Messages, json!([dict(3), tuple])),
+            (Mode::Updates, json!({"model": {"messages": [dict(1)]}})),
+            (
+                Mode::Updates,
+                json!({"tools": {"messages": [dict(2), dict(3)], "todos": todos}}),
+            ),
+        ];
+        assert_eq!(parts.len(), expected.len() + 1, "and the values part");
+        for (part, (mode, data)) in parts.iter().zip(&expected) {
+            assert_eq!(part.mode, Some(*mode));
+            assert_eq!(serde_json::from_str::<Value>(&part.data).unwrap(), *data);
+            if cfg!(feature = "acp") {
+                assert_eq!(part.data, data.to_string(), "key for key");
+            }
+        }
+        assert_eq!(parts[4].mode, Some(Mode::Values));
+
+        // Nothing new: no `messages` or `updates` part, and unchanged todos are not sent again.
+        state.messages.push(AiMessage::text("done"));
+        let parts = translator.checkpoint(&state);
+        let answer = to_dict(&thread, 4, &state.messages.shared()[4]);
+        assert_eq!(
+            parts[0].data,
+            json!({"model": {"messages": [answer]}}).to_string()
+        );
     }
 }

@@ -62,9 +62,17 @@ impl MessageDicts {
         out
     }
 
+    /// The JSON of message `index`'s dict as of the last [`MessageDicts::refresh`].
+    ///
+    /// # Panics
+    /// When `index` is not a position of the messages last refreshed.
+    pub(super) fn json(&self, index: usize) -> &str {
+        &self.dicts[index].1
+    }
+
     /// Keep the dicts still valid for `messages` (a prefix of the same allocations) and serialize
     /// the rest.
-    fn refresh(&mut self, thread: &Uuid, messages: &Messages) {
+    pub(super) fn refresh(&mut self, thread: &Uuid, messages: &Messages) {
         let shared = messages.shared();
         let valid = self
             .dicts
