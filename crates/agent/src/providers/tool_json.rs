@@ -145,12 +145,10 @@ pub(crate) struct SentBody<'a> {
 
 impl Serialize for SentBody<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let Value::Object(map) = self.body else {
-            return Sorted(self.body).serialize(serializer);
+        let map = match self.body {
+            Value::Object(map) if !self.tools.is_empty() => map,
+            _ => return Sorted(self.body).serialize(serializer),
         };
-        if self.tools.is_empty() {
-            return Sorted(self.body).serialize(serializer);
-        }
         let mut entries: Vec<(&String, &Value)> = map.iter().collect();
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let mut out = serializer.serialize_map(Some(entries.len()))?;

@@ -339,7 +339,11 @@ impl Translator {
         // Each message's dict is serialized once, for these parts and the `values` ones alike.
         self.dicts.refresh(&self.thread, &state.messages);
         let todos = state.slots.get("todos").cloned();
-        let todos_changed = todos.is_some() && todos != self.todos;
+        // Sent with the last group when they changed.
+        let changed_todos = todos
+            .as_ref()
+            .filter(|t| Some(*t) != self.todos.as_ref())
+            .map(Value::to_string);
         let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
         for (i, message) in state.messages.iter().enumerate().skip(start) {
             let dict = self.dicts.json(i);
@@ -358,14 +362,8 @@ impl Translator {
         }
         let last = groups.len().saturating_sub(1);
         for (i, (node, added)) in groups.into_iter().enumerate() {
-            let todos = match (&todos, todos_changed && i == last) {
-                (Some(todos), true) => Some(todos.to_string()),
-                _ => None,
-            };
-            parts.push(Part::raw(
-                Mode::Updates,
-                update_json(node, &added, todos.as_deref()),
-            ));
+            let todos = changed_todos.as_deref().filter(|_| i == last);
+            parts.push(Part::raw(Mode::Updates, update_json(node, &added, todos)));
         }
         self.seen = state.messages.len();
         self.todos = todos;
@@ -413,7 +411,12 @@ fn update_json(node: &str, dicts: &[&str], todos: Option<&str>) -> String {
     out.push('{');
     out.push_str(&node);
     out.push_str(":{\"messages\":[");
-    out.push_str(&dicts.join(","));
+    for (i, dict) in dicts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(dict);
+    }
     out.push(']');
     if let Some(todos) = todos {
         out.push_str(",\"todos\":");

@@ -168,18 +168,16 @@ pub(crate) fn with_tools_slot(body: Value, tools: &Tools) -> Value {
     if tools.is_empty() {
         return Value::Object(map);
     }
-    let mut slot = Some(Value::Null);
     let mut out = serde_json::Map::new();
     for (key, value) in map {
         let after = key == "messages";
         out.insert(key, value);
-        if after && let Some(slot) = slot.take() {
-            out.insert("tools".into(), slot);
+        if after {
+            out.insert("tools".into(), Value::Null);
         }
     }
-    if let Some(slot) = slot {
-        out.insert("tools".into(), slot);
-    }
+    // Last, in a body without `messages` (`build` always writes them).
+    out.entry("tools").or_insert(Value::Null);
     Value::Object(out)
 }
 

@@ -9,6 +9,8 @@
 //!
 //! The JSON is what the `Value` gave, key for key, in the same order. A test holds the two equal.
 
+use std::fmt::Write;
+
 use serde::Serialize;
 use serde_json::Value;
 use trellis_middleware::runtime::stream::ModelDelta;
@@ -16,42 +18,32 @@ use trellis_middleware::runtime::stream::ModelDelta;
 /// The `AIMessageChunk` dict of `delta`, a piece of the reply whose message id is `id`, as
 /// compact JSON; `None` for a piece the `messages` mode does not carry (reasoning).
 pub(super) fn chunk_json(id: &str, delta: &ModelDelta) -> Option<String> {
-    let mut chunk = Chunk {
-        kind: "AIMessageChunk",
-        content: "",
-        id,
-        name: None,
-        tool_calls: [],
-        invalid_tool_calls: [],
-        tool_call_chunks: None,
-        additional_kwargs: Empty {},
-        response_metadata: Empty {},
-        usage_metadata: None,
-        chunk_position: None,
-    };
+    let mut content = "";
+    let mut call = None;
+    let mut usage_metadata = None;
     match delta {
-        ModelDelta::Text { text, .. } => chunk.content = text,
+        ModelDelta::Text { text, .. } => content = text.as_str(),
         ModelDelta::ToolCall { index, id, name } => {
-            chunk.tool_call_chunks = Some([ToolCallChunk {
+            call = Some(ToolCallChunk {
                 name: Some(name),
                 args: "",
                 id: Some(id),
                 index: *index,
                 kind: "tool_call_chunk",
-            }]);
+            });
         }
         ModelDelta::ToolArguments { index, json } => {
-            chunk.tool_call_chunks = Some([ToolCallChunk {
+            call = Some(ToolCallChunk {
                 name: None,
                 args: json,
                 id: None,
                 index: *index,
                 kind: "tool_call_chunk",
-            }]);
+            });
         }
         ModelDelta::Finished { usage, .. } => {
             let input = usage.total_input();
-            chunk.usage_metadata = Some(UsageMetadata {
+            usage_metadata = Some(UsageMetadata {
                 input_tokens: input,
                 output_tokens: usage.output_tokens,
                 total_tokens: input + usage.output_tokens,
@@ -60,10 +52,23 @@ pub(super) fn chunk_json(id: &str, delta: &ModelDelta) -> Option<String> {
                     cache_creation: usage.cache_write_tokens,
                 },
             });
-            chunk.chunk_position = Some("last");
         }
         _ => return None,
     }
+    let chunk = Chunk {
+        kind: "AIMessageChunk",
+        content,
+        id,
+        name: None,
+        tool_calls: [],
+        invalid_tool_calls: [],
+        tool_call_chunks: call.as_slice(),
+        additional_kwargs: Empty {},
+        response_metadata: Empty {},
+        // The last piece is the one with the usage.
+        chunk_position: usage_metadata.is_some().then_some("last"),
+        usage_metadata,
+    };
     serde_json::to_string(&chunk).ok()
 }
 
@@ -76,21 +81,12 @@ struct Chunk<'a> {
     name: Option<&'a str>,
     tool_calls: [(); 0],
     invalid_tool_calls: [(); 0],
-    /// One chunk, or none (`[]`).
-    #[serde(serialize_with = "one_or_none")]
-    tool_call_chunks: Option<[ToolCallChunk<'a>; 1]>,
+    tool_call_chunks: &'a [ToolCallChunk<'a>],
     additional_kwargs: Empty,
     response_metadata: Empty,
     usage_metadata: Option<UsageMetadata>,
     #[serde(skip_serializing_if = "Option::is_none")]
     chunk_position: Option<&'static str>,
-}
-
-fn one_or_none<S: serde::Serializer>(
-    chunks: &Option<[ToolCallChunk<'_>; 1]>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    chunks.as_ref().map_or(&[][..], |c| &c[..]).serialize(serializer)
 }
 
 /// `{}`.
@@ -155,8 +151,7 @@ impl TupleMetadata {
         out.push_str("\"langgraph_node\":");
         out.push_str(&node);
         out.push_str(",\"langgraph_step\":");
-        out.push_str(&step.to_string());
-        out.push_str("}]");
+        let _ = write!(out, "{step}}}]");
         out
     }
 }
