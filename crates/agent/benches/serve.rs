@@ -45,12 +45,18 @@
 //!
 //! Under `cargo test --all-targets` (no `--bench`): waves of 1 and 4 runs of 2 steps, the paced one
 //! on a 20–30 ms model. `TRELLIS_BENCH_SERVE_CONCURRENCY` (comma-separated) sets the waves,
-//! `TRELLIS_BENCH_SERVE_STEPS` the tool calls per run.
+//! `TRELLIS_BENCH_SERVE_STEPS` the tool calls per run, and `TRELLIS_BENCH_SERVE_SIDES`
+//! (comma-separated, of `trellis`, `paced`, `tmpfs` and `reference`; all by default) which rows
+//! run, so that two builds can be compared on one row back to back. A row left out is reported as
+//! `{"skipped": "not in TRELLIS_BENCH_SERVE_SIDES"}`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "bench_util/scripted.rs"]
 mod scripted;
+
+#[path = "bench_util/paced.rs"]
+mod paced;
 
 #[path = "../../middleware/benches/bench_util/mod.rs"]
 mod bench_util;
@@ -58,11 +64,11 @@ mod bench_util;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bench_util::ms;
+use paced::PacedModel;
 use serde_json::{Value, json};
 
 const TRELLIS: &str = env!("CARGO_BIN_EXE_trellis");
@@ -372,75 +378,6 @@ async fn waves_on(
     rows
 }
 
-/// The scripted model of the paced wave: [`scripted::reply`]'s script, each reply sent `latency`
-/// plus up to `jitter` after its request, as a served model answers. A step's latency runs from
-/// the moment the reply is handed to the HTTP server (after the wait, so a timer firing late is
-/// not counted as the agent's) to the same thread's next request.
-struct PacedModel {
-    latency: Duration,
-    jitter: Duration,
-    seen: scripted::Seen,
-}
-
-impl PacedModel {
-    /// Serve it on a loopback port; its base URL.
-    async fn start(latency: Duration, jitter: Duration) -> (String, Arc<Self>) {
-        let model = Arc::new(Self {
-            latency,
-            jitter,
-            seen: scripted::Seen::default(),
-        });
-        let app = axum::Router::new()
-            .route("/v1/chat/completions", axum::routing::post(Self::answer))
-            .with_state(model.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/v1", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (url, model)
-    }
-
-    /// Reply `n`'s wait: the latency plus a share of the jitter, spread evenly over [0, jitter)
-    /// by a multiplicative hash of `n` (varied, and the same on every run of the bench).
-    fn delay(&self, n: usize) -> Duration {
-        let spread = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 44;
-        self.latency + self.jitter.mul_f64(spread as f64 / f64::from(1u32 << 20))
-    }
-
-    async fn answer(
-        axum::extract::State(model): axum::extract::State<Arc<Self>>,
-        body: axum::body::Bytes,
-    ) -> axum::response::Response {
-        use axum::response::IntoResponse;
-        let arrived = Instant::now();
-        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let thread = scripted::thread_of(&body);
-        if let Some(thread) = &thread {
-            model.seen.arrived(thread, arrived);
-        }
-        let reply = scripted::reply(&body);
-        let n = model.seen.requests.fetch_add(1, Ordering::Relaxed);
-        tokio::time::sleep(model.delay(n)).await;
-        if let Some(thread) = thread {
-            model.seen.replied(thread, Instant::now());
-        }
-        match reply {
-            Some(reply) => (
-                [(axum::http::header::CONTENT_TYPE, "application/json")],
-                reply.to_string(),
-            )
-                .into_response(),
-            None => {
-                model.seen.crossed.fetch_add(1, Ordering::Relaxed);
-                (
-                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                    "a request named another thread",
-                )
-                    .into_response()
-            }
-        }
-    }
-}
-
 /// The paced wave: `concurrency` runs in flight at once on `model`, the runs' starts spread over
 /// one model latency so they do not all wait for a core at the same instant. Its step latency is
 /// what the server adds to a step while it is busy but not saturated.
@@ -479,6 +416,26 @@ fn state_fs(dir: &Path) -> Value {
     json!({"type": kind, "ext4_journal": journal})
 }
 
+/// The rows `TRELLIS_BENCH_SERVE_SIDES` asks for (all of them when it is not set).
+struct Sides(Option<Vec<String>>);
+
+impl Sides {
+    fn from_env() -> Self {
+        Self(std::env::var("TRELLIS_BENCH_SERVE_SIDES").ok().map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        }))
+    }
+
+    fn runs(&self, side: &str) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|sides| sides.iter().any(|s| s == side))
+    }
+}
+
 fn main() {
     let waves: Vec<usize> = std::env::var("TRELLIS_BENCH_SERVE_CONCURRENCY")
         .ok()
@@ -488,72 +445,83 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(if smoke() { 2 } else { 4 });
+    let sides = Sides::from_env();
     let rt = bench_util::runtime();
     rt.block_on(async {
         let (_model, model_url, scripted) = scripted::start().await;
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("trellis")).unwrap();
-        std::fs::create_dir_all(dir.path().join("reference")).unwrap();
         let mut rows = serde_json::Map::new();
+        for side in ["trellis", "trellis_paced", "trellis_tmpfs", "reference"] {
+            rows.insert(side.into(), json!({"skipped": "not in TRELLIS_BENCH_SERVE_SIDES"}));
+        }
 
-        let trellis = start_trellis(&dir.path().join("trellis"), &model_url);
-        let ours = waves_on("tr", &trellis, &scripted, &waves, steps, true).await;
-        rows.insert(
-            "trellis".into(),
-            json!({"waves": ours, "peak_rss_mb": trellis.peak_rss_mb(),
-                   "state_fs": state_fs(&dir.path().join("trellis"))}),
-        );
-        drop(trellis);
+        let mut ours = Vec::new();
+        if sides.runs("trellis") {
+            std::fs::create_dir_all(dir.path().join("trellis")).unwrap();
+            let trellis = start_trellis(&dir.path().join("trellis"), &model_url);
+            ours = waves_on("tr", &trellis, &scripted, &waves, steps, true).await;
+            rows.insert(
+                "trellis".into(),
+                json!({"waves": ours, "peak_rss_mb": trellis.peak_rss_mb(),
+                       "state_fs": state_fs(&dir.path().join("trellis"))}),
+            );
+        }
 
-        // The paced wave, on a model with a served model's latency.
-        let (latency, jitter) = match smoke() {
-            true => (Duration::from_millis(20), Duration::from_millis(10)),
-            false => (Duration::from_secs(2), Duration::from_secs(1)),
-        };
-        let (paced_url, paced_model) = PacedModel::start(latency, jitter).await;
-        std::fs::create_dir_all(dir.path().join("paced")).unwrap();
-        let trellis = start_trellis(&dir.path().join("paced"), &paced_url);
-        let largest = waves.iter().copied().max().unwrap_or(1);
-        let row = paced("tp", &trellis, &paced_model, largest, steps).await;
-        rows.insert(
-            "trellis_paced".into(),
-            json!({"waves": [row], "peak_rss_mb": trellis.peak_rss_mb(),
-                   "state_fs": state_fs(&dir.path().join("paced"))}),
-        );
-        drop(trellis);
+        if sides.runs("paced") {
+            // The paced wave, on a model with a served model's latency.
+            let (latency, jitter) = match smoke() {
+                true => (Duration::from_millis(20), Duration::from_millis(10)),
+                false => (Duration::from_secs(2), Duration::from_secs(1)),
+            };
+            let (paced_url, paced_model) = PacedModel::start(latency, jitter).await;
+            std::fs::create_dir_all(dir.path().join("paced")).unwrap();
+            let trellis = start_trellis(&dir.path().join("paced"), &paced_url);
+            let largest = waves.iter().copied().max().unwrap_or(1);
+            let row = paced("tp", &trellis, &paced_model, largest, steps).await;
+            rows.insert(
+                "trellis_paced".into(),
+                json!({"waves": [row], "peak_rss_mb": trellis.peak_rss_mb(),
+                       "state_fs": state_fs(&dir.path().join("paced"))}),
+            );
+        }
 
-        let shm = Path::new("/dev/shm");
-        match shm.is_dir().then(|| tempfile::tempdir_in(shm).ok()).flatten() {
-            Some(memory) => {
-                let trellis = start_trellis(memory.path(), &model_url);
-                let waves_in_memory = waves_on("tm", &trellis, &scripted, &waves, steps, true).await;
-                rows.insert(
-                    "trellis_tmpfs".into(),
-                    json!({"waves": waves_in_memory, "peak_rss_mb": trellis.peak_rss_mb(),
-                           "state_fs": state_fs(memory.path())}),
-                );
-            }
-            None => {
-                rows.insert("trellis_tmpfs".into(), json!({"skipped": "no /dev/shm"}));
+        if sides.runs("tmpfs") {
+            let shm = Path::new("/dev/shm");
+            match shm.is_dir().then(|| tempfile::tempdir_in(shm).ok()).flatten() {
+                Some(memory) => {
+                    let trellis = start_trellis(memory.path(), &model_url);
+                    let waves_in_memory = waves_on("tm", &trellis, &scripted, &waves, steps, true).await;
+                    rows.insert(
+                        "trellis_tmpfs".into(),
+                        json!({"waves": waves_in_memory, "peak_rss_mb": trellis.peak_rss_mb(),
+                               "state_fs": state_fs(memory.path())}),
+                    );
+                }
+                None => {
+                    rows.insert("trellis_tmpfs".into(), json!({"skipped": "no /dev/shm"}));
+                }
             }
         }
 
-        let jobs = waves.iter().copied().max().unwrap_or(1);
         let mut theirs = Vec::new();
-        match start_reference(&dir.path().join("reference"), &model_url, jobs).await {
-            Some(reference) => {
-                theirs = waves_on("lg", &reference, &scripted, &waves, steps, false).await;
-                rows.insert(
-                    "reference".into(),
-                    json!({"server": "langgraph dev (langgraph-api 0.16.7, in-memory) + deepagents 0.7.32",
-                           "waves": theirs, "peak_rss_mb": reference.peak_rss_mb()}),
-                );
-            }
-            None => {
-                rows.insert(
-                    "reference".into(),
-                    json!({"skipped": "TRELLIS_REFERENCE_PYTHON is not set"}),
-                );
+        if sides.runs("reference") {
+            let jobs = waves.iter().copied().max().unwrap_or(1);
+            std::fs::create_dir_all(dir.path().join("reference")).unwrap();
+            match start_reference(&dir.path().join("reference"), &model_url, jobs).await {
+                Some(reference) => {
+                    theirs = waves_on("lg", &reference, &scripted, &waves, steps, false).await;
+                    rows.insert(
+                        "reference".into(),
+                        json!({"server": "langgraph dev (langgraph-api 0.16.7, in-memory) + deepagents 0.7.32",
+                               "waves": theirs, "peak_rss_mb": reference.peak_rss_mb()}),
+                    );
+                }
+                None => {
+                    rows.insert(
+                        "reference".into(),
+                        json!({"skipped": "TRELLIS_REFERENCE_PYTHON is not set"}),
+                    );
+                }
             }
         }
         let ratios: Vec<Value> = ours
