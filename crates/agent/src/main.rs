@@ -8,7 +8,8 @@ use clap::Parser;
 use trellis_agent::cli::{Cli, run_main};
 use trellis_agent::tools::sandbox::bridge;
 
-/// mimalloc rather than glibc's malloc: see "Speed" in docs/server.md for what it measured.
+/// mimalloc rather than glibc's malloc, built without asking for transparent huge pages (the
+/// `no_thp` feature): see "Speed" in docs/server.md, items 7 and 13, for what each measured.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

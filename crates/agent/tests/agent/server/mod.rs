@@ -6,7 +6,7 @@
 //! multitask strategies, `on_disconnect`, stateless runs ([`lifecycle`]) and batches ([`batch`]); thread state, history,
 //! updates and copies ([`state`]); runs from an older checkpoint ([`branching`]); threads on an object store with `--store` ([`store`]); files in state, uploads and downloads ([`files`]; of `/workspace` and the shared mounts, [`view_files`]); run records
 //! with usage and cost ([`run_records`]); `/openapi.json` and schemathesis against it ([`openapi`]); the `tasks`, `checkpoints`, `debug` and `custom` stream modes ([`introspection`]); the web page in headless Chromium ([`ui`]; its message model under Node, [`ui_model`]; connections dropped by [`cut_proxy`]); and side by side with the reference server, `langgraph dev`
-//! ([`differential`]). [`harness`] starts the server. With `--database` (feature `postgres`):
+//! ([`differential`]); the binary's heap without transparent huge pages ([`heap`]). [`harness`] starts the server. With `--database` (feature `postgres`):
 //! many workers ([`workers`]), followers woken by notifications ([`follow`]), cancel by status and
 //! the thread cap ([`shared_limits`]), stateless runs ([`shared_stateless`]); [`db_harness`] starts such a worker.
 
@@ -22,6 +22,7 @@ mod files;
 #[cfg(feature = "postgres")]
 mod follow;
 mod harness;
+mod heap;
 mod http;
 mod introspection;
 mod js_client;
