@@ -420,12 +420,25 @@ fn state_fs(dir: &Path) -> Value {
 struct Sides(Option<Vec<String>>);
 
 impl Sides {
+    /// The names the variable may hold.
+    const NAMES: [&str; 4] = ["trellis", "paced", "tmpfs", "reference"];
+
+    /// Read from the environment; a name that is not one of [`Self::NAMES`] stops the bench, so a
+    /// misspelt row is not silently left out.
     fn from_env() -> Self {
         Self(std::env::var("TRELLIS_BENCH_SERVE_SIDES").ok().map(|v| {
-            v.split(',')
+            let sides: Vec<String> = v
+                .split(',')
                 .map(|s| s.trim().to_owned())
                 .filter(|s| !s.is_empty())
-                .collect()
+                .collect();
+            if let Some(unknown) = sides.iter().find(|s| !Self::NAMES.contains(&s.as_str())) {
+                panic!(
+                    "TRELLIS_BENCH_SERVE_SIDES: unknown row {unknown:?} (expected some of {})",
+                    Self::NAMES.join(", ")
+                );
+            }
+            sides
         }))
     }
 
