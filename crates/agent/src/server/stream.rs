@@ -336,8 +336,10 @@ impl Translator {
     pub fn checkpoint(&mut self, state: &PublicState) -> Vec<Part> {
         let mut parts = Vec::new();
         let start = self.seen.min(state.messages.len());
-        // Each message's dict is serialized once, for these parts and the `values` ones alike.
-        self.dicts.refresh(&self.thread, &state.messages);
+        // Made first: it brings each message's dict up to date, serialized once for these parts
+        // and the `values` one alike.
+        let files = self.files.as_ref().map(|(_, json)| json.as_str());
+        let values = self.dicts.values_data(&self.thread, state, files);
         let todos = state.slots.get("todos").cloned();
         // Sent with the last group when they changed.
         let changed_todos = todos
@@ -367,8 +369,6 @@ impl Translator {
         }
         self.seen = state.messages.len();
         self.todos = todos;
-        let files = self.files.as_ref().map(|(_, json)| json.as_str());
-        let values = self.dicts.values_data(&self.thread, state, files);
         parts.extend(self.values(values));
         parts
     }
@@ -410,18 +410,8 @@ fn update_json(node: &str, dicts: &[&str], todos: Option<&str>) -> String {
     let mut out = String::with_capacity(len + node.len() + 32);
     out.push('{');
     out.push_str(&node);
-    out.push_str(":{\"messages\":[");
-    for (i, dict) in dicts.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(dict);
-    }
-    out.push(']');
-    if let Some(todos) = todos {
-        out.push_str(",\"todos\":");
-        out.push_str(todos);
-    }
+    out.push_str(":{");
+    values::push_messages_and_todos(&mut out, dicts.iter().copied(), todos);
     out.push_str("}}");
     out
 }

@@ -25,6 +25,27 @@ use uuid::Uuid;
 
 use crate::server::messages::to_dict;
 
+/// Write `"messages":[dict,…]` and, with `todos`, `,"todos":…` to `out`, from JSON already made:
+/// the keys a `values` part and an `updates` part's node share, as serializing them gives them.
+pub(super) fn push_messages_and_todos<'a>(
+    out: &mut String,
+    dicts: impl IntoIterator<Item = &'a str>,
+    todos: Option<&str>,
+) {
+    out.push_str("\"messages\":[");
+    for (i, dict) in dicts.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(dict);
+    }
+    out.push(']');
+    if let Some(todos) = todos {
+        out.push_str(",\"todos\":");
+        out.push_str(todos);
+    }
+}
+
 /// The compact JSON of each message of one thread as a dict, by position, with the message it
 /// was made from. Belongs to one run (its [`super::Translator`]).
 #[derive(Debug, Default)]
@@ -34,6 +55,7 @@ pub(super) struct MessageDicts {
 
 impl MessageDicts {
     /// The `values` data of `state` of `thread`, with `files` (already serialized) when read.
+    /// Brings the dicts up to date with `state`'s messages, for [`MessageDicts::json`].
     pub(super) fn values_data(&mut self, thread: &Uuid, state: &PublicState, files: Option<&str>) -> String {
         self.refresh(thread, &state.messages);
         let todos = state.slots.get("todos").map(Value::to_string);
@@ -42,18 +64,12 @@ impl MessageDicts {
             + files.map_or(0, str::len)
             + 32;
         let mut out = String::with_capacity(len);
-        out.push_str("{\"messages\":[");
-        for (i, (_, dict)) in self.dicts.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            out.push_str(dict);
-        }
-        out.push(']');
-        if let Some(todos) = todos {
-            out.push_str(",\"todos\":");
-            out.push_str(&todos);
-        }
+        out.push('{');
+        push_messages_and_todos(
+            &mut out,
+            self.dicts.iter().map(|(_, dict)| dict.as_str()),
+            todos.as_deref(),
+        );
         if let Some(files) = files {
             out.push_str(",\"files\":");
             out.push_str(files);
@@ -62,7 +78,7 @@ impl MessageDicts {
         out
     }
 
-    /// The JSON of message `index`'s dict as of the last [`MessageDicts::refresh`].
+    /// The JSON of message `index`'s dict as of the last [`MessageDicts::values_data`].
     ///
     /// # Panics
     /// When `index` is not a position of the messages last refreshed.
@@ -72,7 +88,7 @@ impl MessageDicts {
 
     /// Keep the dicts still valid for `messages` (a prefix of the same allocations) and serialize
     /// the rest.
-    pub(super) fn refresh(&mut self, thread: &Uuid, messages: &Messages) {
+    fn refresh(&mut self, thread: &Uuid, messages: &Messages) {
         let shared = messages.shared();
         let valid = self
             .dicts

@@ -93,6 +93,12 @@ impl Served {
         keys: Option<&str>,
         agent_file: &str,
     ) -> Self {
+        Self::spawn(Self::command(dir, keys, agent_file), dir, model)
+    }
+
+    /// The command [`Served::with_agent_file`] starts, for a test that changes it first (its
+    /// environment, say) and starts it with [`Served::spawn`].
+    pub(crate) fn command(dir: &Path, keys: Option<&str>, agent_file: &str) -> Command {
         std::fs::write(dir.join("trellis.toml"), agent_file).unwrap();
         let mut command = trellis();
         command
@@ -104,7 +110,7 @@ impl Served {
             std::fs::write(dir.join("keys"), keys).unwrap();
             command.arg("--api-keys").arg(dir.join("keys"));
         }
-        Self::spawn(command, dir, model)
+        command
     }
 
     /// Start `command` (a `trellis serve`) against the mock Anthropic `model` and wait for its

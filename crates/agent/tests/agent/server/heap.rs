@@ -10,8 +10,7 @@
 
 use serde_json::json;
 
-use super::harness::{Served, always_done, http};
-use crate::cli::harness::trellis;
+use super::harness::{AGENT_FILE, Served, always_done, http};
 
 /// `AnonHugePages` of process `pid`, in KiB.
 fn anon_huge_pages_kib(pid: u32) -> u64 {
@@ -29,14 +28,8 @@ async fn a_served_heap_holds_no_transparent_huge_pages() {
     let always = mode.contains("[always]");
     let dir = tempfile::tempdir().unwrap();
     let model = always_done().await;
-    std::fs::write(dir.path().join("trellis.toml"), super::harness::AGENT_FILE).unwrap();
-    let mut command = trellis();
-    command
-        .args(["serve", "--listen", "127.0.0.1:0", "--agent"])
-        .arg(dir.path().join("trellis.toml"))
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .env_remove("MIMALLOC_ALLOW_THP");
+    let mut command = Served::command(dir.path(), None, AGENT_FILE);
+    command.env_remove("MIMALLOC_ALLOW_THP");
     if always {
         command.env("MIMALLOC_ALLOW_THP", "0");
     }
